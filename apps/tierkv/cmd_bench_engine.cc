@@ -1,0 +1,73 @@
+#include <cstdio>
+
+#include "tierkv/commands.h"
+#include "bench/engine_bench.h"
+#include "kernels/matmul.h"
+
+namespace tierkv::app {
+
+void AddBenchEngine(CLI::App& app, Action* run) {
+  struct Args {
+    std::string model;
+    std::string shape = "default";
+    std::vector<int> tokens = {64, 256, 512, 1024};
+    int repeats = 3;
+    int threads = 0;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "bench-engine",
+      "Prefill throughput and GFLOP/s of the model's matrix work next to the BLAS sgemm peak "
+      "measured in the same run");
+  sub->add_option("--model", a->model,
+                  "Model file; without it, random weights of --shape are used");
+  sub->add_option("--shape", a->shape,
+                  "Random-weight shape when no --model: 'default' (dim 256, 8 layers, 16 MHA "
+                  "heads, vocab 4096, the planned default model) or 'large' (dim 1024, 16 heads)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"default", "large"}));
+  sub->add_option("--tokens", a->tokens, "Prefill batch sizes")->capture_default_str();
+  sub->add_option("--repeats", a->repeats, "Timings per point (best is kept)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--threads", a->threads, "BLAS threads (0: library default)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--json", a->json, "Print JSON instead of a table");
+  sub->callback([a, run] {
+    *run = [a]() -> int {
+      kernels::SetBlasThreads(a->threads);
+      std::unique_ptr<Model> model;
+      std::string name;
+      if (!a->model.empty()) {
+        auto m = Model::Load(a->model);
+        if (!m.ok()) return Fail(m.status().ToString());
+        model = std::move(*m);
+        name = a->model;
+      } else {
+        ModelConfig c;
+        c.dim = a->shape == "large" ? 1024 : 256;
+        c.hidden_dim = a->shape == "large" ? 2816 : 768;
+        c.n_layers = 8;
+        c.n_heads = 16;
+        c.n_kv_heads = 16;
+        c.vocab_size = 4096;
+        c.context_length = 4096;
+        auto m = Model::Random(c, 1);
+        if (!m.ok()) return Fail(m.status().ToString());
+        model = std::move(*m);
+        name = "random-" + a->shape;
+      }
+      bench::EngineBenchOptions o;
+      o.batch_sizes = a->tokens;
+      o.repeats = a->repeats;
+      auto r = bench::RunEngineBench(*model, name, o);
+      if (!r.ok()) return Fail(r.status().ToString());
+      std::printf("%s\n", a->json ? bench::ReportToJson(*r).c_str() : bench::ReportToText(*r).c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace tierkv::app

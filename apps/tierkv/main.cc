@@ -1,0 +1,39 @@
+// tierkv: the command-line tool. Each subcommand lives in its own cmd_*.cc.
+#include <cstdio>
+
+#include "tierkv/commands.h"
+#include "tierkv/logging.h"
+
+namespace tierkv::app {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "tierkv: error: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace tierkv::app
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "tierkv: reuse of long LLM prompt prefixes from a tiered KV store.\n"
+      "Subcommands run a real CPU transformer (llama2.c or GGUF llama models)."};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "debug, info, warn, error or off")
+      ->capture_default_str();
+  tierkv::app::Action action;
+  tierkv::app::AddRun(app, &action);
+  tierkv::app::AddConvert(app, &action);
+  tierkv::app::AddBenchEngine(app, &action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  tierkv::LogLevel level;
+  if (!tierkv::ParseLogLevel(log_level, &level)) {
+    return tierkv::app::Fail("--log-level: unknown level '" + log_level + "'");
+  }
+  tierkv::SetLogLevel(level);
+  return action ? action() : 1;
+}

@@ -1,0 +1,82 @@
+// All OS file access goes through FileSystem, so tests can substitute an
+// in-memory or fault-injecting one (see src/util/fault_injection_fs.h).
+//
+// Thread safety: FileSystem methods are thread-safe. A RandomAccessFile may be
+// read concurrently; a WritableFile is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tierkv/status.h"
+
+namespace tierkv {
+
+struct FileOptions {
+  // Open with O_DIRECT: offsets, sizes and buffers must be 4 KiB aligned.
+  bool direct_io = false;
+};
+
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads up to n bytes at offset into buf and returns how many were read.
+  // Fewer than n means end of file or a short read: callers loop (ReadFull).
+  virtual Result<size_t> Read(uint64_t offset, size_t n, char* buf) const = 0;
+  virtual Result<uint64_t> Size() const = 0;
+};
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Appends data. On failure the file may hold a prefix of data.
+  virtual Status Append(std::string_view data) = 0;
+  // Makes everything appended so far durable.
+  virtual Status Sync() = 0;
+  virtual Status Close() = 0;
+  virtual uint64_t Size() const = 0;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+
+  // The process-wide POSIX file system. Never null; not owned by the caller.
+  static FileSystem* Default();
+
+  virtual Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path, const FileOptions& options = {}) = 0;
+  // Creates the file, or truncates it if `truncate`, else appends to it.
+  virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                                bool truncate = true) = 0;
+  // OK if the directory already exists.
+  virtual Status CreateDir(const std::string& path) = 0;
+  virtual Status DeleteFile(const std::string& path) = 0;
+  // Atomically replaces `to`, as rename(2).
+  virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
+  // Makes creations, deletions and renames in the directory durable.
+  virtual Status SyncDir(const std::string& path) = 0;
+  virtual Status Truncate(const std::string& path, uint64_t size) = 0;
+  // Names (not paths) of the entries of a directory, without "." and "..".
+  virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
+  virtual Result<uint64_t> FileSize(const std::string& path) = 0;
+  virtual bool FileExists(const std::string& path) = 0;
+};
+
+// A file system held in memory; unsynced data is kept (see the fault-injecting
+// wrapper for crash simulation).
+std::unique_ptr<FileSystem> NewMemFileSystem();
+
+// Reads until n bytes or end of file; returns the count read.
+Result<size_t> ReadFull(const RandomAccessFile& file, uint64_t offset, size_t n, char* buf);
+Result<std::string> ReadFileToString(FileSystem* fs, const std::string& path);
+// Writes a file so that after a crash either the old or the new contents are
+// there: temp file, sync, rename, sync directory.
+Status WriteFileAtomically(FileSystem* fs, const std::string& path, std::string_view data);
+// The directory part of a path ("." when there is none).
+std::string DirName(const std::string& path);
+
+}  // namespace tierkv

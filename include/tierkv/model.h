@@ -1,0 +1,135 @@
+// A Llama-family transformer on the CPU, with the KV hooks the cache layer uses.
+//
+// Prefill() runs a batch of new tokens at absolute positions
+// [start_pos, start_pos + n). Before each layer's attention it calls
+// `before_attention`, which may supply, per KV head, any set of prefix rows
+// (K after RoPE and V, with positions < start_pos) in any order, in fp32 or
+// fp16. The new tokens attend to exactly those rows plus themselves (causal).
+// It can return the new tokens' K and V per layer and, per layer and query
+// head, the attention column sums over the supplied rows (H2O importance).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tierkv/filesystem.h"
+#include "tierkv/kv.h"
+#include "tierkv/status.h"
+
+namespace tierkv {
+
+struct ModelConfig {
+  std::string architecture = "llama";
+  int dim = 0;
+  int hidden_dim = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int vocab_size = 0;
+  int context_length = 0;
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+
+  int head_dim() const { return n_heads > 0 ? dim / n_heads : 0; }
+  int kv_dim() const { return head_dim() * n_kv_heads; }
+  int group() const { return n_kv_heads > 0 ? n_heads / n_kv_heads : 0; }
+  // InvalidArgument naming the first bad field.
+  Status Validate() const;
+  std::string ToString() const;
+};
+
+// A vocabulary with merge scores, as GGUF and llama2.c store it. Pieces use
+// U+2581 for a space, as SentencePiece does.
+struct Vocab {
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::vector<int32_t> types;  // SentencePiece piece types: 1 normal, 2 unknown, 3 control, 6 byte
+  int32_t bos_id = 1;
+  int32_t eos_id = 2;
+  int32_t unk_id = 0;
+};
+
+// What the engine shows the hook before layer `layer`'s attention.
+struct LayerView {
+  int layer = 0;
+  int n_new = 0;
+  int start_pos = 0;
+  // Row i of the new tokens: q + i*q_stride (n_heads × head_dim, after RoPE);
+  // k + i*kv_stride and v + i*kv_stride (n_kv_heads × head_dim).
+  const float* q = nullptr;
+  size_t q_stride = 0;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  size_t kv_stride = 0;
+};
+
+// Prefix rows for one layer: either empty (no prefix) or one KvRows per KV head.
+struct LayerPrefix {
+  std::vector<KvRows> heads;
+};
+
+// Fills `prefix` for the layer; the rows it points to must stay valid until
+// the hook is called for the next layer (or Prefill returns). A non-OK status
+// aborts the prefill and is returned from it.
+using BeforeAttentionFn = std::function<Status(const LayerView& view, LayerPrefix* prefix)>;
+
+enum class LogitsMode { kNone, kLast, kAll };
+
+struct PrefillOptions {
+  int start_pos = 0;
+  BeforeAttentionFn before_attention;  // empty: no prefix rows
+  bool capture_kv = false;
+  KvDType kv_dtype = KvDType::kF32;
+  bool column_sums = false;
+  LogitsMode logits = LogitsMode::kLast;
+};
+
+struct PrefillResult {
+  int n_tokens = 0;
+  // kLast: vocab_size floats; kAll: n_tokens × vocab_size.
+  std::vector<float> logits;
+  // capture_kv: per layer, K and V of the new tokens, n_tokens × kv_dim
+  // elements of kv_dtype each (KV head h at offset h*head_dim); keys after RoPE.
+  struct LayerKv {
+    std::vector<uint8_t> k, v;
+  };
+  std::vector<LayerKv> kv;
+  KvDType kv_dtype = KvDType::kF32;
+  // column_sums[layer][q_head][j]: importance of the j-th supplied row of
+  // that head's KV head, in the order the rows were supplied.
+  std::vector<std::vector<std::vector<float>>> column_sums;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // Loads a GGUF file (llama architecture, F32/F16 tensors) or a llama2.c
+  // checkpoint (legacy format), detected by content. Every header field is
+  // validated; errors name the file and the field.
+  static Result<std::unique_ptr<Model>> Load(const std::string& path,
+                                             FileSystem* fs = FileSystem::Default());
+  // A model with random weights of the given shape (benchmarks and tests).
+  static Result<std::unique_ptr<Model>> Random(const ModelConfig& config, uint64_t seed);
+
+  virtual const ModelConfig& config() const = 0;
+  // "gguf", "llama2c" or "random".
+  virtual const std::string& format() const = 0;
+  // xxh3-64 of the model file's bytes (of the weights for Random()).
+  virtual uint64_t content_hash() const = 0;
+  // The tokenizer vocabulary stored in the model file, if any (GGUF).
+  virtual const std::optional<Vocab>& embedded_vocab() const = 0;
+
+  // Runs the new tokens. Thread-safe: concurrent calls share only the weights.
+  // Errors: InvalidArgument for a token out of range, start_pos + n beyond the
+  // context, or malformed prefix rows; whatever the hook returns.
+  virtual Result<PrefillResult> Prefill(std::span<const int32_t> tokens,
+                                        const PrefillOptions& options) const = 0;
+};
+
+}  // namespace tierkv

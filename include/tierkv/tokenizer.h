@@ -1,0 +1,48 @@
+// Tokenizers: SentencePiece models (through libsentencepiece), llama2.c
+// tokenizer.bin files, and the vocabulary embedded in a GGUF model. The last
+// two share one score-driven BPE (merge the best-scoring adjacent pair until
+// none is in the vocabulary), which is how SentencePiece's BPE encodes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tierkv/filesystem.h"
+#include "tierkv/model.h"
+#include "tierkv/status.h"
+
+namespace tierkv {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual int vocab_size() const = 0;
+  virtual int32_t bos_id() const = 0;
+  virtual int32_t eos_id() const = 0;
+  // Token ids of `text`, with BOS first if add_bos. Thread-safe.
+  virtual Result<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const = 0;
+  // The text of `id` when it follows `prev`: byte tokens become their byte,
+  // control tokens nothing, and the space SentencePiece puts before the first
+  // word is dropped after BOS.
+  virtual std::string DecodePiece(int32_t prev, int32_t id) const = 0;
+  std::string Decode(std::span<const int32_t> ids) const;
+};
+
+Result<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path);
+// llama2.c tokenizer.bin; it does not record its size, so the model's vocab
+// size is needed, and the file must hold exactly that many entries.
+Result<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path, int vocab_size,
+                                                        FileSystem* fs = FileSystem::Default());
+Result<std::unique_ptr<Tokenizer>> NewVocabTokenizer(Vocab vocab);
+// Reads a llama2.c tokenizer.bin into a Vocab (pieces with U+2581 for spaces).
+Result<Vocab> ReadLlama2cVocab(const std::string& path, int vocab_size,
+                               FileSystem* fs = FileSystem::Default());
+
+// The tokenizer for `model`: from `path` if given (".model" = SentencePiece,
+// else llama2.c tokenizer.bin), else the model's embedded vocabulary. Fails
+// with InvalidArgument if the vocabulary size differs from the model's.
+Result<std::unique_ptr<Tokenizer>> LoadTokenizerFor(const Model& model, const std::string& path);
+
+}  // namespace tierkv

@@ -1,0 +1,143 @@
+#include "bench/engine_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "kernels/matmul.h"
+
+namespace tierkv::bench {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double SgemmGflops(int n, int repeats) {
+  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : a) x = u(rng);
+  for (auto& x : b) x = u(rng);
+  kernels::MatMulNT(n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
+  double best = 1e30;
+  // Enough calls per timing that small sizes are not dominated by the clock.
+  const int inner = std::max(1, static_cast<int>(2e9 / (2.0 * n * n * n)));
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < inner; ++i) {
+      kernels::MatMulNT(n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    }
+    best = std::min(best, Seconds(t0) / inner);
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+}  // namespace
+
+double PrefillMatmulFlops(const ModelConfig& c, int T) {
+  const double dim = c.dim, kvd = c.kv_dim(), hid = c.hidden_dim, hd = c.head_dim();
+  const double t = T;
+  double per_layer = 2 * t * dim * (dim + 2 * kvd)  // q, k, v
+                     + 2 * t * dim * dim            // output projection
+                     + 2 * t * dim * 2 * hid        // gate and up
+                     + 2 * t * hid * dim;           // down
+  const double causal_pairs = t * (t + 1) / 2;
+  per_layer += 2 * 2 * causal_pairs * hd * c.n_heads;  // scores and weighted values
+  return per_layer * c.n_layers + 2 * dim * c.vocab_size;
+}
+
+Result<EngineBenchReport> RunEngineBench(const Model& model, const std::string& model_name,
+                                         const EngineBenchOptions& o) {
+  EngineBenchReport r;
+  r.model = model_name + " (" + model.config().ToString() + ")";
+  r.blas = kernels::BlasName();
+  r.blas_threads = kernels::GetBlasThreads();
+  for (int n : o.sgemm_sizes) {
+    r.sgemm.push_back({n, SgemmGflops(n, o.repeats)});
+    r.peak_gflops = std::max(r.peak_gflops, r.sgemm.back().gflops);
+  }
+  const ModelConfig& c = model.config();
+  std::mt19937 rng(7);
+  for (int T : o.batch_sizes) {
+    if (T > c.context_length) continue;
+    std::vector<int32_t> tokens(T);
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
+    PrefillOptions po;
+    ASSIGN_OR_RETURN(PrefillResult warm, model.Prefill(tokens, po));
+    double best = 1e30;
+    for (int i = 0; i < o.repeats; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      ASSIGN_OR_RETURN(PrefillResult res, model.Prefill(tokens, po));
+      best = std::min(best, Seconds(t0));
+    }
+    PrefillPoint p;
+    p.tokens = T;
+    p.ms = best * 1e3;
+    p.tokens_per_s = T / best;
+    p.gflop = PrefillMatmulFlops(c, T) / 1e9;
+    p.gflops = p.gflop / best;
+    p.fraction_of_peak = r.peak_gflops > 0 ? p.gflops / r.peak_gflops : 0;
+    r.prefill.push_back(p);
+  }
+  return r;
+}
+
+std::string ReportToText(const EngineBenchReport& r) {
+  std::string s;
+  char buf[256];
+  s += "model: " + r.model + "\n";
+  std::snprintf(buf, sizeof buf, "BLAS: %s, %d threads\n", r.blas.c_str(), r.blas_threads);
+  s += buf;
+  s += "sgemm (square, C = A*B^T):\n";
+  for (const auto& p : r.sgemm) {
+    std::snprintf(buf, sizeof buf, "  n=%-5d %8.1f GFLOP/s\n", p.n, p.gflops);
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf, "peak: %.1f GFLOP/s\n", r.peak_gflops);
+  s += buf;
+  s += "prefill:\n  tokens        ms   tokens/s  GFLOP  GFLOP/s  of peak\n";
+  for (const auto& p : r.prefill) {
+    std::snprintf(buf, sizeof buf, "  %6d %9.2f %10.0f %6.2f %8.1f %7.0f%%\n", p.tokens, p.ms,
+                  p.tokens_per_s, p.gflop, p.gflops, 100 * p.fraction_of_peak);
+    s += buf;
+  }
+  return s;
+}
+
+std::string ReportToJson(const EngineBenchReport& r) {
+  std::string s = "{";
+  char buf[256];
+  auto esc = [](const std::string& x) {
+    std::string o;
+    for (char ch : x) {
+      if (ch == '"' || ch == '\\') o += '\\';
+      o += ch;
+    }
+    return o;
+  };
+  s += "\"model\": \"" + esc(r.model) + "\", \"blas\": \"" + esc(r.blas) + "\", ";
+  std::snprintf(buf, sizeof buf, "\"blas_threads\": %d, \"peak_gflops\": %.2f, \"sgemm\": [",
+                r.blas_threads, r.peak_gflops);
+  s += buf;
+  for (size_t i = 0; i < r.sgemm.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s{\"n\": %d, \"gflops\": %.2f}", i ? ", " : "", r.sgemm[i].n,
+                  r.sgemm[i].gflops);
+    s += buf;
+  }
+  s += "], \"prefill\": [";
+  for (size_t i = 0; i < r.prefill.size(); ++i) {
+    const auto& p = r.prefill[i];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"tokens\": %d, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"gflop\": %.4f, "
+                  "\"gflops\": %.2f, \"fraction_of_peak\": %.4f}",
+                  i ? ", " : "", p.tokens, p.ms, p.tokens_per_s, p.gflop, p.gflops,
+                  p.fraction_of_peak);
+    s += buf;
+  }
+  s += "]}";
+  return s;
+}
+
+}  // namespace tierkv::bench

@@ -1,0 +1,51 @@
+// Throughput of the forward pass next to the BLAS library's own sgemm peak,
+// measured in the same run (issue #2, "bench-engine").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tierkv/model.h"
+
+namespace tierkv::bench {
+
+struct EngineBenchOptions {
+  std::vector<int> batch_sizes = {64, 256, 512, 1024};
+  int repeats = 3;  // best of
+  std::vector<int> sgemm_sizes = {256, 512, 1024, 2048};
+};
+
+struct SgemmPoint {
+  int n = 0;
+  double gflops = 0;
+};
+
+struct PrefillPoint {
+  int tokens = 0;
+  double ms = 0;
+  double tokens_per_s = 0;
+  double gflop = 0;   // matrix work of the prefill (projections, attention, classifier)
+  double gflops = 0;  // gflop / wall time of the whole prefill
+  double fraction_of_peak = 0;
+};
+
+struct EngineBenchReport {
+  std::string model;
+  std::string blas;
+  int blas_threads = 0;
+  double peak_gflops = 0;  // best sgemm of sgemm_sizes
+  std::vector<SgemmPoint> sgemm;
+  std::vector<PrefillPoint> prefill;
+};
+
+// FLOPs of the matrix products of one prefill of T tokens from position 0,
+// logits for the last token only. Attention counts the causal products.
+double PrefillMatmulFlops(const ModelConfig& c, int T);
+
+Result<EngineBenchReport> RunEngineBench(const Model& model, const std::string& model_name,
+                                         const EngineBenchOptions& options);
+
+std::string ReportToJson(const EngineBenchReport& r);
+std::string ReportToText(const EngineBenchReport& r);
+
+}  // namespace tierkv::bench

@@ -1,0 +1,405 @@
+// The forward pass. One Prefill() call processes T new tokens as a batch:
+// every projection is one matrix-matrix product over the T rows.
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "kernels/attention.h"
+#include "kernels/fp16.h"
+#include "kernels/matmul.h"
+#include "model/weights.h"
+
+namespace tierkv {
+
+Status ModelConfig::Validate() const {
+  auto bad = [](const std::string& field, long v, const std::string& why) {
+    return Status::InvalidArgument("model config field " + field + "=" + std::to_string(v) + " " +
+                                   why);
+  };
+  if (architecture != "llama") {
+    return Status::InvalidArgument("model architecture '" + architecture +
+                                   "' is not supported (only llama)");
+  }
+  if (dim <= 0 || dim > (1 << 16)) return bad("dim", dim, "must be in [1, 65536]");
+  if (hidden_dim <= 0 || hidden_dim > (1 << 18)) return bad("hidden_dim", hidden_dim, "must be in [1, 262144]");
+  if (n_layers <= 0 || n_layers > 1024) return bad("n_layers", n_layers, "must be in [1, 1024]");
+  if (n_heads <= 0 || n_heads > dim) return bad("n_heads", n_heads, "must be in [1, dim]");
+  if (dim % n_heads != 0) return bad("n_heads", n_heads, "must divide dim=" + std::to_string(dim));
+  if ((dim / n_heads) % 2 != 0) return bad("n_heads", n_heads, "gives an odd head size (RoPE needs pairs)");
+  if (n_kv_heads <= 0 || n_kv_heads > n_heads || n_heads % n_kv_heads != 0) {
+    return bad("n_kv_heads", n_kv_heads, "must divide n_heads=" + std::to_string(n_heads));
+  }
+  if (vocab_size <= 0 || vocab_size > (1 << 22)) return bad("vocab_size", vocab_size, "must be in [1, 4194304]");
+  if (context_length <= 0 || context_length > (1 << 20)) {
+    return bad("context_length", context_length, "must be in [1, 1048576]");
+  }
+  if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta)) {
+    return Status::InvalidArgument("model config field rope_theta must be positive and finite");
+  }
+  if (!(norm_eps > 0.0f) || !(norm_eps < 1.0f)) {
+    return Status::InvalidArgument("model config field norm_eps must be in (0, 1)");
+  }
+  return Status::Ok();
+}
+
+std::string ModelConfig::ToString() const {
+  return architecture + " dim=" + std::to_string(dim) + " hidden=" + std::to_string(hidden_dim) +
+         " layers=" + std::to_string(n_layers) + " heads=" + std::to_string(n_heads) +
+         " kv_heads=" + std::to_string(n_kv_heads) + " head_dim=" + std::to_string(head_dim()) +
+         " vocab=" + std::to_string(vocab_size) + " context=" + std::to_string(context_length);
+}
+
+namespace model {
+
+Status CheckFinite(const std::string& name, const std::string& tensor,
+                   const std::vector<float>& v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) {
+      return Status::Corruption(name + ": tensor " + tensor + " holds a non-finite value at index " +
+                                std::to_string(i) + " (corrupted file?)");
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+void RmsNorm(const float* x, const float* w, int n, float eps, float* out) {
+  float ss = 0.0f;
+  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+  ss = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (int i = 0; i < n; ++i) out[i] = w[i] * (ss * x[i]);
+}
+
+class Transformer final : public Model {
+ public:
+  Transformer(LoadedModel m, uint64_t hash)
+      : config_(m.config), w_(std::move(m.weights)), vocab_(std::move(m.vocab)),
+        format_(std::move(m.format)), hash_(hash) {
+    // RoPE table as llama2.c computes it (float arithmetic), pairs (2i, 2i+1).
+    const int half = config_.head_dim() / 2;
+    rope_cos_.resize(static_cast<size_t>(config_.context_length) * half);
+    rope_sin_.resize(rope_cos_.size());
+    for (int pos = 0; pos < config_.context_length; ++pos) {
+      for (int i = 0; i < half; ++i) {
+        float freq = 1.0f / std::pow(config_.rope_theta,
+                                     static_cast<float>(2 * i) / static_cast<float>(config_.head_dim()));
+        float val = static_cast<float>(pos) * freq;
+        rope_cos_[static_cast<size_t>(pos) * half + i] = std::cos(val);
+        rope_sin_[static_cast<size_t>(pos) * half + i] = std::sin(val);
+      }
+    }
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  const std::string& format() const override { return format_; }
+  uint64_t content_hash() const override { return hash_; }
+  const std::optional<Vocab>& embedded_vocab() const override { return vocab_; }
+
+  Result<PrefillResult> Prefill(std::span<const int32_t> tokens,
+                                const PrefillOptions& opt) const override;
+
+ private:
+  void Rope(float* x, int n_heads_here, int pos) const {
+    const int hd = config_.head_dim();
+    const int half = hd / 2;
+    const float* c = rope_cos_.data() + static_cast<size_t>(pos) * half;
+    const float* s = rope_sin_.data() + static_cast<size_t>(pos) * half;
+    for (int h = 0; h < n_heads_here; ++h) {
+      float* v = x + static_cast<size_t>(h) * hd;
+      for (int i = 0; i < half; ++i) {
+        const float v0 = v[2 * i], v1 = v[2 * i + 1];
+        v[2 * i] = v0 * c[i] - v1 * s[i];
+        v[2 * i + 1] = v0 * s[i] + v1 * c[i];
+      }
+    }
+  }
+
+  Status CheckPrefix(const LayerPrefix& p, int layer, int start_pos) const;
+
+  ModelConfig config_;
+  ModelWeights w_;
+  std::optional<Vocab> vocab_;
+  std::string format_;
+  uint64_t hash_;
+  std::vector<float> rope_cos_, rope_sin_;
+};
+
+Status Transformer::CheckPrefix(const LayerPrefix& p, int layer, int start_pos) const {
+  if (p.heads.empty()) return Status::Ok();
+  const std::string where = "prefix rows of layer " + std::to_string(layer);
+  if (static_cast<int>(p.heads.size()) != config_.n_kv_heads) {
+    return Status::InvalidArgument(where + ": " + std::to_string(p.heads.size()) +
+                                   " KV heads given, the model has " +
+                                   std::to_string(config_.n_kv_heads));
+  }
+  const size_t hd = static_cast<size_t>(config_.head_dim());
+  for (size_t h = 0; h < p.heads.size(); ++h) {
+    const KvRows& r = p.heads[h];
+    if (r.count == 0) continue;
+    if (r.k == nullptr || r.v == nullptr) {
+      return Status::InvalidArgument(where + ", head " + std::to_string(h) + ": null K or V");
+    }
+    if ((r.k_stride != 0 && r.k_stride < hd) || (r.v_stride != 0 && r.v_stride < hd)) {
+      return Status::InvalidArgument(where + ", head " + std::to_string(h) +
+                                     ": row stride smaller than head_dim");
+    }
+    if (r.count > static_cast<size_t>(start_pos)) {
+      return Status::InvalidArgument(where + ", head " + std::to_string(h) + ": " +
+                                     std::to_string(r.count) + " rows but only " +
+                                     std::to_string(start_pos) + " positions precede start_pos");
+    }
+    if (r.positions != nullptr) {
+      for (size_t i = 0; i < r.count; ++i) {
+        if (r.positions[i] < 0 || r.positions[i] >= start_pos) {
+          return Status::InvalidArgument(where + ", head " + std::to_string(h) + ": row " +
+                                         std::to_string(i) + " has position " +
+                                         std::to_string(r.positions[i]) +
+                                         ", outside [0, start_pos=" + std::to_string(start_pos) +
+                                         ")");
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Result<PrefillResult> Transformer::Prefill(std::span<const int32_t> tokens,
+                                           const PrefillOptions& opt) const {
+  const ModelConfig& c = config_;
+  const int T = static_cast<int>(tokens.size());
+  if (T == 0) return Status::InvalidArgument("prefill of zero tokens");
+  if (opt.start_pos < 0) return Status::InvalidArgument("start_pos must be >= 0");
+  if (static_cast<int64_t>(opt.start_pos) + T > c.context_length) {
+    return Status::InvalidArgument("positions " + std::to_string(opt.start_pos) + ".." +
+                                   std::to_string(opt.start_pos + T - 1) +
+                                   " exceed the model's context of " +
+                                   std::to_string(c.context_length) + " tokens");
+  }
+  for (int i = 0; i < T; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+      return Status::InvalidArgument("token " + std::to_string(tokens[i]) + " at index " +
+                                     std::to_string(i) + " is outside the vocabulary [0, " +
+                                     std::to_string(c.vocab_size) + ")");
+    }
+  }
+
+  const int dim = c.dim, hd = c.head_dim(), kvd = c.kv_dim(), hid = c.hidden_dim;
+  const int qkv_w = dim + 2 * kvd;
+  const size_t Tz = static_cast<size_t>(T);
+  std::vector<float> x(Tz * dim), xb(Tz * dim), qkv(Tz * qkv_w), att(Tz * dim),
+      h13(Tz * 2 * hid);
+  for (int i = 0; i < T; ++i) {
+    std::memcpy(&x[i * static_cast<size_t>(dim)], &w_.tok_embd[static_cast<size_t>(tokens[i]) * dim],
+                dim * sizeof(float));
+  }
+
+  PrefillResult res;
+  res.n_tokens = T;
+  res.kv_dtype = opt.kv_dtype;
+  if (opt.capture_kv) res.kv.resize(c.n_layers);
+  if (opt.column_sums) res.column_sums.resize(c.n_layers);
+
+  kernels::AttentionScratch scratch;
+  LayerPrefix prefix;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    for (int i = 0; i < T; ++i) {
+      RmsNorm(&x[i * static_cast<size_t>(dim)], L.attn_norm.data(), dim, c.norm_eps,
+              &xb[i * static_cast<size_t>(dim)]);
+    }
+    kernels::MatMulNT(T, qkv_w, dim, 1.0f, xb.data(), dim, L.wqkv.data(), dim, 0.0f, qkv.data(),
+                      qkv_w);
+    for (int i = 0; i < T; ++i) {
+      float* row = &qkv[i * static_cast<size_t>(qkv_w)];
+      Rope(row, c.n_heads, opt.start_pos + i);
+      Rope(row + dim, c.n_kv_heads, opt.start_pos + i);
+    }
+    const float* kq = qkv.data() + dim;
+    const float* vq = qkv.data() + dim + kvd;
+
+    if (opt.capture_kv) {
+      auto& out = res.kv[l];
+      const size_t es = KvDTypeSize(opt.kv_dtype);
+      out.k.resize(Tz * kvd * es);
+      out.v.resize(Tz * kvd * es);
+      for (int i = 0; i < T; ++i) {
+        const float* kr = kq + i * static_cast<size_t>(qkv_w);
+        const float* vr = vq + i * static_cast<size_t>(qkv_w);
+        if (opt.kv_dtype == KvDType::kF32) {
+          std::memcpy(out.k.data() + i * kvd * es, kr, kvd * es);
+          std::memcpy(out.v.data() + i * kvd * es, vr, kvd * es);
+        } else {
+          kernels::FloatToHalfN(kr, reinterpret_cast<uint16_t*>(out.k.data()) + i * kvd, kvd);
+          kernels::FloatToHalfN(vr, reinterpret_cast<uint16_t*>(out.v.data()) + i * kvd, kvd);
+        }
+      }
+    }
+
+    prefix.heads.clear();
+    if (opt.before_attention) {
+      LayerView view{l, T, opt.start_pos, qkv.data(), static_cast<size_t>(qkv_w), kq, vq,
+                     static_cast<size_t>(qkv_w)};
+      RETURN_IF_ERROR(opt.before_attention(view, &prefix));
+      RETURN_IF_ERROR(CheckPrefix(prefix, l, opt.start_pos));
+    }
+
+    if (opt.column_sums) {
+      res.column_sums[l].resize(c.n_heads);
+      for (int h = 0; h < c.n_heads; ++h) {
+        const size_t n = prefix.heads.empty() ? 0 : prefix.heads[h / c.group()].count;
+        res.column_sums[l][h].assign(n, 0.0f);
+      }
+    }
+    std::vector<float> colsum;
+    for (int g = 0; g < c.n_kv_heads; ++g) {
+      kernels::AttentionArgs a;
+      a.n_new = T;
+      a.head_dim = hd;
+      a.group = c.group();
+      a.q = qkv.data() + static_cast<size_t>(g) * c.group() * hd;
+      a.q_stride = qkv_w;
+      a.k_new = kq + static_cast<size_t>(g) * hd;
+      a.v_new = vq + static_cast<size_t>(g) * hd;
+      a.kv_new_stride = qkv_w;
+      if (!prefix.heads.empty()) a.prefix = prefix.heads[g];
+      a.out = att.data() + static_cast<size_t>(g) * c.group() * hd;
+      a.out_stride = dim;
+      if (opt.column_sums && a.prefix.count > 0) {
+        colsum.assign(a.prefix.count * c.group(), 0.0f);
+        a.colsum = colsum.data();
+      }
+      kernels::AttendKvGroup(a, &scratch);
+      if (a.colsum) {
+        for (int j = 0; j < c.group(); ++j) {
+          auto& dst = res.column_sums[l][g * c.group() + j];
+          std::copy(colsum.begin() + j * a.prefix.count, colsum.begin() + (j + 1) * a.prefix.count,
+                    dst.begin());
+        }
+      }
+    }
+    // x += att · Wo^T
+    kernels::MatMulNT(T, dim, dim, 1.0f, att.data(), dim, L.wo.data(), dim, 1.0f, x.data(), dim);
+
+    for (int i = 0; i < T; ++i) {
+      RmsNorm(&x[i * static_cast<size_t>(dim)], L.ffn_norm.data(), dim, c.norm_eps,
+              &xb[i * static_cast<size_t>(dim)]);
+    }
+    kernels::MatMulNT(T, 2 * hid, dim, 1.0f, xb.data(), dim, L.w13.data(), dim, 0.0f, h13.data(),
+                      2 * hid);
+    for (int i = 0; i < T; ++i) {
+      float* r = &h13[i * static_cast<size_t>(2 * hid)];
+      for (int j = 0; j < hid; ++j) {
+        const float g = r[j];
+        r[j] = g / (1.0f + std::exp(-g)) * r[hid + j];  // SwiGLU: silu(w1 x) * (w3 x)
+      }
+    }
+    kernels::MatMulNT(T, dim, hid, 1.0f, h13.data(), 2 * hid, L.w2.data(), hid, 1.0f, x.data(),
+                      dim);
+  }
+
+  if (opt.logits != LogitsMode::kNone) {
+    const int first = opt.logits == LogitsMode::kAll ? 0 : T - 1;
+    const int rows = T - first;
+    for (int i = first; i < T; ++i) {
+      RmsNorm(&x[i * static_cast<size_t>(dim)], w_.output_norm.data(), dim, c.norm_eps,
+              &xb[(i - first) * static_cast<size_t>(dim)]);
+    }
+    const std::vector<float>& wout = w_.output.empty() ? w_.tok_embd : w_.output;
+    res.logits.resize(static_cast<size_t>(rows) * c.vocab_size);
+    kernels::MatMulNT(rows, c.vocab_size, dim, 1.0f, xb.data(), dim, wout.data(), dim, 0.0f,
+                      res.logits.data(), c.vocab_size);
+  }
+  return res;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> MakeTransformer(LoadedModel m, uint64_t content_hash) {
+  RETURN_IF_ERROR(m.config.Validate());
+  const ModelConfig& c = m.config;
+  const size_t dim = c.dim, kvd = c.kv_dim(), hid = c.hidden_dim, V = c.vocab_size;
+  auto check = [&](const std::string& name, const std::vector<float>& v, size_t want) {
+    if (v.size() != want) {
+      return Status::InvalidArgument("tensor " + name + " has " + std::to_string(v.size()) +
+                                     " elements, expected " + std::to_string(want));
+    }
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(check("token_embd", m.weights.tok_embd, V * dim));
+  RETURN_IF_ERROR(check("output_norm", m.weights.output_norm, dim));
+  if (!m.weights.output.empty()) RETURN_IF_ERROR(check("output", m.weights.output, V * dim));
+  if (m.weights.layers.size() != static_cast<size_t>(c.n_layers)) {
+    return Status::InvalidArgument("model has " + std::to_string(m.weights.layers.size()) +
+                                   " layers of weights, config says " +
+                                   std::to_string(c.n_layers));
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const auto& L = m.weights.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    RETURN_IF_ERROR(check(p + "attn_norm", L.attn_norm, dim));
+    RETURN_IF_ERROR(check(p + "attn_qkv", L.wqkv, (dim + 2 * kvd) * dim));
+    RETURN_IF_ERROR(check(p + "attn_output", L.wo, dim * dim));
+    RETURN_IF_ERROR(check(p + "ffn_norm", L.ffn_norm, dim));
+    RETURN_IF_ERROR(check(p + "ffn_gate_up", L.w13, 2 * hid * dim));
+    RETURN_IF_ERROR(check(p + "ffn_down", L.w2, dim * hid));
+  }
+  if (m.vocab && static_cast<int>(m.vocab->pieces.size()) != c.vocab_size) {
+    return Status::InvalidArgument("embedded tokenizer has " +
+                                   std::to_string(m.vocab->pieces.size()) +
+                                   " tokens, the model's vocabulary is " +
+                                   std::to_string(c.vocab_size));
+  }
+  return std::unique_ptr<Model>(new Transformer(std::move(m), content_hash));
+}
+
+}  // namespace model
+
+Result<std::unique_ptr<Model>> Model::Load(const std::string& path, FileSystem* fs) {
+  auto data = ReadFileToString(fs, path);
+  if (!data.ok()) return data.status().WithContext("cannot read model file");
+  const std::string& d = *data;
+  const uint64_t hash = XXH3_64bits(d.data(), d.size());
+  if (d.size() >= 4 && std::memcmp(d.data(), "GGUF", 4) == 0) {
+    ASSIGN_OR_RETURN(auto loaded, model::ParseGgufModel(path, d));
+    auto m = model::MakeTransformer(std::move(loaded), hash);
+    if (!m.ok()) return m.status().WithContext(path);
+    return m;
+  }
+  ASSIGN_OR_RETURN(auto loaded, model::ParseLlama2c(path, d));
+  auto m = model::MakeTransformer(std::move(loaded), hash);
+  if (!m.ok()) return m.status().WithContext(path);
+  return m;
+}
+
+Result<std::unique_ptr<Model>> Model::Random(const ModelConfig& config, uint64_t seed) {
+  RETURN_IF_ERROR(config.Validate());
+  model::LoadedModel m;
+  m.config = config;
+  m.format = "random";
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  auto fill = [&](std::vector<float>& v, size_t n) {
+    v.resize(n);
+    for (auto& e : v) e = nd(rng);
+  };
+  const size_t dim = config.dim, kvd = config.kv_dim(), hid = config.hidden_dim;
+  fill(m.weights.tok_embd, config.vocab_size * dim);
+  m.weights.output_norm.assign(dim, 1.0f);
+  m.weights.layers.resize(config.n_layers);
+  for (auto& L : m.weights.layers) {
+    L.attn_norm.assign(dim, 1.0f);
+    L.ffn_norm.assign(dim, 1.0f);
+    fill(L.wqkv, (dim + 2 * kvd) * dim);
+    fill(L.wo, dim * dim);
+    fill(L.w13, 2 * hid * dim);
+    fill(L.w2, dim * hid);
+  }
+  const uint64_t hash = XXH3_64bits_withSeed(&seed, sizeof(seed), 0x7261'6e64);
+  return model::MakeTransformer(std::move(m), hash);
+}
+
+}  // namespace tierkv

@@ -1,0 +1,79 @@
+// A FileSystem wrapper that simulates crashes and failing devices, for tests.
+//
+// Crash model: data appended but not synced, and files created since their
+// directory was last synced, are lost by DropUnsyncedData() (as after power
+// loss). Failures: EIO on read/write/sync, ENOSPC on write, and short reads,
+// each at a rate of 1 in N with a seeded generator, so runs are repeatable.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include "tierkv/filesystem.h"
+
+namespace tierkv {
+
+struct FaultOptions {
+  // 0 disables random faults; otherwise each eligible call fails with
+  // probability 1/one_in.
+  uint32_t one_in = 0;
+  bool read_eio = false;
+  bool read_short = false;
+  bool write_eio = false;
+  bool write_enospc = false;
+  bool sync_eio = false;
+  uint64_t seed = 1;
+};
+
+class FaultInjectionFileSystem final : public FileSystem {
+ public:
+  // `base` must outlive this object.
+  explicit FaultInjectionFileSystem(FileSystem* base, FaultOptions options = {});
+
+  void SetOptions(const FaultOptions& options);
+  // While inactive, every call fails with IOError ("file system inactive"):
+  // the moment of a simulated crash.
+  void SetActive(bool active);
+  // Loses what a power cut would: unsynced appends and unsynced creations.
+  Status DropUnsyncedData();
+  // Counts of injected faults so far.
+  uint64_t injected_faults() const;
+
+  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path, const FileOptions& options = {}) override;
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        bool truncate = true) override;
+  Status CreateDir(const std::string& path) override;
+  Status DeleteFile(const std::string& path) override;
+  Status RenameFile(const std::string& from, const std::string& to) override;
+  Status SyncDir(const std::string& path) override;
+  Status Truncate(const std::string& path, uint64_t size) override;
+  Result<std::vector<std::string>> ListDir(const std::string& path) override;
+  Result<uint64_t> FileSize(const std::string& path) override;
+  bool FileExists(const std::string& path) override;
+
+  // Called by the wrapped files.
+  enum class Op { kRead, kWrite, kSync };
+  Status MaybeFail(Op op, const std::string& path, bool* short_io);
+  void OnAppend(const std::string& path, uint64_t new_size);
+  void OnSync(const std::string& path, uint64_t size);
+
+ private:
+  Status CheckActive(const std::string& what) const;
+
+  FileSystem* base_;
+  mutable std::mutex mu_;
+  FaultOptions options_;
+  std::mt19937_64 rng_;
+  bool active_ = true;
+  uint64_t injected_ = 0;
+  std::map<std::string, uint64_t> synced_size_;    // files written through us
+  std::set<std::string> created_unsynced_;         // created since their dir's last sync
+};
+
+}  // namespace tierkv

@@ -1,0 +1,200 @@
+// The real file system: POSIX calls, EINTR retried, descriptors closed on every path.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "tierkv/filesystem.h"
+
+namespace tierkv {
+namespace {
+
+Status PosixError(const std::string& context, int err) {
+  std::string msg = context + ": " + std::strerror(err);
+  if (err == ENOENT) return Status::NotFound(msg);
+  if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(msg);
+  if (err == EINVAL || err == EISDIR || err == ENOTDIR || err == ENAMETOOLONG) {
+    return Status::InvalidArgument(msg);
+  }
+  return Status::IOError(msg);
+}
+
+class PosixRandomAccessFile final : public RandomAccessFile {
+ public:
+  PosixRandomAccessFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixRandomAccessFile() override { ::close(fd_); }
+
+  Result<size_t> Read(uint64_t offset, size_t n, char* buf) const override {
+    for (;;) {
+      ssize_t r = ::pread(fd_, buf, n, static_cast<off_t>(offset));
+      if (r >= 0) return static_cast<size_t>(r);
+      if (errno == EINTR) continue;
+      return PosixError(path_ + " (read at " + std::to_string(offset) + ")", errno);
+    }
+  }
+
+  Result<uint64_t> Size() const override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return PosixError(path_, errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+};
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd, uint64_t size)
+      : path_(std::move(path)), fd_(fd), size_(size) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  Status Append(std::string_view data) override {
+    if (fd_ < 0) return Status::InvalidArgument(path_ + ": append after close");
+    while (!data.empty()) {
+      ssize_t w = ::write(fd_, data.data(), data.size());
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return PosixError(path_ + " (write)", errno);
+      }
+      data.remove_prefix(static_cast<size_t>(w));
+      size_ += static_cast<uint64_t>(w);
+    }
+    return Status::Ok();
+  }
+
+  Status Sync() override {
+    if (fd_ < 0) return Status::InvalidArgument(path_ + ": sync after close");
+    if (::fdatasync(fd_) != 0) return PosixError(path_ + " (fdatasync)", errno);
+    return Status::Ok();
+  }
+
+  Status Close() override {
+    if (fd_ < 0) return Status::Ok();
+    int r = ::close(fd_);
+    fd_ = -1;
+    if (r != 0) return PosixError(path_ + " (close)", errno);
+    return Status::Ok();
+  }
+
+  uint64_t Size() const override { return size_; }
+
+ private:
+  std::string path_;
+  int fd_;
+  uint64_t size_;
+};
+
+class PosixFileSystem final : public FileSystem {
+ public:
+  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path, const FileOptions& options) override {
+    int flags = O_RDONLY | O_CLOEXEC;
+    if (options.direct_io) flags |= O_DIRECT;
+    int fd = ::open(path.c_str(), flags);
+    if (fd < 0) return PosixError(path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return PosixError(path, err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return Status::InvalidArgument(path + ": not a regular file");
+    }
+    return std::unique_ptr<RandomAccessFile>(new PosixRandomAccessFile(path, fd));
+  }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        bool truncate) override {
+    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND);
+    int fd = ::open(path.c_str(), flags, 0644);
+    if (fd < 0) return PosixError(path, errno);
+    uint64_t size = 0;
+    if (!truncate) {
+      struct stat st;
+      if (::fstat(fd, &st) != 0) {
+        int err = errno;
+        ::close(fd);
+        return PosixError(path, err);
+      }
+      size = static_cast<uint64_t>(st.st_size);
+    }
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd, size));
+  }
+
+  Status CreateDir(const std::string& path) override {
+    if (::mkdir(path.c_str(), 0755) == 0) return Status::Ok();
+    if (errno == EEXIST) {
+      struct stat st;
+      if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::Ok();
+      return Status::InvalidArgument(path + ": exists and is not a directory");
+    }
+    return PosixError(path + " (mkdir)", errno);
+  }
+
+  Status DeleteFile(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) return PosixError(path + " (unlink)", errno);
+    return Status::Ok();
+  }
+
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      return PosixError("rename " + from + " -> " + to, errno);
+    }
+    return Status::Ok();
+  }
+
+  Status SyncDir(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return PosixError(path + " (open dir)", errno);
+    int r = ::fsync(fd);
+    int err = errno;
+    ::close(fd);
+    if (r != 0) return PosixError(path + " (fsync dir)", err);
+    return Status::Ok();
+  }
+
+  Status Truncate(const std::string& path, uint64_t size) override {
+    if (::truncate(path.c_str(), static_cast<off_t>(size)) != 0) {
+      return PosixError(path + " (truncate)", errno);
+    }
+    return Status::Ok();
+  }
+
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    DIR* dir = ::opendir(path.c_str());
+    if (dir == nullptr) return PosixError(path + " (opendir)", errno);
+    std::vector<std::string> names;
+    while (struct dirent* e = ::readdir(dir)) {
+      std::string_view n(e->d_name);
+      if (n != "." && n != "..") names.emplace_back(n);
+    }
+    ::closedir(dir);
+    return names;
+  }
+
+  Result<uint64_t> FileSize(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return PosixError(path, errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+  bool FileExists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
+};
+
+}  // namespace
+
+FileSystem* FileSystem::Default() {
+  static PosixFileSystem* fs = new PosixFileSystem();  // never destroyed: used at exit
+  return fs;
+}
+
+}  // namespace tierkv
