@@ -52,6 +52,10 @@ struct Vocab {
   int32_t bos_id = 1;
   int32_t eos_id = 2;
   int32_t unk_id = 0;
+  // SentencePiece's normalizer option: drop leading and trailing spaces and
+  // collapse runs of spaces. On by default in SentencePiece (and in the
+  // stories260K tokenizer); GGUF key tokenizer.ggml.remove_extra_whitespaces.
+  bool remove_extra_whitespaces = true;
 };
 
 // What the engine shows the hook before layer `layer`'s attention.

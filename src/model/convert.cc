@@ -17,6 +17,8 @@ Result<Vocab> VocabFromSentencePiece(const std::string& path) {
   v.bos_id = sp.bos_id();
   v.eos_id = sp.eos_id();
   v.unk_id = sp.unk_id();
+  // The normalizer spec is not in the public header; observe it instead.
+  v.remove_extra_whitespaces = sp.EncodeAsIds("a  b") == sp.EncodeAsIds("a b");
   for (int i = 0; i < sp.GetPieceSize(); ++i) {
     v.pieces.push_back(sp.IdToPiece(i));
     v.scores.push_back(sp.GetScore(i));
@@ -72,6 +74,7 @@ Status ConvertLlama2cToGguf(const ConvertOptions& o, FileSystem* fs) {
     w.SetStrings("tokenizer.ggml.tokens", v.pieces);
     w.SetF32s("tokenizer.ggml.scores", v.scores);
     w.SetI32s("tokenizer.ggml.token_type", v.types);
+    w.SetBool("tokenizer.ggml.remove_extra_whitespaces", v.remove_extra_whitespaces);
     w.SetU32("tokenizer.ggml.bos_token_id", v.bos_id);
     w.SetU32("tokenizer.ggml.eos_token_id", v.eos_id);
     w.SetU32("tokenizer.ggml.unknown_token_id", v.unk_id);

@@ -341,6 +341,12 @@ void GgufWriter::SetF32(const std::string& key, float v) {
   Put(&kv_bytes_, v);
   ++kv_count_;
 }
+void GgufWriter::SetBool(const std::string& key, bool v) {
+  PutString(&kv_bytes_, key);
+  Put<uint32_t>(&kv_bytes_, static_cast<uint32_t>(GgufType::kBool));
+  Put<uint8_t>(&kv_bytes_, v ? 1 : 0);
+  ++kv_count_;
+}
 void GgufWriter::SetString(const std::string& key, const std::string& v) {
   PutString(&kv_bytes_, key);
   Put<uint32_t>(&kv_bytes_, static_cast<uint32_t>(GgufType::kString));

@@ -72,6 +72,7 @@ class GgufWriter {
   void SetU32(const std::string& key, uint32_t v);
   void SetI32(const std::string& key, int32_t v);
   void SetF32(const std::string& key, float v);
+  void SetBool(const std::string& key, bool v);
   void SetString(const std::string& key, const std::string& v);
   void SetStrings(const std::string& key, const std::vector<std::string>& v);
   void SetF32s(const std::string& key, const std::vector<float>& v);

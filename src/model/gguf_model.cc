@@ -136,6 +136,12 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, const std::string& d
       *out = static_cast<int32_t>(x);
       return Status::Ok();
     };
+    // llama.cpp's default when the key is absent is not to collapse spaces.
+    v.remove_extra_whitespaces = false;
+    if (f.Has("tokenizer.ggml.remove_extra_whitespaces")) {
+      ASSIGN_OR_RETURN(int64_t rw, f.GetInt("tokenizer.ggml.remove_extra_whitespaces"));
+      v.remove_extra_whitespaces = rw != 0;
+    }
     RETURN_IF_ERROR(id("tokenizer.ggml.bos_token_id", &v.bos_id));
     RETURN_IF_ERROR(id("tokenizer.ggml.eos_token_id", &v.eos_id));
     RETURN_IF_ERROR(id("tokenizer.ggml.unknown_token_id", &v.unk_id));

@@ -33,13 +33,41 @@ int ParseBytePiece(const std::string& p) {
   return (hi < 0 || lo < 0) ? -1 : hi * 16 + lo;
 }
 
-size_t Utf8Len(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c >> 5) == 0x6) return 2;
-  if ((c >> 4) == 0xE) return 3;
-  if ((c >> 3) == 0x1E) return 4;
-  return 1;  // invalid lead byte: one byte, which byte fallback will carry
+// SentencePiece's remove_extra_whitespaces: only U+0020 counts as a space.
+std::string CollapseSpaces(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool prev_space = true;  // drops leading spaces
+  for (char ch : text) {
+    if (ch == ' ') {
+      if (!prev_space) out += ' ';
+      prev_space = true;
+    } else {
+      out += ch;
+      prev_space = false;
+    }
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
 }
+
+// Length of the valid UTF-8 sequence at the start of s, or 0 if malformed.
+size_t Utf8Len(std::string_view s) {
+  const unsigned char c = static_cast<unsigned char>(s[0]);
+  size_t n = 0;
+  if (c < 0x80) return 1;
+  if ((c >> 5) == 0x6) n = 2;
+  else if ((c >> 4) == 0xE) n = 3;
+  else if ((c >> 3) == 0x1E) n = 4;
+  else return 0;
+  if (s.size() < n) return 0;
+  for (size_t i = 1; i < n; ++i) {
+    if ((static_cast<unsigned char>(s[i]) >> 6) != 0x2) return 0;
+  }
+  return n;
+}
+
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
 // Score-driven BPE over a vocabulary: the algorithm of SentencePiece's BPE
 // encoder and of llama2.c: start from characters (bytes when a character is
@@ -73,6 +101,11 @@ class VocabTokenizer final : public Tokenizer {
   Result<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override {
     std::vector<int32_t> out;
     if (add_bos) out.push_back(v_.bos_id);
+    std::string normalized;
+    if (v_.remove_extra_whitespaces) {
+      normalized = CollapseSpaces(text);
+      text = normalized;
+    }
     if (text.empty()) return out;
     struct Sym {
       int32_t id;
@@ -95,7 +128,12 @@ class VocabTokenizer final : public Tokenizer {
     };
     push_text(" ");  // SentencePiece's dummy prefix
     for (size_t i = 0; i < text.size();) {
-      size_t n = std::min(Utf8Len(static_cast<unsigned char>(text[i])), text.size() - i);
+      const size_t n = Utf8Len(text.substr(i));
+      if (n == 0) {  // as SentencePiece: each malformed byte becomes U+FFFD
+        push_text(kReplacement);
+        i += 1;
+        continue;
+      }
       push_text(text.substr(i, n));
       i += n;
     }
@@ -239,7 +277,7 @@ Result<Vocab> ReadLlama2cVocab(const std::string& path, int vocab_size, FileSyst
   };
   int32_t max_len;
   if (!read(&max_len, 4) || max_len <= 0 || max_len > (1 << 16)) {
-    return Status::InvalidArgument(path + ": not a llama2.c tokenizer (max_token_length field)");
+    return Status::InvalidArgument("tokenizer " + path + ": not a llama2.c tokenizer.bin (max_token_length field)");
   }
   Vocab v;
   v.bos_id = 1;
@@ -249,12 +287,12 @@ Result<Vocab> ReadLlama2cVocab(const std::string& path, int vocab_size, FileSyst
     float score;
     int32_t len;
     if (!read(&score, 4) || !read(&len, 4)) {
-      return Status::InvalidArgument(path + ": tokenizer holds only " + std::to_string(i) +
+      return Status::InvalidArgument("tokenizer " + path + ": holds only " + std::to_string(i) +
                                      " tokens, the model's vocabulary has " +
                                      std::to_string(vocab_size) + " (wrong tokenizer?)");
     }
     if (len < 0 || len > max_len || d.size() - pos < static_cast<size_t>(len)) {
-      return Status::InvalidArgument(path + ": token " + std::to_string(i) + " has length " +
+      return Status::InvalidArgument("tokenizer " + path + ": token " + std::to_string(i) + " has length " +
                                      std::to_string(len) + " (max_token_length " +
                                      std::to_string(max_len) + ", or file truncated)");
     }
@@ -277,7 +315,7 @@ Result<Vocab> ReadLlama2cVocab(const std::string& path, int vocab_size, FileSyst
     v.types.push_back(type);
   }
   if (pos != d.size()) {
-    return Status::InvalidArgument(path + ": tokenizer holds more than the model's " +
+    return Status::InvalidArgument("tokenizer " + path + ": holds more than the model's " +
                                    std::to_string(vocab_size) +
                                    " tokens (wrong tokenizer for this model?)");
   }

@@ -1,0 +1,107 @@
+// Black-box tests of the tierkv binary: exit codes and messages.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "testing/shared.h"
+
+namespace tierkv {
+namespace {
+
+using testing::Stories;
+
+struct CliRun {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun Tierkv(const std::string& args) {
+  const std::string cmd = std::string(TIERKV_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  CliRun r{-1, ""};
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+TEST(CliTest, HelpDocumentsEverySubcommand) {
+  CliRun r = Tierkv("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* sub : {"run", "convert", "bench-engine"}) {
+    EXPECT_NE(r.out.find(sub), std::string::npos) << sub << " missing from:\n" << r.out;
+  }
+  r = Tierkv("run --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* flag : {"--model", "--tokenizer", "--prompt", "--max-tokens", "--temperature",
+                           "--top-p", "--seed", "--kv-dtype"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(CliTest, UnknownFlagAndMissingArgumentsFail) {
+  CliRun r = Tierkv("run --model x --prompt y --bogus-flag");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--bogus-flag"), std::string::npos) << r.out;
+  r = Tierkv("");
+  EXPECT_NE(r.code, 0);
+  r = Tierkv("no-such-command");
+  EXPECT_NE(r.code, 0);
+  r = Tierkv("run --prompt hi");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--model"), std::string::npos) << r.out;
+  r = Tierkv("run --model x --prompt y --top-p 2");
+  EXPECT_NE(r.code, 0);
+}
+
+TEST(CliTest, MissingModelFileIsAClearError) {
+  CliRun r = Tierkv("run --model /nonexistent/model.bin --prompt hi");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("tierkv: error:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/nonexistent/model.bin"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, GreedyRunPrintsTheReferenceContinuation) {
+  TIERKV_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  CliRun r = Tierkv("run --model " + Stories("stories260K.bin") + " --tokenizer " +
+                 Stories("tok512.model") +
+                 " --prompt 'Once upon a time, there was a little girl named Lily'"
+                 " --max-tokens 40 --temperature 0");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind(". She loved to play outside in the park. One day, she saw a big, red ball.", 0), 0u)
+      << r.out;
+}
+
+TEST(CliTest, PromptLongerThanContextAndWrongTokenizerFail) {
+  TIERKV_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  std::string prompt;
+  for (int i = 0; i < 1000; ++i) prompt += "Lily ";
+  CliRun r = Tierkv("run --model " + Stories("stories260K.bin") + " --tokenizer " +
+                 Stories("tok512.model") + " --prompt '" + prompt + "'");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("context is 512 tokens"), std::string::npos) << r.out;
+  r = Tierkv("run --model " + Stories("stories260K.bin") + " --tokenizer " +
+             Stories("stories260K.bin") + " --prompt hi");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("tokenizer"), std::string::npos) << r.out;
+  r = Tierkv("run --model " + Stories("tok512.model") + " --prompt hi");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("not a GGUF file"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, BenchEngineReportsPeakAndPrefill) {
+  CliRun r = Tierkv("bench-engine --tokens 32 --repeats 1 --json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* key : {"\"peak_gflops\"", "\"prefill\"", "\"tokens_per_s\"", "\"fraction_of_peak\""}) {
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace tierkv

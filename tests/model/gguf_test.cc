@@ -1,0 +1,149 @@
+#include "model/gguf.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/test_models.h"
+#include "testing/shared.h"
+#include "testing/status_matchers.h"
+#include "tierkv/convert.h"
+#include "tierkv/model.h"
+
+namespace tierkv {
+namespace {
+
+using testing::IsOk;
+using testing::StatusIs;
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  return m;
+}
+
+class GgufModelTest : public ::testing::TestWithParam<bool> {};
+
+// A llama2.c checkpoint converted to GGUF computes the same logits (exactly in
+// F32; within fp16 weight rounding in F16).
+TEST_P(GgufModelTest, ConvertedModelMatchesLlama2c) {
+  const bool shared = GetParam();
+  const std::string dir = testing::MakeTempDir("gguf");
+  const ModelConfig c = testing::TinyConfig();
+  testing::WriteBytes(dir + "/m.bin", testing::MakeLlama2cBytes(c, shared, 3));
+  for (bool f16 : {false, true}) {
+    ConvertOptions o;
+    o.input = dir + "/m.bin";
+    o.output = dir + (f16 ? "/m16.gguf" : "/m32.gguf");
+    o.f16 = f16;
+    ASSERT_THAT(ConvertLlama2cToGguf(o), IsOk());
+  }
+  ASSERT_OK_AND_ASSIGN(auto a, Model::Load(dir + "/m.bin"));
+  ASSERT_OK_AND_ASSIGN(auto b, Model::Load(dir + "/m32.gguf"));
+  ASSERT_OK_AND_ASSIGN(auto h, Model::Load(dir + "/m16.gguf"));
+  EXPECT_EQ(a->format(), "llama2c");
+  EXPECT_EQ(b->format(), "gguf");
+  EXPECT_EQ(b->config().ToString(), a->config().ToString());
+  EXPECT_FALSE(b->embedded_vocab().has_value());
+  std::vector<int32_t> tokens = {1, 5, 9, 33, 2, 60, 7};
+  PrefillOptions po;
+  po.logits = LogitsMode::kAll;
+  ASSERT_OK_AND_ASSIGN(auto ra, a->Prefill(tokens, po));
+  ASSERT_OK_AND_ASSIGN(auto rb, b->Prefill(tokens, po));
+  ASSERT_OK_AND_ASSIGN(auto rh, h->Prefill(tokens, po));
+  EXPECT_EQ(ra.logits, rb.logits);
+  EXPECT_LT(MaxAbsDiff(ra.logits, rh.logits), 0.05);
+  EXPECT_GT(MaxAbsDiff(ra.logits, rh.logits), 0.0);  // F16 really is different storage
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedAndSeparateClassifier, GgufModelTest, ::testing::Bool());
+
+std::string ValidGguf() {
+  model::GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetU32("n", 7);
+  w.SetStrings("words", {"a", "bc"});
+  w.AddTensor("t", {4, 2}, model::GgmlType::kF32, {1, 2, 3, 4, 5, 6, 7, 8});
+  return w.Serialize();
+}
+
+TEST(GgufParseTest, RoundTrip) {
+  const std::string d = ValidGguf();
+  ASSERT_OK_AND_ASSIGN(auto f, model::GgufFile::Parse("x.gguf", d));
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(*f.GetInt("n"), 7);
+  EXPECT_EQ(*f.GetString("general.architecture"), "llama");
+  EXPECT_EQ(*f.GetStrings("words"), (std::vector<std::string>{"a", "bc"}));
+  ASSERT_OK_AND_ASSIGN(auto t, f.ReadTensor("t", {4, 2}));
+  EXPECT_EQ(t, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_THAT(f.ReadTensor("t", {2, 4}), StatusIs(StatusCode::kInvalidArgument, "shape"));
+  EXPECT_THAT(f.GetInt("missing"), StatusIs(StatusCode::kNotFound, "missing"));
+  EXPECT_THAT(f.GetInt("words"), StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST(GgufParseTest, EveryTruncationIsCorruptionNeverACrash) {
+  const std::string d = ValidGguf();
+  for (size_t n = 0; n < d.size(); ++n) {
+    std::string cut = d.substr(0, n);
+    auto f = model::GgufFile::Parse("cut.gguf", cut);
+    // The last tensor's 32 bytes end the file, so every cut loses something.
+    ASSERT_FALSE(f.ok()) << "accepted a file cut at " << n << " of " << d.size();
+    EXPECT_TRUE(f.status().IsCorruption()) << f.status().ToString();
+  }
+}
+
+TEST(GgufParseTest, RejectsBadMagicVersionTypeAndCounts) {
+  std::string d = ValidGguf();
+  std::string bad = d;
+  bad[3] = 'X';
+  EXPECT_THAT(model::GgufFile::Parse("m", bad), StatusIs(StatusCode::kCorruption, "magic"));
+  bad = d;
+  bad[4] = 9;
+  EXPECT_THAT(model::GgufFile::Parse("m", bad), StatusIs(StatusCode::kInvalidArgument, "version 9"));
+  bad = d;
+  bad[8 + 7] = 0x7f;  // tensor count's top byte
+  EXPECT_THAT(model::GgufFile::Parse("m", bad), StatusIs(StatusCode::kCorruption, "tensor count"));
+  // A quantised tensor type is reported by name of the tensor.
+  model::GgufWriter w;
+  w.AddTensor("blk.0.attn_q.weight", {2}, model::GgmlType::kF32, {1, 2});
+  std::string q = w.Serialize();
+  const size_t type_at = q.find("blk.0.attn_q.weight") + 19 + 4 + 8;
+  q[type_at] = 2;  // Q4_0
+  EXPECT_THAT(model::GgufFile::Parse("m", q),
+              StatusIs(StatusCode::kInvalidArgument, "'blk.0.attn_q.weight' has ggml type 2"));
+}
+
+TEST(GgufParseTest, FuzzedBytesNeverCrash) {
+  const std::string d = ValidGguf();
+  std::mt19937 rng(9);
+  for (int i = 0; i < 3000; ++i) {
+    std::string m = d;
+    for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k) m[rng() % m.size()] = static_cast<char>(rng());
+    auto f = model::GgufFile::Parse("fuzz", m);
+    if (f.ok()) f->ReadTensor("t", {4, 2}).status().IgnoreError();
+  }
+}
+
+TEST(GgufModelLoadTest, MissingTensorAndWrongArchitectureAreNamed) {
+  const std::string dir = testing::MakeTempDir("ggufbad");
+  model::GgufWriter w;
+  w.SetString("general.architecture", "gpt2");
+  testing::WriteBytes(dir + "/a.gguf", w.Serialize());
+  EXPECT_THAT(Model::Load(dir + "/a.gguf"), StatusIs(StatusCode::kInvalidArgument, "gpt2"));
+
+  model::GgufWriter v;
+  v.SetString("general.architecture", "llama");
+  v.SetU32("llama.embedding_length", 8);
+  v.SetU32("llama.feed_forward_length", 8);
+  v.SetU32("llama.block_count", 1);
+  v.SetU32("llama.attention.head_count", 2);
+  v.SetU32("llama.context_length", 16);
+  v.AddTensor("token_embd.weight", {8, 10}, model::GgmlType::kF32, std::vector<float>(80, 0.1f));
+  v.AddTensor("output_norm.weight", {8}, model::GgmlType::kF32, std::vector<float>(8, 1.0f));
+  testing::WriteBytes(dir + "/b.gguf", v.Serialize());
+  EXPECT_THAT(Model::Load(dir + "/b.gguf"),
+              StatusIs(StatusCode::kNotFound, "tensor 'blk.0.attn_norm.weight' is missing"));
+}
+
+}  // namespace
+}  // namespace tierkv
