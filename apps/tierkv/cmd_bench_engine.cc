@@ -2,7 +2,6 @@
 
 #include "tierkv/commands.h"
 #include "bench/engine_bench.h"
-#include "kernels/matmul.h"
 
 namespace tierkv::app {
 
@@ -11,8 +10,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
     std::string model;
     std::string shape = "default";
     std::vector<int> tokens = {64, 256, 512, 1024};
-    int repeats = 3;
-    int threads = 0;
+    int repeats = 5;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -28,16 +26,12 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::IsMember({"default", "large"}));
   sub->add_option("--tokens", a->tokens, "Prefill batch sizes")->capture_default_str();
-  sub->add_option("--repeats", a->repeats, "Timings per point (best is kept)")
+  sub->add_option("--repeats", a->repeats, "Rounds; each alternates prefill and sgemm-peak timings and the best of each is kept")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("--threads", a->threads, "BLAS threads (0: library default)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
   sub->add_flag("--json", a->json, "Print JSON instead of a table");
   sub->callback([a, run] {
     *run = [a]() -> int {
-      kernels::SetBlasThreads(a->threads);
       std::unique_ptr<Model> model;
       std::string name;
       if (!a->model.empty()) {

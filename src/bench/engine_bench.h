@@ -11,7 +11,7 @@ namespace tierkv::bench {
 
 struct EngineBenchOptions {
   std::vector<int> batch_sizes = {64, 256, 512, 1024};
-  int repeats = 3;  // best of
+  int repeats = 5;  // rounds; each measurement keeps its best
   std::vector<int> sgemm_sizes = {256, 512, 1024, 2048};
 };
 

@@ -1,8 +1,16 @@
-// Matrix products through BLAS (OpenBLAS; see docs/engine.md for the choice).
-// All matrices are row-major with explicit leading dimensions.
+// Matrix products through oneDNN's sgemm (Debian's libdnnl; why not OpenBLAS:
+// docs/engine.md). All matrices are row-major with explicit leading dimensions.
+//
+// Threading: the engine parallelises itself (ThreadPool::Compute), so each
+// call runs on the calling thread only. oneDNN's own OpenMP threads are used
+// just for the library-peak measurement (LibraryThreads).
 #pragma once
 
 #include <cstddef>
+
+namespace tierkv {
+class ThreadPool;
+}
 
 namespace tierkv::kernels {
 
@@ -15,9 +23,19 @@ void MatMulNT(int M, int N, int K, float alpha, const float* A, size_t lda, cons
 void MatMulNN(int M, int N, int K, float alpha, const float* A, size_t lda, const float* B,
               size_t ldb, float beta, float* C, size_t ldc);
 
-// Threads the BLAS library may use (0 leaves its default).
-void SetBlasThreads(int n);
-int GetBlasThreads();
+// MatMulNT with the N output columns split across the pool's threads and the
+// caller, each part one single-threaded library call.
+void ParallelMatMulNT(ThreadPool* pool, int M, int N, int K, float alpha, const float* A,
+                      size_t lda, const float* B, size_t ldb, float beta, float* C, size_t ldc);
+
+// While alive, library calls from this thread may use `threads` threads of
+// the library's own (OpenMP) pool. For measuring the library's peak only.
+class LibraryThreads {
+ public:
+  explicit LibraryThreads(int threads);
+  ~LibraryThreads();
+};
+
 const char* BlasName();
 
 }  // namespace tierkv::kernels

@@ -9,8 +9,10 @@
 
 #include "kernels/attention.h"
 #include "kernels/fp16.h"
+#include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "model/weights.h"
+#include "util/thread_pool.h"
 
 namespace tierkv {
 
@@ -72,6 +74,17 @@ void RmsNorm(const float* x, const float* w, int n, float eps, float* out) {
   for (int i = 0; i < n; ++i) ss += x[i] * x[i];
   ss = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
   for (int i = 0; i < n; ++i) out[i] = w[i] * (ss * x[i]);
+}
+
+// Row-wise work in one contiguous range of rows per thread.
+template <typename F>
+void ForRows(ThreadPool* pool, int rows, const F& f) {
+  const int parts = std::min(rows, pool->workers() + 1);
+  pool->ParallelFor(parts, [&](int p) {
+    const int r0 = static_cast<int>(static_cast<int64_t>(rows) * p / parts);
+    const int r1 = static_cast<int>(static_cast<int64_t>(rows) * (p + 1) / parts);
+    for (int i = r0; i < r1; ++i) f(i);
+  });
 }
 
 class Transformer final : public Model {
@@ -197,27 +210,27 @@ Result<PrefillResult> Transformer::Prefill(std::span<const int32_t> tokens,
                 dim * sizeof(float));
   }
 
+  ThreadPool* pool = ThreadPool::Compute();
   PrefillResult res;
   res.n_tokens = T;
   res.kv_dtype = opt.kv_dtype;
   if (opt.capture_kv) res.kv.resize(c.n_layers);
   if (opt.column_sums) res.column_sums.resize(c.n_layers);
 
-  kernels::AttentionScratch scratch;
   LayerPrefix prefix;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
-    for (int i = 0; i < T; ++i) {
+    ForRows(pool, T, [&](int i) {
       RmsNorm(&x[i * static_cast<size_t>(dim)], L.attn_norm.data(), dim, c.norm_eps,
               &xb[i * static_cast<size_t>(dim)]);
-    }
-    kernels::MatMulNT(T, qkv_w, dim, 1.0f, xb.data(), dim, L.wqkv.data(), dim, 0.0f, qkv.data(),
-                      qkv_w);
-    for (int i = 0; i < T; ++i) {
+    });
+    kernels::ParallelMatMulNT(pool, T, qkv_w, dim, 1.0f, xb.data(), dim, L.wqkv.data(), dim, 0.0f,
+                              qkv.data(), qkv_w);
+    ForRows(pool, T, [&](int i) {
       float* row = &qkv[i * static_cast<size_t>(qkv_w)];
       Rope(row, c.n_heads, opt.start_pos + i);
       Rope(row + dim, c.n_kv_heads, opt.start_pos + i);
-    }
+    });
     const float* kq = qkv.data() + dim;
     const float* vq = qkv.data() + dim + kvd;
 
@@ -254,8 +267,11 @@ Result<PrefillResult> Transformer::Prefill(std::span<const int32_t> tokens,
         res.column_sums[l][h].assign(n, 0.0f);
       }
     }
-    std::vector<float> colsum;
-    for (int g = 0; g < c.n_kv_heads; ++g) {
+    // KV heads are independent: one task each on the compute threads. Each
+    // task writes only its own heads' output columns and column sums.
+    std::vector<std::vector<float>> colsums(opt.column_sums ? c.n_kv_heads : 0);
+    pool->ParallelFor(c.n_kv_heads, [&](int g) {
+      thread_local kernels::AttentionScratch scratch;
       kernels::AttentionArgs a;
       a.n_new = T;
       a.head_dim = hd;
@@ -269,36 +285,36 @@ Result<PrefillResult> Transformer::Prefill(std::span<const int32_t> tokens,
       a.out = att.data() + static_cast<size_t>(g) * c.group() * hd;
       a.out_stride = dim;
       if (opt.column_sums && a.prefix.count > 0) {
-        colsum.assign(a.prefix.count * c.group(), 0.0f);
-        a.colsum = colsum.data();
+        colsums[g].assign(a.prefix.count * c.group(), 0.0f);
+        a.colsum = colsums[g].data();
       }
       kernels::AttendKvGroup(a, &scratch);
-      if (a.colsum) {
-        for (int j = 0; j < c.group(); ++j) {
-          auto& dst = res.column_sums[l][g * c.group() + j];
-          std::copy(colsum.begin() + j * a.prefix.count, colsum.begin() + (j + 1) * a.prefix.count,
-                    dst.begin());
+    });
+    if (opt.column_sums) {
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        const size_t n = prefix.heads.empty() ? 0 : prefix.heads[g].count;
+        for (int j = 0; j < c.group() && n > 0; ++j) {
+          std::copy(colsums[g].begin() + j * n, colsums[g].begin() + (j + 1) * n,
+                    res.column_sums[l][g * c.group() + j].begin());
         }
       }
     }
     // x += att · Wo^T
-    kernels::MatMulNT(T, dim, dim, 1.0f, att.data(), dim, L.wo.data(), dim, 1.0f, x.data(), dim);
+    kernels::ParallelMatMulNT(pool, T, dim, dim, 1.0f, att.data(), dim, L.wo.data(), dim, 1.0f,
+                              x.data(), dim);
 
-    for (int i = 0; i < T; ++i) {
+    ForRows(pool, T, [&](int i) {
       RmsNorm(&x[i * static_cast<size_t>(dim)], L.ffn_norm.data(), dim, c.norm_eps,
               &xb[i * static_cast<size_t>(dim)]);
-    }
-    kernels::MatMulNT(T, 2 * hid, dim, 1.0f, xb.data(), dim, L.w13.data(), dim, 0.0f, h13.data(),
-                      2 * hid);
-    for (int i = 0; i < T; ++i) {
+    });
+    kernels::ParallelMatMulNT(pool, T, 2 * hid, dim, 1.0f, xb.data(), dim, L.w13.data(), dim, 0.0f,
+                              h13.data(), 2 * hid);
+    ForRows(pool, T, [&](int i) {  // SwiGLU: silu(w1 x) * (w3 x)
       float* r = &h13[i * static_cast<size_t>(2 * hid)];
-      for (int j = 0; j < hid; ++j) {
-        const float g = r[j];
-        r[j] = g / (1.0f + std::exp(-g)) * r[hid + j];  // SwiGLU: silu(w1 x) * (w3 x)
-      }
-    }
-    kernels::MatMulNT(T, dim, hid, 1.0f, h13.data(), 2 * hid, L.w2.data(), hid, 1.0f, x.data(),
-                      dim);
+      kernels::SiluMul(r, r + hid, hid);
+    });
+    kernels::ParallelMatMulNT(pool, T, dim, hid, 1.0f, h13.data(), 2 * hid, L.w2.data(), hid, 1.0f,
+                              x.data(), dim);
   }
 
   if (opt.logits != LogitsMode::kNone) {
@@ -310,8 +326,8 @@ Result<PrefillResult> Transformer::Prefill(std::span<const int32_t> tokens,
     }
     const std::vector<float>& wout = w_.output.empty() ? w_.tok_embd : w_.output;
     res.logits.resize(static_cast<size_t>(rows) * c.vocab_size);
-    kernels::MatMulNT(rows, c.vocab_size, dim, 1.0f, xb.data(), dim, wout.data(), dim, 0.0f,
-                      res.logits.data(), c.vocab_size);
+    kernels::ParallelMatMulNT(pool, rows, c.vocab_size, dim, 1.0f, xb.data(), dim, wout.data(), dim,
+                              0.0f, res.logits.data(), c.vocab_size);
   }
   return res;
 }

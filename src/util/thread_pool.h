@@ -1,0 +1,55 @@
+// A fixed pool of named worker threads for data-parallel loops (the compute
+// threads of docs/threads.md). ParallelFor is reentrant and may be called from
+// several threads at once; the caller works too, so a pool of n-1 workers
+// keeps n cores busy. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tierkv {
+
+class ThreadPool {
+ public:
+  // `workers` may be 0: ParallelFor then runs everything on the caller.
+  ThreadPool(int workers, const std::string& name);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Calls fn(i) once for each i in [0, n) and returns when all calls are done.
+  // fn must not throw.
+  void ParallelFor(int n, const std::function<void(int)>& fn);
+  int workers() const { return static_cast<int>(threads_.size()); }
+
+  // A process-wide pool with hardware_concurrency - 1 workers (at least 0),
+  // or TIERKV_THREADS - 1 if that variable is set.
+  static ThreadPool* Compute();
+
+ private:
+  struct Job {
+    const std::function<void(int)>* fn;
+    int n;
+    std::atomic<int> next{0};
+    std::atomic<int> done{0};
+  };
+  static void RunSome(Job* job);
+  void WorkerLoop();
+
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // workers wait for jobs
+  std::condition_variable done_cv_;  // callers wait for their job to finish
+  std::deque<std::shared_ptr<Job>> jobs_;  // guarded by mu_
+  std::atomic<int> queued_{0};             // jobs_.size(), readable without mu_
+  bool stop_ = false;                      // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tierkv
