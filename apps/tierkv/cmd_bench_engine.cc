@@ -9,7 +9,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
   struct Args {
     std::string model;
     std::string shape = "default";
-    std::vector<int> tokens = {64, 256, 512, 1024};
+    std::vector<int> tokens = {64, 256, 512, 1024, 2048};
     int repeats = 5;
     bool json = false;
   };

@@ -10,7 +10,7 @@
 namespace tierkv::bench {
 
 struct EngineBenchOptions {
-  std::vector<int> batch_sizes = {64, 256, 512, 1024};
+  std::vector<int> batch_sizes = {64, 256, 512, 1024, 2048};
   int repeats = 5;  // rounds; each measurement keeps its best
   std::vector<int> sgemm_sizes = {256, 512, 1024, 2048};
 };
