@@ -111,8 +111,10 @@ Result<GenerateResult> Generate(const Model& model, const Tokenizer& tok, std::s
     }
     return Status::Ok();
   };
+  // int64: max_tokens may be as large as INT_MAX.
+  const int64_t rows = std::min<int64_t>(c.context_length, int64_t{n_prompt} + opt.max_tokens);
   for (int l = 0; l < c.n_layers; ++l) {
-    kcache[l].reserve(row_bytes * std::min(c.context_length, n_prompt + opt.max_tokens));
+    kcache[l].reserve(row_bytes * static_cast<size_t>(rows));
     vcache[l].reserve(kcache[l].capacity());
   }
 

@@ -414,7 +414,8 @@ Result<std::unique_ptr<Model>> Model::Random(const ModelConfig& config, uint64_t
     fill(L.w13, 2 * hid * dim);
     fill(L.w2, dim * hid);
   }
-  const uint64_t hash = XXH3_64bits_withSeed(&seed, sizeof(seed), 0x7261'6e64);
+  const std::string shape = config.ToString();
+  const uint64_t hash = XXH3_64bits_withSeed(shape.data(), shape.size(), seed);
   return model::MakeTransformer(std::move(m), hash);
 }
 

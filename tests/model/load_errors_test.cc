@@ -129,6 +129,10 @@ TEST_F(LoadErrorsTest, PromptLongerThanTheContext) {
   o.max_tokens = 5;
   EXPECT_THAT(Generate(*m, *t, prompt, o),
               StatusIs(StatusCode::kInvalidArgument, "the model's context is 512 tokens"));
+  // Regression: max_tokens near INT_MAX once overflowed the KV reservation.
+  o.max_tokens = std::numeric_limits<int>::max();
+  ASSERT_OK_AND_ASSIGN(auto big, Generate(*m, *t, "Lily", o));
+  EXPECT_LE(big.prompt_tokens.size() + big.output_tokens.size(), 513u);
   // A prompt that fits but leaves little room stops at the context limit.
   prompt.resize(1400);
   o.max_tokens = 500;
