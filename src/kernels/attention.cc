@@ -7,6 +7,10 @@
 // portable scalar fallback. Numbers: docs/engine.md.
 #include "kernels/attention.h"
 
+// GCC 12's AVX-512 headers use _mm512_undefined_ps() and trip its own
+// -Wuninitialized (GCC bug 105593); the warning points into the header.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -126,6 +130,52 @@ TIERKV_AVX2 float SoftmaxAvx2(float* s, int n) {
   return sum;
 }
 
+#define TIERKV_AVX512 __attribute__((target("avx512f")))
+
+TIERKV_AVX512 inline __m512 Exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  f = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), f);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  // 2^n scaling, exact for the clamped range.
+  return _mm512_scalef_ps(p, n);
+}
+
+// Halves of a 512-bit vector (GCC 12's _mm512_reduce_* warn spuriously).
+TIERKV_AVX512 inline __m256 Lo256(__m512 v) { return _mm512_castps512_ps256(v); }
+TIERKV_AVX512 inline __m256 Hi256(__m512 v) {
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+// As SoftmaxAvx2, 16 lanes wide: in long prefills exp is the bottleneck.
+TIERKV_AVX512 float SoftmaxAvx512(float* s, int n) {
+  int j = 0;
+  __m512 vmax = _mm512_set1_ps(s[0]);
+  for (; j + 16 <= n; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + j));
+  float mx = HorizontalMax(_mm256_max_ps(Lo256(vmax), Hi256(vmax)));
+  for (; j < n; ++j) mx = std::max(mx, s[j]);
+  const __m512 vm = _mm512_set1_ps(mx);
+  __m512 vsum = _mm512_setzero_ps();
+  j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+    _mm512_storeu_ps(s + j, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  float sum = HorizontalSum(_mm256_add_ps(Lo256(vsum), Hi256(vsum)));
+  for (; j < n; ++j) sum += (s[j] = FastExp(s[j] - mx));
+  return sum;
+}
+
 // out = inv * sum_j p[j] V[j]; REQUIRES hd % 8 == 0. Four accumulator sets of
 // up to 32 columns hide the FMA latency.
 TIERKV_AVX2 void WeightedValuesAvx2(const float* p, const float* v, int hd, int n, float inv,
@@ -163,6 +213,18 @@ TIERKV_AVX2 void WeightedValuesAvx2(const float* p, const float* v, int hd, int 
 bool UseAvx2() {
   static const bool use = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return use;
+}
+
+bool UseAvx512() {
+  static const bool use = __builtin_cpu_supports("avx512f");
+  return use;
+}
+
+// Unnormalised softmax in place; returns the sum.
+float Softmax(float* s, int n) {
+  if (UseAvx512()) return SoftmaxAvx512(s, n);
+  if (UseAvx2()) return SoftmaxAvx2(s, n);
+  return SoftmaxScalar(s, n);
 }
 
 }  // namespace
@@ -254,7 +316,6 @@ void AttendBlocks(const AttentionArgs& a, AttentionScratch* scratch) {
   const int hd = a.head_dim;
   const int np = static_cast<int>(a.prefix.count);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const bool avx2 = UseAvx2();
   if (np > 0) {
     scratch->kp.resize(static_cast<size_t>(np) * hd);
     scratch->vp.resize(static_cast<size_t>(np) * hd);
@@ -282,7 +343,7 @@ void AttendBlocks(const AttentionArgs& a, AttentionScratch* scratch) {
         const int n_valid = np + i0 + r + 1;  // prefix plus causal new rows
         // Unnormalised weights; the output rows are scaled by 1/sum below,
         // which saves a pass over the block.
-        const float sum = avx2 ? SoftmaxAvx2(row, n_valid) : SoftmaxScalar(row, n_valid);
+        const float sum = Softmax(row, n_valid);
         inv[r] = 1.0f / sum;
         // Masked entries must be zero for the products below.
         std::fill(row + n_valid, row + np + visible_new, 0.0f);
