@@ -1,4 +1,7 @@
 // tierkv: the command-line tool. Each subcommand lives in its own cmd_*.cc.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 
 #include "tierkv/commands.h"
@@ -9,6 +12,18 @@ namespace tierkv::app {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tierkv: error: %s\n", message.c_str());
   return 1;
+}
+
+std::function<void(int, int)> ProgressPrinter(const std::string& unit) {
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  return [tty, unit](int done, int total) {
+    if (tty) {
+      std::fprintf(stderr, "\r%d/%d %s", done, total, unit.c_str());
+      if (done == total) std::fputc('\n', stderr);
+    } else if (done == total || done % std::max(1, total / 10) == 0) {
+      std::fprintf(stderr, "%d/%d %s\n", done, total, unit.c_str());
+    }
+  };
 }
 
 }  // namespace tierkv::app
@@ -25,6 +40,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddRun(app, &action);
   tierkv::app::AddConvert(app, &action);
   tierkv::app::AddBenchEngine(app, &action);
+  tierkv::app::AddEval(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
