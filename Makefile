@@ -4,7 +4,7 @@
 # Debian packages the build needs (installed with apt-get when missing):
 DEB_PACKAGES := cmake ninja-build g++ pkg-config libdnnl-dev libsentencepiece-dev \
   libcli11-dev libxxhash-dev liburing-dev nlohmann-json3-dev googletest libgtest-dev libgmock-dev \
-  libbenchmark-dev
+  libbenchmark-dev gnuplot-nox
 
 PRESET ?= release
 BUILD := build/$(PRESET)

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddConvert(app, &action);
   tierkv::app::AddBenchEngine(app, &action);
   tierkv::app::AddEval(app, &action);
+  tierkv::app::AddAnalyze(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

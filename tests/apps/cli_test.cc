@@ -34,7 +34,7 @@ CliRun Tierkv(const std::string& args) {
 TEST(CliTest, HelpDocumentsEverySubcommand) {
   CliRun r = Tierkv("--help");
   EXPECT_EQ(r.code, 0);
-  for (const char* sub : {"run", "convert", "bench-engine"}) {
+  for (const char* sub : {"run", "convert", "bench-engine", "eval", "analyze"}) {
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub << " missing from:\n" << r.out;
   }
   r = Tierkv("run --help");
@@ -93,6 +93,28 @@ TEST(CliTest, PromptLongerThanContextAndWrongTokenizerFail) {
   r = Tierkv("run --model " + Stories("tok512.model") + " --prompt hi");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("not a GGUF file"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, EvalPplAndAnalyzeAttentionRunOnStories260K) {
+  TIERKV_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  TIERKV_REQUIRE_SHARED("data/corpus/austen.txt");
+  const std::string model = " --model " + Stories("stories260K.bin") + " --tokenizer " +
+                            Stories("tok512.model");
+  const std::string text = " --text " + testing::SharedPath("data/corpus/austen.txt");
+  CliRun r = Tierkv("eval ppl" + model + text + " --max-tokens 3000 --json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"perplexity\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"tokens_scored\": 2994"), std::string::npos) << r.out;  // 5 windows of 512 and one of 440, each scoring all but its first token
+  const std::string dir = testing::MakeTempDir("analyze");
+  r = Tierkv("analyze attention" + model + text + " --prompts 3 --min-tokens 256 --out " + dir +
+             " --name s");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| random selection |"), std::string::npos) << r.out;
+  EXPECT_EQ(::access((dir + "/attention-s.md").c_str(), R_OK), 0);
+  EXPECT_EQ(::access((dir + "/attention-s.dat").c_str(), R_OK), 0);
+  r = Tierkv("eval ppl" + model + " --text /nonexistent.txt");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("/nonexistent.txt"), std::string::npos) << r.out;
 }
 
 TEST(CliTest, BenchEngineReportsPeakAndPrefill) {

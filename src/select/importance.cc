@@ -1,0 +1,65 @@
+#include "select/importance.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace tierkv::select {
+
+size_t CountForFraction(size_t n, double fraction) {
+  if (n == 0) return 0;
+  const size_t k = static_cast<size_t>(std::ceil(fraction * static_cast<double>(n) - 1e-9));
+  return std::clamp<size_t>(k, 1, n);
+}
+
+std::vector<int32_t> TopK(std::span<const float> scores, size_t k) {
+  k = std::min(k, scores.size());
+  std::vector<int32_t> idx(scores.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  auto better = [&](int32_t a, int32_t b) {
+    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+  };
+  std::nth_element(idx.begin(), idx.begin() + static_cast<ptrdiff_t>(k), idx.end(), better);
+  idx.resize(k);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+double Jaccard(std::span<const int32_t> a, std::span<const int32_t> b) {
+  if (a.empty() && b.empty()) return 1.0;
+  size_t i = 0, j = 0, inter = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i] == b[j]) {
+      ++inter, ++i, ++j;
+    } else if (a[i] < b[j]) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return static_cast<double>(inter) / static_cast<double>(a.size() + b.size() - inter);
+}
+
+double MeanPairwiseJaccard(const std::vector<std::vector<int32_t>>& sets) {
+  if (sets.size() < 2) return 1.0;
+  double sum = 0;
+  int pairs = 0;
+  for (size_t x = 0; x < sets.size(); ++x) {
+    for (size_t y = x + 1; y < sets.size(); ++y) {
+      sum += Jaccard(sets[x], sets[y]);
+      ++pairs;
+    }
+  }
+  return sum / pairs;
+}
+
+double TopMassFraction(std::span<const float> scores, size_t k) {
+  double total = 0;
+  for (float s : scores) total += s;
+  if (total <= 0) return 0;
+  double top = 0;
+  for (int32_t i : TopK(scores, k)) top += scores[i];
+  return top / total;
+}
+
+}  // namespace tierkv::select

@@ -1,0 +1,33 @@
+// Set arithmetic over token importance (H2O column sums): top-k selection,
+// Jaccard similarity, attention mass. Used by the attention study now and by
+// probe-head identification (issue #5).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace tierkv::select {
+
+// ceil(fraction * n), at least 1 when n > 0.
+size_t CountForFraction(size_t n, double fraction);
+
+// Indices of the k largest scores, ties broken by the lower index, returned
+// in ascending index order. k is clamped to scores.size().
+std::vector<int32_t> TopK(std::span<const float> scores, size_t k);
+
+// |a ∩ b| / |a ∪ b| of two ascending index sets; 1 if both are empty.
+double Jaccard(std::span<const int32_t> a, std::span<const int32_t> b);
+
+// Mean Jaccard over all pairs of sets; 1 with fewer than two sets.
+double MeanPairwiseJaccard(const std::vector<std::vector<int32_t>>& sets);
+
+// The share of sum(scores) held by the k largest scores (0 if the sum is 0).
+double TopMassFraction(std::span<const float> scores, size_t k);
+
+// Expected Jaccard of two independent uniformly random subsets holding a
+// fraction f of the same n items: f / (2 - f).
+inline double RandomJaccard(double f) { return f / (2.0 - f); }
+
+}  // namespace tierkv::select

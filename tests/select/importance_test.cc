@@ -1,0 +1,46 @@
+#include "select/importance.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+namespace tierkv::select {
+namespace {
+
+TEST(ImportanceTest, TopKPicksTheLargestWithLowIndexTies) {
+  std::vector<float> s = {0.1f, 0.5f, 0.5f, 0.9f, 0.0f};
+  EXPECT_EQ(TopK(s, 2), (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(TopK(s, 3), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(TopK(s, 10).size(), 5u);
+  EXPECT_TRUE(TopK(s, 0).empty());
+}
+
+TEST(ImportanceTest, CountsJaccardAndMass) {
+  EXPECT_EQ(CountForFraction(100, 0.1), 10u);
+  EXPECT_EQ(CountForFraction(101, 0.1), 11u);
+  EXPECT_EQ(CountForFraction(3, 0.01), 1u);
+  EXPECT_EQ(CountForFraction(0, 0.5), 0u);
+  EXPECT_DOUBLE_EQ(Jaccard(std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{2, 3, 4}), 0.5);
+  EXPECT_DOUBLE_EQ(Jaccard(std::vector<int32_t>{}, std::vector<int32_t>{}), 1.0);
+  EXPECT_DOUBLE_EQ(MeanPairwiseJaccard({{1, 2}, {1, 2}, {3, 4}}), (1.0 + 0 + 0) / 3);
+  std::vector<float> s = {4, 3, 2, 1};
+  EXPECT_DOUBLE_EQ(TopMassFraction(s, 1), 0.4);
+  EXPECT_DOUBLE_EQ(TopMassFraction(s, 4), 1.0);
+}
+
+TEST(ImportanceTest, RandomSetsMeetTheExpectedJaccard) {
+  // Brute force: two random 25% subsets of 400 items.
+  std::mt19937 rng(1);
+  std::vector<float> a(400), b(400);
+  double sum = 0;
+  for (int t = 0; t < 2000; ++t) {
+    for (auto& x : a) x = static_cast<float>(rng());
+    for (auto& x : b) x = static_cast<float>(rng());
+    sum += Jaccard(TopK(a, 100), TopK(b, 100));
+  }
+  EXPECT_NEAR(sum / 2000, RandomJaccard(0.25), 0.005);
+}
+
+}  // namespace
+}  // namespace tierkv::select
