@@ -9,11 +9,13 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config libdnnl-dev libsentencepiece-de
 PRESET ?= release
 BUILD := build/$(PRESET)
 SHARED ?= ../shared
-DEMO_MODEL ?= $(SHARED)/models/stories260K/stories260K.bin
-DEMO_TOKENIZER ?= $(SHARED)/models/stories260K/tok512.model
-DEMO_PROMPT ?= Once upon a time, there was a little girl named Lily
+# The demo runs the project's own model (models/tierkv-default.gguf) unless
+# DEMO_MODEL (and DEMO_TOKENIZER, if the model has no embedded one) are given.
+DEMO_MODEL ?=
+DEMO_TOKENIZER ?=
+DEMO_PROMPT ?= It is a truth universally acknowledged, that
 
-.PHONY: demo test build deps clean
+.PHONY: demo test build deps train-deps clean
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \
@@ -29,14 +31,14 @@ build: deps
 	cmake --preset $(PRESET) >/dev/null
 	cmake --build --preset $(PRESET)
 
+# The training tool's packages (tools/train/setup.sh); CI installs them for the
+# smoke training, which `make test` otherwise skips.
+train-deps:
+	bash tools/train/setup.sh
+
 demo: build
-	@if [ ! -f "$(DEMO_MODEL)" ]; then \
-	  echo "demo: no model at $(DEMO_MODEL)."; \
-	  echo "  The project's own default model is not bundled yet (issue #3);"; \
-	  echo "  until then pass one: make demo DEMO_MODEL=path/to/model.gguf [DEMO_TOKENIZER=...]"; \
-	  exit 1; \
-	fi
-	$(BUILD)/apps/tierkv run --model "$(DEMO_MODEL)" --tokenizer "$(DEMO_TOKENIZER)" \
+	$(BUILD)/apps/tierkv run $(if $(DEMO_MODEL),--model "$(DEMO_MODEL)") \
+	  $(if $(DEMO_TOKENIZER),--tokenizer "$(DEMO_TOKENIZER)") \
 	  --prompt "$(DEMO_PROMPT)" --max-tokens 80 --temperature 0 --stats
 	$(BUILD)/apps/tierkv bench-engine --tokens 256 512 --repeats 2
 

@@ -51,7 +51,9 @@ void AddAnalyze(CLI::App& app, Action* run) {
       "attention",
       "Where attention goes: top-10% mass, cross-head and cross-layer Jaccard of top-k key sets, "
       "probe heads vs all heads (IMPRESS Fig. 8, SPEC Obs. III)");
-  sub->add_option("--model", a->model, "Model file")->required();
+  sub->add_option("--model", a->model,
+                  "Model file (default: $TIERKV_MODEL, else " +
+                      DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the model's own)");
   sub->add_option("--text", a->texts, "Text file(s) the prompts are cut from")
       ->required()
@@ -75,20 +77,20 @@ void AddAnalyze(CLI::App& app, Action* run) {
   sub->add_option("--name", a->name, "NAME in the output files (default: the model's file name)");
   sub->callback([a, run] {
     *run = [a]() -> int {
-      auto model = Model::Load(a->model);
-      if (!model.ok()) return Fail(model.status().ToString());
-      auto tok = LoadTokenizerFor(**model, a->tokenizer);
-      if (!tok.ok()) return Fail(tok.status().ToString());
+      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);
+      if (!loaded.ok()) return Fail(loaded.status().ToString());
+      const Model& model = *loaded->model;
+      const Tokenizer& tok = *loaded->tokenizer;
       std::vector<int32_t> corpus;
       for (const auto& path : a->texts) {
         auto text = ReadFileToString(FileSystem::Default(), path);
         if (!text.ok()) return Fail(text.status().ToString());
-        auto ids = (*tok)->Encode(*text, false);
+        auto ids = tok.Encode(*text, false);
         if (!ids.ok()) return Fail(ids.status().ToString());
         corpus.insert(corpus.end(), ids->begin(), ids->end());
       }
-      const std::string name = a->name.empty() ? BaseName(a->model) : a->name;
-      auto s = bench::RunAttentionStudy(**model, name, corpus, (*tok)->bos_id(), a->study,
+      const std::string name = a->name.empty() ? BaseName(loaded->path) : a->name;
+      auto s = bench::RunAttentionStudy(model, name, corpus, tok.bos_id(), a->study,
                                         ProgressPrinter("prompts"));
       if (!s.ok()) return Fail(s.status().ToString());
       const std::string md = bench::StudyToMarkdown(*s);

@@ -20,8 +20,9 @@ void AddEval(CLI::App& app, Action* run) {
   eval->require_subcommand(1);
   CLI::App* sub = eval->add_subcommand(
       "ppl", "Perplexity on a text file: consecutive windows, each predicting its own tokens");
-  sub->add_option("--model", a->model, "Model file: GGUF (llama) or llama2.c checkpoint")
-      ->required();
+  sub->add_option("--model", a->model,
+                  "Model file: GGUF (llama) or llama2.c checkpoint (default: $TIERKV_MODEL, else " +
+                      DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer,
                   "SentencePiece .model or llama2.c tokenizer.bin (default: the model's own)");
   sub->add_option("--text", a->text, "UTF-8 text file")->required()->check(CLI::ExistingFile);
@@ -33,21 +34,21 @@ void AddEval(CLI::App& app, Action* run) {
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->callback([a, run] {
     *run = [a]() -> int {
-      auto model = Model::Load(a->model);
-      if (!model.ok()) return Fail(model.status().ToString());
-      auto tok = LoadTokenizerFor(**model, a->tokenizer);
-      if (!tok.ok()) return Fail(tok.status().ToString());
+      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);
+      if (!loaded.ok()) return Fail(loaded.status().ToString());
+      const Model& model = *loaded->model;
+      const Tokenizer& tok = *loaded->tokenizer;
       std::ifstream in(a->text, std::ios::binary);
       std::ostringstream ss;
       ss << in.rdbuf();
       if (!in) return Fail("cannot read " + a->text);
-      auto ids = (*tok)->Encode(ss.str(), /*add_bos=*/false);
+      auto ids = tok.Encode(ss.str(), /*add_bos=*/false);
       if (!ids.ok()) return Fail(ids.status().ToString());
       if (a->max_tokens > 0 && static_cast<int64_t>(ids->size()) > a->max_tokens) {
         ids->resize(static_cast<size_t>(a->max_tokens));
       }
-      const int window = a->window > 0 ? a->window : (*model)->config().context_length;
-      auto r = EvaluatePerplexity(**model, *ids, window, ProgressPrinter("windows"));
+      const int window = a->window > 0 ? a->window : model.config().context_length;
+      auto r = EvaluatePerplexity(model, *ids, window, ProgressPrinter("windows"));
       if (!r.ok()) return Fail(r.status().ToString());
       if (a->json) {
         std::printf(

@@ -15,8 +15,9 @@ void AddRun(CLI::App& app, Action* run) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("run", "Generate a continuation of a prompt");
-  sub->add_option("--model", a->model, "Model file: GGUF (llama) or llama2.c checkpoint")
-      ->required();
+  sub->add_option("--model", a->model,
+                  "Model file: GGUF (llama) or llama2.c checkpoint (default: $TIERKV_MODEL, else " +
+                      DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer,
                   "SentencePiece .model or llama2.c tokenizer.bin (default: the model's own)");
   sub->add_option("--prompt", a->prompt, "Prompt text")->required();
@@ -36,10 +37,10 @@ void AddRun(CLI::App& app, Action* run) {
   sub->add_flag("--stats", a->stats, "Print token counts and timings to stderr");
   sub->callback([a, run] {
     *run = [a]() -> int {
-      auto model = Model::Load(a->model);
-      if (!model.ok()) return Fail(model.status().ToString());
-      auto tok = LoadTokenizerFor(**model, a->tokenizer);
-      if (!tok.ok()) return Fail(tok.status().ToString());
+      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);
+      if (!loaded.ok()) return Fail(loaded.status().ToString());
+      const Model& model = *loaded->model;
+      const Tokenizer& tok = *loaded->tokenizer;
       GenerateOptions go;
       go.max_tokens = a->max_tokens;
       go.sampler.temperature = a->temperature;
@@ -50,12 +51,12 @@ void AddRun(CLI::App& app, Action* run) {
         std::fwrite(s.data(), 1, s.size(), stdout);
         std::fflush(stdout);
       };
-      auto res = Generate(**model, **tok, a->prompt, go);
+      auto res = Generate(model, tok, a->prompt, go);
       if (!res.ok()) return Fail(res.status().ToString());
       std::fputc('\n', stdout);
       if (res->hit_context_limit) {
         std::fprintf(stderr, "tierkv: stopped at the model's context limit (%d tokens)\n",
-                     (*model)->config().context_length);
+                     model.config().context_length);
       }
       if (a->stats) {
         std::fprintf(stderr,

@@ -4,6 +4,11 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+
+#include "tierkv/model.h"
+#include "tierkv/status.h"
+#include "tierkv/tokenizer.h"
 
 namespace tierkv::app {
 
@@ -17,6 +22,23 @@ void AddAnalyze(CLI::App& app, Action* run);
 
 // Prints "tierkv: error: <message>" to stderr and returns the exit code 1.
 int Fail(const std::string& message);
+
+// The model to use when --model is not given: $TIERKV_MODEL, else the
+// project's own default model (models/tierkv-default.gguf in the source tree).
+std::string DefaultModelPath();
+// `flag` if set, else DefaultModelPath(); fails with a clear message if the
+// default is missing.
+Result<std::string> ModelPathOrDefault(const std::string& flag);
+
+struct ModelAndTokenizer {
+  std::string path;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+// The model (--model or the default) and its tokenizer (--tokenizer or the
+// model's own), with the errors the user should see.
+Result<ModelAndTokenizer> LoadModelAndTokenizer(const std::string& model_flag,
+                                                const std::string& tokenizer_flag);
 
 // A progress callback (done, total) for long work: a line rewritten in place
 // on a terminal, else a line per tenth of the work.

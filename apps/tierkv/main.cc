@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "tierkv/commands.h"
 #include "tierkv/logging.h"
@@ -12,6 +13,30 @@ namespace tierkv::app {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tierkv: error: %s\n", message.c_str());
   return 1;
+}
+
+std::string DefaultModelPath() {
+  if (const char* env = std::getenv("TIERKV_MODEL"); env && *env) return env;
+  return TIERKV_DEFAULT_MODEL;
+}
+
+Result<std::string> ModelPathOrDefault(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  const std::string path = DefaultModelPath();
+  if (::access(path.c_str(), R_OK) != 0) {
+    return Status::NotFound("no --model given and the default model " + path +
+                            " is not there (set TIERKV_MODEL or pass --model)");
+  }
+  return path;
+}
+
+Result<ModelAndTokenizer> LoadModelAndTokenizer(const std::string& model_flag,
+                                                const std::string& tokenizer_flag) {
+  ModelAndTokenizer m;
+  ASSIGN_OR_RETURN(m.path, ModelPathOrDefault(model_flag));
+  ASSIGN_OR_RETURN(m.model, Model::Load(m.path));
+  ASSIGN_OR_RETURN(m.tokenizer, LoadTokenizerFor(*m.model, tokenizer_flag));
+  return m;
 }
 
 std::function<void(int, int)> ProgressPrinter(const std::string& unit) {

@@ -7,11 +7,6 @@
 // portable scalar fallback. Numbers: docs/engine.md.
 #include "kernels/attention.h"
 
-// GCC 12's AVX-512 headers use _mm512_undefined_ps() and trip its own
-// -Wuninitialized (GCC bug 105593); the warning points into the header.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +14,7 @@
 
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
+#include "kernels/simd_math.h"
 #include "kernels/vec_math.h"
 
 namespace tierkv::kernels {
@@ -60,7 +56,6 @@ void WeightedValuesScalar(const float* p, const float* v, int hd, int n, float i
 
 // ---- AVX2 + FMA versions ----
 
-#define TIERKV_AVX2 __attribute__((target("avx2,fma")))
 
 TIERKV_AVX2 void ScoresAvx2(const float* q, const float* kt, size_t ldk, int hd, int n,
                             float scale, float* s) {
@@ -75,39 +70,6 @@ TIERKV_AVX2 void ScoresAvx2(const float* q, const float* kt, size_t ldk, int hd,
     // Full tiles are written even past n: s has room for the padded length.
     for (int u = 0; u < 8; ++u) _mm256_storeu_ps(s + j0 + 8 * u, acc[u]);
   }
-}
-
-TIERKV_AVX2 inline __m256 Exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 f = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-  f = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), f);
-  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 720.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
-TIERKV_AVX2 inline float HorizontalMax(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
-TIERKV_AVX2 inline float HorizontalSum(__m256 v) {
-  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_add_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
 }
 
 // Unnormalised softmax: s[j] = exp(s[j] - max); returns the sum.
@@ -130,7 +92,6 @@ TIERKV_AVX2 float SoftmaxAvx2(float* s, int n) {
   return sum;
 }
 
-#define TIERKV_AVX512 __attribute__((target("avx512f")))
 
 TIERKV_AVX512 inline __m512 Exp16(__m512 x) {
   x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));

@@ -18,8 +18,8 @@ struct CliRun {
   std::string out;  // stdout and stderr together
 };
 
-CliRun Tierkv(const std::string& args) {
-  const std::string cmd = std::string(TIERKV_BINARY) + " " + args + " 2>&1";
+CliRun Tierkv(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + std::string(TIERKV_BINARY) + " " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   CliRun r{-1, ""};
   if (!p) return r;
@@ -53,11 +53,18 @@ TEST(CliTest, UnknownFlagAndMissingArgumentsFail) {
   EXPECT_NE(r.code, 0);
   r = Tierkv("no-such-command");
   EXPECT_NE(r.code, 0);
-  r = Tierkv("run --prompt hi");
+  r = Tierkv("run --model x");  // --prompt is required
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.out.find("--model"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--prompt"), std::string::npos) << r.out;
   r = Tierkv("run --model x --prompt y --top-p 2");
   EXPECT_NE(r.code, 0);
+}
+
+TEST(CliTest, MissingDefaultModelIsAClearError) {
+  CliRun r = Tierkv("run --prompt hi", "TIERKV_MODEL=/nonexistent/default.gguf ");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("no --model given and the default model /nonexistent/default.gguf"),
+            std::string::npos) << r.out;
 }
 
 TEST(CliTest, MissingModelFileIsAClearError) {

@@ -1,0 +1,309 @@
+#!/usr/bin/python3
+"""Trains (or continues training) the default model and exports it to GGUF.
+
+The model is a Llama (RMSNorm, RoPE on adjacent pairs, SwiGLU) with as many
+KV heads as query heads (MHA, like the papers' OPT models) and an output layer
+tied to the embedding. Its numerics follow tierkv's engine, so the engine's
+perplexity on the validation text must equal this script's (evaluate()).
+
+Training runs for a time budget (--minutes), checkpoints every few minutes to
+--work (model, optimiser, data position), and exports GGUF at the end. A later
+session continues from the checkpoint (--resume) or, on a fresh machine, from
+the committed GGUF weights (--init-gguf; the optimiser restarts).
+
+Set-up: tools/train/setup.sh (Debian's python3-torch, python3-sentencepiece,
+fortunes). Run with /usr/bin/python3 (Debian's torch is installed there).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import sentencepiece as spm
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_io  # noqa: E402
+
+DOC_SEP = "\n\f\n"
+
+
+class Config:
+    def __init__(self, dim=256, hidden=768, layers=8, heads=16, vocab=4096, ctx=4096,
+                 rope_theta=10000.0, eps=1e-5):
+        self.dim, self.hidden, self.layers, self.heads = dim, hidden, layers, heads
+        self.vocab, self.ctx, self.rope_theta, self.eps = vocab, ctx, rope_theta, eps
+
+    @property
+    def head_dim(self):
+        return self.dim // self.heads
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rope(x, cos, sin):
+    # x: [B, H, T, hd]; rotates adjacent pairs (2i, 2i+1), as the engine does.
+    x2 = x.unflatten(-1, (-1, 2))
+    a, b = x2[..., 0], x2[..., 1]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.attn_norm = RMSNorm(c.dim, c.eps)
+        self.wq = nn.Linear(c.dim, c.dim, bias=False)
+        self.wk = nn.Linear(c.dim, c.dim, bias=False)
+        self.wv = nn.Linear(c.dim, c.dim, bias=False)
+        self.wo = nn.Linear(c.dim, c.dim, bias=False)
+        self.ffn_norm = RMSNorm(c.dim, c.eps)
+        self.w1 = nn.Linear(c.dim, c.hidden, bias=False)  # gate
+        self.w3 = nn.Linear(c.dim, c.hidden, bias=False)  # up
+        self.w2 = nn.Linear(c.hidden, c.dim, bias=False)  # down
+
+    def forward(self, x, cos, sin, mask):
+        B, T, D = x.shape
+        H, hd = self.c.heads, self.c.head_dim
+        h = self.attn_norm(x)
+        q = self.wq(h).view(B, T, H, hd).transpose(1, 2)
+        k = self.wk(h).view(B, T, H, hd).transpose(1, 2)
+        v = self.wv(h).view(B, T, H, hd).transpose(1, 2)
+        # Scale q (T*hd values) rather than the scores (T*T), and add a
+        # precomputed mask inside the product: the cheap attention for torch
+        # 1.13 on the CPU (NOTES-attention.md).
+        q = rope(q, cos, sin) * (hd ** -0.5)
+        k = rope(k, cos, sin)
+        s = torch.baddbmm(mask, q.reshape(B * H, T, hd), k.reshape(B * H, T, hd).transpose(1, 2))
+        p = torch.softmax(s, dim=-1)
+        o = torch.bmm(p, v.reshape(B * H, T, hd)).view(B, H, T, hd).transpose(1, 2).reshape(B, T, D)
+        x = x + self.wo(o)
+        h = self.ffn_norm(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.embed = nn.Embedding(c.vocab, c.dim)
+        self.blocks = nn.ModuleList(Block(c) for _ in range(c.layers))
+        self.norm = RMSNorm(c.dim, c.eps)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * c.layers) if name.endswith(("wo.weight", "w2.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+        self._tables = {}
+
+    def tables(self, T):
+        if T not in self._tables:
+            hd = self.c.head_dim
+            i = torch.arange(0, hd, 2, dtype=torch.float32)
+            freq = 1.0 / (self.c.rope_theta ** (i / hd))
+            ang = torch.arange(T, dtype=torch.float32)[:, None] * freq[None, :]
+            mask = torch.full((T, T), float("-inf")).triu(1)
+            self._tables[T] = (torch.cos(ang), torch.sin(ang), mask)
+        return self._tables[T]
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        cos, sin, mask = self.tables(T)
+        x = self.embed(idx)
+        for b in self.blocks:
+            x = b(x, cos, sin, mask)
+        return self.norm(x) @ self.embed.weight.t()  # tied output layer
+
+
+# ---- data ----
+
+def encode_docs(sp, path, cache):
+    if os.path.exists(cache) and os.path.getmtime(cache) > os.path.getmtime(path):
+        return np.fromfile(cache, dtype=np.uint16)
+    docs = open(path, encoding="utf-8").read().split(DOC_SEP)
+    ids = []
+    for d in docs:
+        ids.append(sp.bos_id())
+        ids.extend(sp.encode(d))
+    arr = np.array(ids, dtype=np.uint16)
+    arr.tofile(cache)
+    return arr
+
+
+def evaluate(model, ids, window, max_tokens=0):
+    """Mean NLL over consecutive windows, each scoring its tokens 1..len-1:
+    the definition of `tierkv eval ppl`."""
+    if max_tokens:
+        ids = ids[:max_tokens]
+    model.eval()
+    nll, n = 0.0, 0
+    with torch.no_grad():
+        for s in range(0, len(ids), window):
+            w = torch.from_numpy(ids[s:s + window].astype(np.int64))
+            if len(w) < 2:
+                break
+            logits = model(w[None, :-1])[0].double()
+            nll += F.cross_entropy(logits, w[1:], reduction="sum").item()
+            n += len(w) - 1
+    model.train()
+    return nll / n, n
+
+
+def parse_schedule(s):
+    out = []
+    for part in s.split(","):
+        t, f = part.split(":")
+        out.append((int(t), float(f)))
+    total = sum(f for _, f in out)
+    return [(t, f / total) for t, f in out]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="folder with train.txt and val.txt (prepare_data.py)")
+    ap.add_argument("--tokenizer", required=True, help="SentencePiece .model (train_tokenizer.py)")
+    ap.add_argument("--work", required=True, help="checkpoints and caches")
+    ap.add_argument("--out", required=True, help="GGUF file to write at the end")
+    ap.add_argument("--minutes", type=float, default=60.0, help="training time budget")
+    ap.add_argument("--schedule", default="512:0.85,2048:0.15",
+                    help="sequence lengths and the share of the time spent at each, in order")
+    ap.add_argument("--batch-tokens", type=int, default=8192)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--min-lr-frac", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--resume", action="store_true", help="continue from WORK/ckpt.pt if present")
+    ap.add_argument("--init-gguf", help="start from these weights (fresh optimiser)")
+    ap.add_argument("--ckpt-minutes", type=float, default=5.0)
+    ap.add_argument("--eval-window", type=int, default=512)
+    ap.add_argument("--eval-tokens", type=int, default=65536, help="validation tokens per evaluation")
+    ap.add_argument("--name", default="tierkv-default")
+    ap.add_argument("--no-bf16", dest="bf16", action="store_false",
+                    help="train in fp32 (bf16 autocast measured 4.5x faster on AVX512-BF16 CPUs)")
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)  # Debian's torch defaults to 1 thread
+    torch.manual_seed(a.seed)
+    os.makedirs(a.work, exist_ok=True)
+    sp = spm.SentencePieceProcessor(model_file=a.tokenizer)
+    c = Config(a.dim, a.hidden, a.layers, a.heads, sp.get_piece_size(), a.ctx)
+    train_ids = encode_docs(sp, os.path.join(a.data, "train.txt"), os.path.join(a.work, "train.bin"))
+    val_text = open(os.path.join(a.data, "val.txt"), encoding="utf-8").read()
+    val_ids = np.array(sp.encode(val_text), dtype=np.int64)
+    print(f"train tokens {len(train_ids)}, val tokens {len(val_ids)}, config {c.to_dict()}", flush=True)
+
+    model = Llama(c)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    state = {"step": 0, "tokens": 0, "seconds": 0.0, "history": []}
+    ckpt = os.path.join(a.work, "ckpt.pt")
+    if a.resume and os.path.exists(ckpt):
+        saved = torch.load(ckpt)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        state = saved["state"]
+        print(f"resumed at step {state['step']}, {state['tokens']} tokens", flush=True)
+    elif a.init_gguf:
+        gguf_io.load_into(model, a.init_gguf)
+        prev = os.path.join(os.path.dirname(a.init_gguf), "train-history.json")
+        if os.path.exists(prev):
+            state = json.load(open(prev))["state"]
+            state["history"] = state.get("history", [])
+        print(f"initialised from {a.init_gguf}", flush=True)
+
+    rng = np.random.default_rng(a.seed + state["step"])
+    schedule = parse_schedule(a.schedule)
+    budget = a.minutes * 60.0
+    t0 = time.time()
+    last_ckpt = t0
+    session_tokens, session_steps = 0, 0
+    log_every = 20
+
+    def save():
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt + ".tmp")
+        os.replace(ckpt + ".tmp", ckpt)
+
+    loss_acc, n_acc, t_log = 0.0, 0, time.time()
+    while True:
+        elapsed = time.time() - t0
+        if elapsed >= budget:
+            break
+        frac = elapsed / budget
+        acc, T = 0.0, schedule[-1][0]
+        for t, f in schedule:
+            acc += f
+            if frac < acc:
+                T = t
+                break
+        B = max(1, a.batch_tokens // T)
+        lr = a.lr * min(1.0, (session_steps + 1) / a.warmup)
+        if frac > 0.8:  # decay over the last fifth of the budget
+            lr *= 1.0 - (1.0 - a.min_lr_frac) * (frac - 0.8) / 0.2
+        for g in opt.param_groups:
+            g["lr"] = lr
+        starts = rng.integers(0, len(train_ids) - T - 1, size=B)
+        batch = torch.from_numpy(np.stack([train_ids[s:s + T + 1] for s in starts]).astype(np.int64))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            logits = model(batch[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, c.vocab), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        state["step"] += 1
+        state["tokens"] += B * T
+        session_steps += 1
+        session_tokens += B * T
+        loss_acc += loss.item()
+        n_acc += 1
+        if session_steps % log_every == 0:
+            dt = time.time() - t_log
+            print(f"step {state['step']} T={T} loss {loss_acc / n_acc:.3f} lr {lr:.2e} "
+                  f"{log_every * B * T / dt:.0f} tok/s elapsed {elapsed / 60:.1f} min", flush=True)
+            loss_acc, n_acc, t_log = 0.0, 0, time.time()
+        if time.time() - last_ckpt > a.ckpt_minutes * 60:
+            state["seconds"] += time.time() - last_ckpt
+            last_ckpt = time.time()
+            save()
+    state["seconds"] += time.time() - last_ckpt
+    wall = time.time() - t0
+    val_nll, val_n = evaluate(model, val_ids, a.eval_window, a.eval_tokens)
+    tr_nll, tr_n = evaluate(model, train_ids[:a.eval_tokens].astype(np.int64), a.eval_window)
+    entry = {"session_minutes": round(wall / 60, 2), "session_steps": session_steps,
+             "session_tokens": session_tokens, "tokens_per_s": round(session_tokens / wall, 1),
+             "schedule": a.schedule, "lr": a.lr, "seed": a.seed, "bf16": a.bf16,
+             "batch_tokens": a.batch_tokens,
+             "val_nll": round(val_nll, 4), "val_ppl": round(math.exp(val_nll), 3), "val_tokens": val_n,
+             "train_nll": round(tr_nll, 4), "train_ppl": round(math.exp(tr_nll), 3),
+             "eval_window": a.eval_window}
+    state["history"].append(entry)
+    save()
+    gguf_io.export(model, c, sp, a.out, a.name)
+    summary = {"config": c.to_dict(), "state": state, "last": entry}
+    with open(os.path.join(os.path.dirname(os.path.abspath(a.out)), "train-history.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(json.dumps(entry), flush=True)
+
+
+if __name__ == "__main__":
+    main()
