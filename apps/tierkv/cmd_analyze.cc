@@ -55,8 +55,9 @@ void AddAnalyze(CLI::App& app, Action* run) {
                   "Model file (default: $TIERKV_MODEL, else " +
                       DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the model's own)");
-  sub->add_option("--text", a->texts, "Text file(s) the prompts are cut from")
-      ->required()
+  sub->add_option("--text", a->texts,
+                  "Text file(s) the prompts are cut from (default: the corpora in " +
+                      std::string(TIERKV_SHARED_DIR) + "/data/corpus, if present)")
       ->check(CLI::ExistingFile);
   sub->add_option("--prompts", a->study.prompts, "Number of prompts")
       ->capture_default_str()
@@ -81,6 +82,13 @@ void AddAnalyze(CLI::App& app, Action* run) {
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
       const Tokenizer& tok = *loaded->tokenizer;
+      if (a->texts.empty()) {
+        for (const char* f : {"/data/corpus/austen.txt", "/data/corpus/jargon.txt"}) {
+          const std::string path = std::string(TIERKV_SHARED_DIR) + f;
+          if (FileSystem::Default()->FileExists(path)) a->texts.push_back(path);
+        }
+        if (a->texts.empty()) return Fail("no --text given and no corpus in " TIERKV_SHARED_DIR);
+      }
       std::vector<int32_t> corpus;
       for (const auto& path : a->texts) {
         auto text = ReadFileToString(FileSystem::Default(), path);
