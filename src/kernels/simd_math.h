@@ -50,4 +50,29 @@ TIERKV_AVX2 inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
+// e^x, 16 lanes.
+TIERKV_AVX512 inline __m512 Exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  f = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), f);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  // 2^n scaling, exact for the clamped range.
+  return _mm512_scalef_ps(p, n);
+}
+
+// Halves of a 512-bit vector (GCC 12's _mm512_reduce_* warn spuriously).
+TIERKV_AVX512 inline __m256 Lo256(__m512 v) { return _mm512_castps512_ps256(v); }
+TIERKV_AVX512 inline __m256 Hi256(__m512 v) {
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
 }  // namespace tierkv::kernels
