@@ -22,7 +22,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
                   "Model file; without it, random weights of --shape are used");
   sub->add_option("--shape", a->shape,
                   "Random-weight shape when no --model: 'default' (dim 256, 8 layers, 16 MHA "
-                  "heads, vocab 4096, the planned default model) or 'large' (dim 1024, 16 heads)")
+                  "heads, vocab 4096: the default model's shape) or 'large' (dim 1024, 16 heads)")
       ->capture_default_str()
       ->check(CLI::IsMember({"default", "large"}));
   sub->add_option("--tokens", a->tokens, "Prefill batch sizes")->capture_default_str();
