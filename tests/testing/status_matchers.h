@@ -42,3 +42,6 @@ MATCHER_P2(StatusIs, code, substring,
   auto tmp = (expr);                                     \
   ASSERT_TRUE(tmp.ok()) << tmp.status().ToString();      \
   lhs = std::move(tmp).value()
+
+#define ASSERT_OK(expr) ASSERT_THAT((expr), ::tierkv::testing::IsOk())
+#define EXPECT_OK(expr) EXPECT_THAT((expr), ::tierkv::testing::IsOk())
