@@ -18,6 +18,9 @@ namespace tierkv {
 struct FileOptions {
   // Open with O_DIRECT: offsets, sizes and buffers must be 4 KiB aligned.
   bool direct_io = false;
+  // Refuse a path whose last component is a symbolic link (InvalidArgument),
+  // so that a cache directory cannot be redirected to another file.
+  bool no_follow = false;
 };
 
 class RandomAccessFile {
@@ -27,6 +30,9 @@ class RandomAccessFile {
   // Fewer than n means end of file or a short read: callers loop (ReadFull).
   virtual Result<size_t> Read(uint64_t offset, size_t n, char* buf) const = 0;
   virtual Result<uint64_t> Size() const = 0;
+  // The OS descriptor for asynchronous I/O (io_uring), or -1 when the file is
+  // not an OS file (in-memory, fault-injecting): callers then use Read().
+  virtual int native_handle() const { return -1; }
 };
 
 class WritableFile {

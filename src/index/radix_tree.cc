@@ -209,6 +209,51 @@ InsertResult RadixTree::Insert(std::span<const int32_t> tokens) {
   return out;
 }
 
+size_t RadixTree::PlanInsert(std::span<const int32_t> tokens) const {
+  uint32_t node = 0;
+  size_t pos = 0;
+  while (pos < tokens.size()) {
+    auto rest = tokens.subspan(pos);
+    auto [child, m] = BestChild(node, rest);
+    if (child != kNoNode && m == rest.size()) return tokens.size();
+    if (child != kNoNode && m == nodes_[child].tokens.size() && !Ends(nodes_[child])) {
+      node = child;
+      pos += m;
+      continue;
+    }
+    return pos + (child == kNoNode ? 0 : m / chunk_ * chunk_);
+  }
+  return tokens.size();
+}
+
+Result<std::vector<uint32_t>> RadixTree::Truncate(uint32_t chunk) {
+  if (!IsLive(chunk)) {
+    return Status::InvalidArgument("chunk " + std::to_string(chunk) + " is not stored");
+  }
+  std::vector<uint32_t> removed;
+  // Leaf tails first, deepest nodes first, so every step is a legal eviction.
+  std::vector<uint32_t> order;
+  uint32_t top = chunks_[chunk].node;
+  std::vector<uint32_t> stack = {top};
+  while (!stack.empty()) {
+    uint32_t n = stack.back();
+    stack.pop_back();
+    order.push_back(n);
+    for (const auto& [key, child] : nodes_[n].children) stack.push_back(child);
+  }
+  size_t first = chunks_[chunk].index_in_node;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    uint32_t n = *it;
+    size_t keep = n == top ? first : 0;
+    while (nodes_[n].live && nodes_[n].chunks.size() > keep) {
+      uint32_t tail = nodes_[n].chunks.back();
+      removed.push_back(tail);
+      RETURN_IF_ERROR(Evict(tail));
+    }
+  }
+  return removed;
+}
+
 bool RadixTree::IsEvictable(uint32_t chunk) const {
   if (!IsLive(chunk)) return false;
   const Node& n = nodes_[chunks_[chunk].node];

@@ -70,12 +70,21 @@ class RadixTree {
   // a stored prefix already covers every token.
   InsertResult Insert(std::span<const int32_t> tokens);
 
+  // The position at which Insert(tokens) would start creating chunks (a
+  // multiple of the chunk size), or tokens.size() when it would create none.
+  // Lets a writer persist exactly those chunks before publishing them.
+  size_t PlanInsert(std::span<const int32_t> tokens) const;
+
   // A chunk can leave the tree only if it is the last chunk of a node without
   // children, so every stored chunk keeps its whole prefix.
   bool IsEvictable(uint32_t chunk) const;
   // Removes an evictable chunk (and its node when it was the node's only one).
   // InvalidArgument if the chunk is not evictable or not stored.
   Status Evict(uint32_t chunk);
+  // Removes `chunk`, the chunks after it in its node and every descendant
+  // (used when a chunk turns out corrupt: nothing that depends on it stays).
+  // Returns the removed ids. InvalidArgument if the chunk is not stored.
+  Result<std::vector<uint32_t>> Truncate(uint32_t chunk);
   // Every currently evictable chunk, for the policy to rank.
   std::vector<uint32_t> EvictableChunks() const;
 

@@ -31,6 +31,14 @@ class FaultWritableFile final : public WritableFile {
 
   Status Append(std::string_view data) override {
     bool short_io = false;
+    Status crash = fs_->Mutation(path_, &short_io);
+    if (!crash.ok()) {
+      if (short_io && data.size() > 1) {
+        base_->Append(data.substr(0, data.size() / 2)).IgnoreError();
+        fs_->OnAppend(path_, base_->Size());
+      }
+      return crash;
+    }
     Status s = fs_->MaybeFail(FaultInjectionFileSystem::Op::kWrite, path_, &short_io);
     if (!s.ok()) {
       // A failed write may still have written a prefix, as a real device can.
@@ -46,6 +54,7 @@ class FaultWritableFile final : public WritableFile {
   }
   Status Sync() override {
     bool short_io = false;
+    RETURN_IF_ERROR(fs_->Mutation(path_, &short_io));
     RETURN_IF_ERROR(fs_->MaybeFail(FaultInjectionFileSystem::Op::kSync, path_, &short_io));
     RETURN_IF_ERROR(base_->Sync());
     fs_->OnSync(path_, base_->Size());
@@ -84,6 +93,28 @@ uint64_t FaultInjectionFileSystem::injected_faults() const {
 Status FaultInjectionFileSystem::CheckActive(const std::string& what) const {
   std::lock_guard<std::mutex> l(mu_);
   if (!active_) return Status::IOError(what + ": file system inactive (simulated crash)");
+  return Status::Ok();
+}
+
+void FaultInjectionFileSystem::CrashAfter(uint64_t mutating_calls) {
+  std::lock_guard<std::mutex> l(mu_);
+  crash_countdown_ = mutating_calls;
+}
+
+uint64_t FaultInjectionFileSystem::mutating_calls() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return mutations_;
+}
+
+Status FaultInjectionFileSystem::Mutation(const std::string& path, bool* torn) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!active_) return Status::IOError(path + ": file system inactive (simulated crash)");
+  ++mutations_;
+  if (crash_countdown_ > 0 && --crash_countdown_ == 0) {
+    active_ = false;
+    *torn = true;
+    return Status::IOError(path + ": simulated crash");
+  }
   return Status::Ok();
 }
 
@@ -156,7 +187,8 @@ Result<std::unique_ptr<RandomAccessFile>> FaultInjectionFileSystem::NewRandomAcc
 
 Result<std::unique_ptr<WritableFile>> FaultInjectionFileSystem::NewWritableFile(
     const std::string& path, bool truncate) {
-  RETURN_IF_ERROR(CheckActive(path));
+  bool torn = false;
+  RETURN_IF_ERROR(Mutation(path, &torn));
   const bool existed = base_->FileExists(path);
   ASSIGN_OR_RETURN(auto base, base_->NewWritableFile(path, truncate));
   {
@@ -172,12 +204,14 @@ Result<std::unique_ptr<WritableFile>> FaultInjectionFileSystem::NewWritableFile(
 }
 
 Status FaultInjectionFileSystem::CreateDir(const std::string& path) {
-  RETURN_IF_ERROR(CheckActive(path));
+  bool torn = false;
+  RETURN_IF_ERROR(Mutation(path, &torn));
   return base_->CreateDir(path);
 }
 
 Status FaultInjectionFileSystem::DeleteFile(const std::string& path) {
-  RETURN_IF_ERROR(CheckActive(path));
+  bool torn = false;
+  RETURN_IF_ERROR(Mutation(path, &torn));
   RETURN_IF_ERROR(base_->DeleteFile(path));
   std::lock_guard<std::mutex> l(mu_);
   synced_size_.erase(path);
@@ -186,7 +220,8 @@ Status FaultInjectionFileSystem::DeleteFile(const std::string& path) {
 }
 
 Status FaultInjectionFileSystem::RenameFile(const std::string& from, const std::string& to) {
-  RETURN_IF_ERROR(CheckActive(from));
+  bool torn = false;
+  RETURN_IF_ERROR(Mutation(from, &torn));
   RETURN_IF_ERROR(base_->RenameFile(from, to));
   std::lock_guard<std::mutex> l(mu_);
   auto it = synced_size_.find(from);
@@ -201,7 +236,8 @@ Status FaultInjectionFileSystem::RenameFile(const std::string& from, const std::
 }
 
 Status FaultInjectionFileSystem::SyncDir(const std::string& path) {
-  RETURN_IF_ERROR(CheckActive(path));
+  bool torn = false;
+  RETURN_IF_ERROR(Mutation(path, &torn));
   RETURN_IF_ERROR(base_->SyncDir(path));
   std::lock_guard<std::mutex> l(mu_);
   for (auto it = created_unsynced_.begin(); it != created_unsynced_.end();) {
@@ -215,7 +251,8 @@ Status FaultInjectionFileSystem::SyncDir(const std::string& path) {
 }
 
 Status FaultInjectionFileSystem::Truncate(const std::string& path, uint64_t size) {
-  RETURN_IF_ERROR(CheckActive(path));
+  bool torn = false;
+  RETURN_IF_ERROR(Mutation(path, &torn));
   return base_->Truncate(path, size);
 }
 

@@ -39,6 +39,13 @@ class FaultInjectionFileSystem final : public FileSystem {
   // While inactive, every call fails with IOError ("file system inactive"):
   // the moment of a simulated crash.
   void SetActive(bool active);
+  // Simulates a crash at the n-th mutating call from now (1 = the next one):
+  // that call fails (an append leaves half its data, as a torn write) and the
+  // file system turns inactive. Mutating calls: append, sync, file creation,
+  // CreateDir, DeleteFile, RenameFile, SyncDir, Truncate. 0 cancels.
+  void CrashAfter(uint64_t mutating_calls);
+  // Mutating calls seen so far (to enumerate crash points of a protocol).
+  uint64_t mutating_calls() const;
   // Loses what a power cut would: unsynced appends and unsynced creations.
   Status DropUnsyncedData();
   // Counts of injected faults so far.
@@ -60,6 +67,8 @@ class FaultInjectionFileSystem final : public FileSystem {
   // Called by the wrapped files.
   enum class Op { kRead, kWrite, kSync };
   Status MaybeFail(Op op, const std::string& path, bool* short_io);
+  // Counts a mutating call; fails it when the crash countdown reaches it.
+  Status Mutation(const std::string& path, bool* torn);
   void OnAppend(const std::string& path, uint64_t new_size);
   void OnSync(const std::string& path, uint64_t size);
 
@@ -72,6 +81,8 @@ class FaultInjectionFileSystem final : public FileSystem {
   std::mt19937_64 rng_;
   bool active_ = true;
   uint64_t injected_ = 0;
+  uint64_t crash_countdown_ = 0;
+  uint64_t mutations_ = 0;
   std::map<std::string, uint64_t> synced_size_;    // files written through us
   std::set<std::string> created_unsynced_;         // created since their dir's last sync
 };

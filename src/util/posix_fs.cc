@@ -42,6 +42,8 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     return static_cast<uint64_t>(st.st_size);
   }
 
+  int native_handle() const override { return fd_; }
+
  private:
   std::string path_;
   int fd_;
@@ -97,7 +99,11 @@ class PosixFileSystem final : public FileSystem {
       const std::string& path, const FileOptions& options) override {
     int flags = O_RDONLY | O_CLOEXEC;
     if (options.direct_io) flags |= O_DIRECT;
+    if (options.no_follow) flags |= O_NOFOLLOW;
     int fd = ::open(path.c_str(), flags);
+    if (fd < 0 && options.no_follow && errno == ELOOP) {
+      return Status::InvalidArgument(path + ": is a symbolic link");
+    }
     if (fd < 0) return PosixError(path, errno);
     struct stat st;
     if (::fstat(fd, &st) != 0) {

@@ -116,7 +116,13 @@ TEST_P(RadixTreePropertyTest, MatchesNaiveReference) {
     if (kind < 4) {
       Tokens q = make_query();
       size_t nodes_before = tree.num_nodes();
+      size_t plan = tree.PlanInsert(q);
       InsertResult r = tree.Insert(q);
+      if (r.created.empty()) {
+        ASSERT_EQ(plan, q.size());
+      } else {
+        ASSERT_EQ(plan, tree.chunk(r.created[0]).first_token);
+      }
       ++inserts;
       // A split adds a node besides the new leaf.
       if (tree.num_nodes() > nodes_before + 1) ++splits_seen;
@@ -136,6 +142,23 @@ TEST_P(RadixTreePropertyTest, MatchesNaiveReference) {
       ++lookups;
       ASSERT_EQ(m.matched_tokens, ref.Lookup(q)) << "op " << op;
       ASSERT_NO_FATAL_FAILURE(ExpectChunksCover(tree, ref, q, m));
+    } else if (kind == 8 && rnd(8) == 0) {
+      // Truncate (a corrupt chunk drops everything that depends on it).
+      auto live = tree.LiveChunks();
+      if (live.empty()) continue;
+      uint32_t id = live[rnd(static_cast<int>(live.size()))];
+      Tokens p = ref.Prefix(id);
+      // Everything continuing it; nothing continues a partial chunk (a longer
+      // prompt sharing a partial tail's tokens lives in a sibling).
+      std::set<uint32_t> expect = {id};
+      for (const auto& [other, prefix] : ref.all()) {
+        if (p.size() % chunk == 0 && prefix.size() >= p.size() && std::equal(p.begin(), p.end(), prefix.begin())) {
+          expect.insert(other);
+        }
+      }
+      ASSERT_OK_AND_ASSIGN(auto removed, tree.Truncate(id));
+      ASSERT_EQ(std::set<uint32_t>(removed.begin(), removed.end()), expect) << "op " << op;
+      for (uint32_t r : removed) ref.Remove(r);
     } else {
       auto candidates = tree.EvictableChunks();
       // Evict more when the store is large, so it stays at a few thousand chunks.

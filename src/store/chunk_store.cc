@@ -1,0 +1,689 @@
+#include "store/chunk_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <sstream>
+#include <unordered_map>
+
+#include "tierkv/logging.h"
+
+namespace tierkv::store {
+namespace {
+
+constexpr const char* kStoreFile = "STORE";
+constexpr const char* kStoreMagic = "tierkv-store";
+
+std::string Hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+
+// seg-000123.tkv -> 123; 0 if the name is not a segment's.
+uint32_t SegmentNumber(const std::string& name) {
+  if (name.size() != 14 || name.compare(0, 4, "seg-") != 0 || name.compare(10, 4, ".tkv") != 0) {
+    return 0;
+  }
+  uint32_t n = 0;
+  for (size_t i = 4; i < 10; ++i) {
+    if (name[i] < '0' || name[i] > '9') return 0;
+    n = n * 10 + static_cast<uint32_t>(name[i] - '0');
+  }
+  return n;
+}
+
+std::string StoreIdentity(const StoreOptions& o) {
+  std::ostringstream s;
+  s << kStoreMagic << " " << kFormatVersion << "\n"
+    << "fingerprint " << Hex(o.fingerprint) << "\n"
+    << "chunk_tokens " << o.chunk_tokens << "\n"
+    << "layers " << o.layers << "\n"
+    << "row_bytes " << o.row_bytes << "\n"
+    << "dtype " << (o.dtype == KvDtype::kF16 ? "f16" : "f32") << "\n";
+  return s.str();
+}
+
+std::string ValueOf(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, key.size() + 1, key + " ") == 0) return line.substr(key.size() + 1);
+  }
+  return "";
+}
+
+}  // namespace
+
+ChunkStore::ChunkStore(StoreOptions options)
+    : opts_(std::move(options)),
+      fs_(opts_.fs ? opts_.fs : FileSystem::Default()),
+      tree_(opts_.chunk_tokens) {}
+
+ChunkStore::~ChunkStore() {
+  if (active_) active_->Close().IgnoreError();
+}
+
+std::string ChunkStore::SegmentPath(uint32_t segment) const {
+  char name[32];
+  std::snprintf(name, sizeof name, "/seg-%06u.tkv", segment);
+  return opts_.dir + name;
+}
+
+uint64_t ChunkStore::record_bytes(uint32_t tokens) const {
+  return uint64_t{kBlockSize} *
+         (1 + PagesFor(PayloadBytesFor(RecordKind::kKeyValue, tokens, opts_.row_bytes)));
+}
+
+Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreOptions options) {
+  if (options.dir.empty()) return Status::InvalidArgument("store: cache directory not set");
+  if (options.chunk_tokens < 1 || options.chunk_tokens > 4096) {
+    return Status::InvalidArgument("store: chunk_tokens " + std::to_string(options.chunk_tokens) +
+                                   " is outside 1..4096");
+  }
+  if (options.layers < 1) return Status::InvalidArgument("store: layers is 0");
+  RETURN_IF_ERROR(CheckGeometry(RecordKind::kKeyValue, options.chunk_tokens, options.row_bytes)
+                      .WithContext("store"));
+  if (options.segment_bytes < (1u << 20)) {
+    return Status::InvalidArgument("store: segment_bytes below 1 MiB");
+  }
+  auto store = std::unique_ptr<ChunkStore>(new ChunkStore(std::move(options)));
+  const uint64_t one_chunk = store->opts_.layers * store->record_bytes(store->opts_.chunk_tokens);
+  if (store->opts_.disk_budget_bytes != 0 && store->opts_.disk_budget_bytes < one_chunk) {
+    return Status::InvalidArgument(
+        "store: disk budget " + std::to_string(store->opts_.disk_budget_bytes) +
+        " bytes is smaller than one token chunk of " + std::to_string(store->opts_.chunk_tokens) +
+        " tokens over " + std::to_string(store->opts_.layers) + " layers (" +
+        std::to_string(one_chunk) + " bytes)");
+  }
+  RETURN_IF_ERROR(store->Init());
+  return store;
+}
+
+Status ChunkStore::Init() {
+  ASSIGN_OR_RETURN(io_, NewIoBackend(opts_.io_backend, IoOptions{opts_.queue_depth}));
+  RETURN_IF_ERROR(fs_->CreateDir(opts_.dir).WithContext("cache directory " + opts_.dir));
+  ASSIGN_OR_RETURN(auto names, fs_->ListDir(opts_.dir));
+  const std::string identity_path = opts_.dir + "/" + kStoreFile;
+  const std::string identity = StoreIdentity(opts_);
+  bool has_identity = false;
+  for (const std::string& name : names) {
+    if (name == kStoreFile) {
+      has_identity = true;
+    } else if (SegmentNumber(name) == 0 && name != std::string(kStoreFile) + ".tmp") {
+      return Status::InvalidArgument("cache directory " + opts_.dir +
+                                     " holds a file the store did not write: " + name +
+                                     " (use an empty or tierkv-only directory)");
+    }
+  }
+  if (has_identity) {
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(fs_, identity_path));
+    if (text.compare(0, std::strlen(kStoreMagic), kStoreMagic) != 0) {
+      return Status::InvalidArgument(identity_path + ": not a tierkv store identity file");
+    }
+    if (ValueOf(text, "fingerprint") != Hex(opts_.fingerprint)) {
+      return Status::InvalidArgument(
+          "cache directory " + opts_.dir + " belongs to another model (fingerprint " +
+          ValueOf(text, "fingerprint") + ", this model " + Hex(opts_.fingerprint) +
+          "); use another cache directory");
+    }
+    if (text != identity) {
+      return Status::InvalidArgument("cache directory " + opts_.dir +
+                                     " was written with another geometry (" + identity_path +
+                                     " says chunk_tokens " + ValueOf(text, "chunk_tokens") +
+                                     ", layers " + ValueOf(text, "layers") + ", row_bytes " +
+                                     ValueOf(text, "row_bytes") + ", dtype " +
+                                     ValueOf(text, "dtype") + ")");
+    }
+  } else if (!names.empty() && !(names.size() == 1 && names[0] == std::string(kStoreFile) + ".tmp")) {
+    return Status::InvalidArgument("cache directory " + opts_.dir +
+                                   " holds segments but no STORE identity file");
+  } else {
+    RETURN_IF_ERROR(WriteFileAtomically(fs_, identity_path, identity));
+  }
+  return Recover();
+}
+
+Result<const RandomAccessFile*> ChunkStore::ReaderFor(uint32_t segment) {
+  // REQUIRES: mu_ held.
+  if (segment < readers_.size() && readers_[segment]) return readers_[segment].get();
+  FileOptions fo;
+  fo.direct_io = opts_.direct_io;
+  fo.no_follow = true;
+  ASSIGN_OR_RETURN(auto file, fs_->NewRandomAccessFile(SegmentPath(segment), fo));
+  if (readers_.size() <= segment) readers_.resize(segment + 1);
+  readers_[segment] = std::move(file);
+  return readers_[segment].get();
+}
+
+Status ChunkStore::Recover() {
+  auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(auto names, fs_->ListDir(opts_.dir));
+  std::vector<uint32_t> segments;
+  for (const auto& n : names) {
+    if (uint32_t s = SegmentNumber(n)) segments.push_back(s);
+  }
+  std::sort(segments.begin(), segments.end());
+
+  struct Found {
+    uint32_t first_token = 0, tokens = 0;
+    uint64_t parent_hash = 0;
+    std::vector<int32_t> token_ids;
+    std::vector<Location> where;
+    std::vector<uint64_t> seq;
+    bool consistent = true;
+  };
+  std::unordered_map<uint64_t, Found> found;
+  uint64_t skipped = 0, total_bytes = 0;
+
+  const size_t window = 4u << 20;
+  AlignedBuffer buf = AllocateAligned(window);
+  size_t buf_size = window;
+  for (uint32_t seg : segments) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto reader = ReaderFor(seg);
+    if (!reader.ok()) return reader.status().WithContext("store recovery");
+    const RandomAccessFile* file = *reader;
+    ASSIGN_OR_RETURN(uint64_t size, file->Size());
+    total_bytes += size / kBlockSize * kBlockSize;
+    uint64_t win_start = 0, win_len = 0, cursor = 0;
+    auto fill = [&](uint64_t at, size_t need) -> Status {
+      if (need > buf_size) {
+        buf = AllocateAligned(need);
+        buf_size = need;
+      }
+      ReadOp op{file, at, std::min<uint64_t>(buf_size, size - at), buf.get()};
+      op.length = (op.length + kBlockSize - 1) / kBlockSize * kBlockSize;
+      std::lock_guard<std::mutex> io(io_mu_);
+      RETURN_IF_ERROR(io_->Read(std::span<ReadOp>(&op, 1)));
+      RETURN_IF_ERROR(op.status);
+      win_start = at;
+      win_len = op.done / kBlockSize * kBlockSize;
+      return Status::Ok();
+    };
+    while (cursor + kBlockSize <= size) {
+      if (cursor < win_start || cursor + kBlockSize > win_start + win_len) {
+        RETURN_IF_ERROR(fill(cursor, window).WithContext("store recovery, " + SegmentPath(seg)));
+        if (win_len < kBlockSize) break;
+      }
+      const char* block = buf.get() + (cursor - win_start);
+      auto header = DecodeHeader(std::span<const char, kBlockSize>(block, kBlockSize));
+      if (!header.ok()) {
+        // Not a record start (torn write, garbage): resynchronise at the next block.
+        ++skipped;
+        cursor += kBlockSize;
+        continue;
+      }
+      const RecordHeader& h = *header;
+      const uint64_t len = uint64_t{kBlockSize} * (1 + h.page_checksums.size());
+      if (cursor + len > size) {
+        ++skipped;  // torn tail
+        break;
+      }
+      if (cursor + len > win_start + win_len) {
+        RETURN_IF_ERROR(fill(cursor, std::max<size_t>(window, len)));
+        block = buf.get();
+      }
+      bool pages_ok = true;
+      for (uint32_t p = 0; p < h.page_checksums.size() && pages_ok; ++p) {
+        pages_ok = PageChecksumOk(h, p, {block + kBlockSize * (1 + size_t{p}), kBlockSize});
+      }
+      bool ours = h.fingerprint == opts_.fingerprint && h.kind == RecordKind::kKeyValue &&
+                  h.layer < opts_.layers && h.row_bytes == opts_.row_bytes &&
+                  h.dtype == opts_.dtype && h.token_count <= opts_.chunk_tokens &&
+                  h.first_token % opts_.chunk_tokens == 0;
+      if (!pages_ok || !ours) {
+        ++skipped;
+        cursor += pages_ok ? len : kBlockSize;
+        continue;
+      }
+      Found& f = found[h.prefix_hash];
+      if (f.where.empty()) {
+        f.first_token = h.first_token;
+        f.tokens = h.token_count;
+        f.parent_hash = h.parent_hash;
+        f.token_ids = h.tokens;
+        f.where.assign(opts_.layers, Location{});
+        f.seq.assign(opts_.layers, 0);
+      } else if (f.first_token != h.first_token || f.tokens != h.token_count ||
+                 f.parent_hash != h.parent_hash || f.token_ids != h.tokens) {
+        f.consistent = false;  // a hash collision or a forged record: use none of it
+      }
+      if (h.sequence >= f.seq[h.layer]) {
+        f.seq[h.layer] = h.sequence;
+        f.where[h.layer] = Location{seg, static_cast<uint32_t>(cursor / kBlockSize)};
+      }
+      sequence_ = std::max(sequence_, h.sequence);
+      cursor += len;
+    }
+  }
+
+  // A chunk is usable when every layer is present and its parent chain is.
+  auto complete = [&](const Found& f) {
+    if (!f.consistent) return false;
+    for (const Location& w : f.where) {
+      if (w.segment == 0) return false;
+    }
+    return true;
+  };
+  std::unordered_map<uint64_t, int> usable;  // -1 no, 1 yes
+  std::function<bool(uint64_t)> chain_ok = [&](uint64_t hash) -> bool {
+    auto u = usable.find(hash);
+    if (u != usable.end()) return u->second > 0;
+    auto it = found.find(hash);
+    bool ok = false;
+    if (it != found.end() && complete(it->second)) {
+      const Found& f = it->second;
+      if (f.parent_hash == 0) {
+        ok = f.first_token == 0;
+      } else {
+        auto p = found.find(f.parent_hash);
+        ok = p != found.end() && p->second.tokens == opts_.chunk_tokens &&
+             p->second.first_token + p->second.tokens == f.first_token && chain_ok(f.parent_hash);
+      }
+    }
+    usable[hash] = ok ? 1 : -1;
+    return ok;
+  };
+  std::unordered_map<uint64_t, bool> is_parent;
+  for (const auto& [hash, f] : found) {
+    if (chain_ok(hash) && f.parent_hash != 0) is_parent[f.parent_hash] = true;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t recovered = 0;
+  // Insert every leaf's whole prompt, shortest first (deterministic ids).
+  std::vector<uint64_t> leaves;
+  for (const auto& [hash, f] : found) {
+    if (usable[hash] > 0 && !is_parent.count(hash)) leaves.push_back(hash);
+  }
+  std::sort(leaves.begin(), leaves.end(), [&](uint64_t a, uint64_t b) {
+    const Found &fa = found[a], &fb = found[b];
+    return std::tie(fa.first_token, fa.tokens, a) < std::tie(fb.first_token, fb.tokens, b);
+  });
+  for (uint64_t leaf : leaves) {
+    std::vector<const Found*> chain;
+    for (uint64_t h = leaf; h != 0; h = found[h].parent_hash) chain.push_back(&found[h]);
+    std::vector<int32_t> prompt;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      prompt.insert(prompt.end(), (*it)->token_ids.begin(), (*it)->token_ids.end());
+    }
+    index::InsertResult r = tree_.Insert(prompt);
+    for (size_t i = 0; i < r.created.size(); ++i) {
+      uint32_t id = r.created[i];
+      auto it = found.find(tree_.chunk(id).prefix_hash);
+      if (it == found.end()) {
+        // Cannot happen with chunk-aligned records; never index a chunk without data.
+        auto removed = tree_.Truncate(id);
+        if (!removed.ok()) return removed.status();
+        break;
+      }
+      if (locations_.size() < (size_t{id} + 1) * opts_.layers) {
+        locations_.resize((size_t{id} + 1) * opts_.layers);
+        last_access_.resize(id + 1);
+        chunk_tokens_.resize(id + 1);
+      }
+      chunk_tokens_[id] = tree_.chunk(id).tokens;
+      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+        locations_[size_t{id} * opts_.layers + layer] = it->second.where[layer];
+      }
+      live_bytes_ += opts_.layers * record_bytes(tree_.chunk(id).tokens);
+      ++recovered;
+    }
+  }
+  dead_bytes_ = total_bytes > live_bytes_ ? total_bytes - live_bytes_ : 0;
+  active_segment_ = segments.empty() ? 0 : segments.back();
+  segment_count_ = segments.size();
+  {
+    std::lock_guard<std::mutex> s(stats_mu_);
+    stats_.recovered_chunks = recovered;
+    stats_.skipped_records = skipped;
+    stats_.recovery_us = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+  }
+  if (skipped > 0) {
+    TIERKV_LOG(kWarn) << "store " << opts_.dir << ": recovery skipped " << skipped
+                      << " unusable blocks or records (torn writes, corruption, other models)";
+  }
+  return Status::Ok();
+}
+
+Status ChunkStore::OpenSegmentForAppend() {
+  // A new segment per process and whenever one is full: never append after a
+  // possibly torn tail.
+  if (active_) {
+    RETURN_IF_ERROR(active_->Close());
+    active_.reset();
+  }
+  uint32_t next = active_segment_ + 1;
+  ASSIGN_OR_RETURN(active_, fs_->NewWritableFile(SegmentPath(next), /*truncate=*/true));
+  active_segment_ = next;
+  ++segment_count_;
+  RETURN_IF_ERROR(fs_->SyncDir(opts_.dir));
+  return Status::Ok();
+}
+
+void ChunkStore::DropLocked(uint32_t chunk, bool corrupt) {
+  auto removed = tree_.Truncate(chunk);
+  if (!removed.ok()) return;
+  for (uint32_t id : *removed) {
+    // The bytes stay in their segment (dead) until compaction.
+    const uint64_t bytes = opts_.layers * record_bytes(chunk_tokens_[id]);
+    live_bytes_ -= bytes;
+    dead_bytes_ += bytes;
+    for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+      locations_[size_t{id} * opts_.layers + layer] = Location{};
+    }
+  }
+  std::lock_guard<std::mutex> s(stats_mu_);
+  if (corrupt) stats_.dropped_chunks += removed->size();
+}
+
+Status ChunkStore::EvictForLocked(uint64_t bytes) {
+  if (opts_.disk_budget_bytes == 0) return Status::Ok();
+  while (live_bytes_ + bytes > opts_.disk_budget_bytes) {
+    auto candidates = tree_.EvictableChunks();
+    if (candidates.empty()) return Status::ResourceExhausted("store: disk budget full");
+    uint32_t victim = *std::min_element(candidates.begin(), candidates.end(), [&](uint32_t a, uint32_t b) {
+      return last_access_[a] < last_access_[b];
+    });
+    uint64_t freed = opts_.layers * record_bytes(tree_.chunk(victim).tokens);
+    RETURN_IF_ERROR(tree_.Evict(victim));
+    for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+      locations_[size_t{victim} * opts_.layers + layer] = Location{};
+    }
+    live_bytes_ -= freed;
+    dead_bytes_ += freed;
+    std::lock_guard<std::mutex> s(stats_mu_);
+    ++stats_.evicted_chunks;
+  }
+  return Status::Ok();
+}
+
+Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput& kv) {
+  if (kv.k.size() != opts_.layers || kv.v.size() != opts_.layers) {
+    return Status::InvalidArgument("store put: K/V for " + std::to_string(kv.k.size()) + "/" +
+                                   std::to_string(kv.v.size()) + " layers, the store has " +
+                                   std::to_string(opts_.layers));
+  }
+  const size_t want = tokens.size() * opts_.row_bytes;
+  for (uint16_t l = 0; l < opts_.layers; ++l) {
+    if (kv.k[l].size() != want || kv.v[l].size() != want) {
+      return Status::InvalidArgument("store put: layer " + std::to_string(l) + " K/V holds " +
+                                     std::to_string(kv.k[l].size()) + "/" +
+                                     std::to_string(kv.v[l].size()) + " bytes, expected " +
+                                     std::to_string(want));
+    }
+  }
+  std::lock_guard<std::mutex> w(write_mu_);
+  PutResult out;
+  const uint32_t C = opts_.chunk_tokens;
+  size_t start = 0, end = tokens.size();
+  uint64_t parent_hash = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    // Evict until the new chunks fit; eviction may remove the prompt's own
+    // stored tail, so plan again after each round.
+    for (;;) {
+      start = tree_.PlanInsert(tokens);
+      end = tokens.size();
+      uint64_t need = 0;
+      for (size_t p = start; p < end; p += C) {
+        need += opts_.layers * record_bytes(static_cast<uint32_t>(std::min<size_t>(C, end - p)));
+      }
+      if (need == 0 || EvictForLocked(need).ok()) break;
+      // Even an empty disk tier cannot hold all of it: store the prefix that fits.
+      uint64_t room = opts_.disk_budget_bytes > live_bytes_ ? opts_.disk_budget_bytes - live_bytes_ : 0;
+      size_t fit = start;
+      while (fit < end) {
+        uint64_t b = opts_.layers * record_bytes(static_cast<uint32_t>(std::min<size_t>(C, end - fit)));
+        if (b > room) break;
+        room -= b;
+        fit = std::min(end, fit + C);
+      }
+      end = fit;
+      break;
+    }
+    if (start > 0 && start < end) {
+      index::Match m = tree_.Lookup(tokens.first(start));
+      parent_hash = tree_.chunk(m.chunks.back()).prefix_hash;
+    }
+    for (uint32_t id : tree_.Lookup(tokens.first(start)).chunks) last_access_[id] = ++clock_;
+  }
+  if (start >= end) {
+    std::lock_guard<std::mutex> l(mu_);
+    out.stored_tokens = tree_.Lookup(tokens).matched_tokens;
+    return out;
+  }
+
+  // Write the new chunks' records, then make them durable.
+  struct Written {
+    uint64_t prefix_hash;
+    std::vector<Location> where;
+  };
+  std::vector<Written> written;
+  std::string record, payload;
+  uint64_t hash = parent_hash;
+  Status s;
+  for (size_t p = start; p < end && s.ok(); p += C) {
+    const uint32_t n = static_cast<uint32_t>(std::min<size_t>(C, end - p));
+    const uint64_t parent = hash;
+    hash = index::ChainHash(hash, tokens.subspan(p, n));
+    Written wr{hash, std::vector<Location>(opts_.layers)};
+    for (uint16_t layer = 0; layer < opts_.layers && s.ok(); ++layer) {
+      const size_t bytes = size_t{n} * opts_.row_bytes;
+      payload.assign(kv.k[layer].data() + p * opts_.row_bytes, bytes);
+      payload.append(kv.v[layer].data() + p * opts_.row_bytes, bytes);
+      RecordHeader h;
+      h.fingerprint = opts_.fingerprint;
+      h.kind = RecordKind::kKeyValue;
+      h.dtype = opts_.dtype;
+      h.layer = layer;
+      h.first_token = static_cast<uint32_t>(p);
+      h.token_count = n;
+      h.row_bytes = opts_.row_bytes;
+      h.prefix_hash = hash;
+      h.parent_hash = parent;
+      h.sequence = ++sequence_;
+      h.tokens.assign(tokens.begin() + p, tokens.begin() + p + n);
+      EncodeRecord(h, payload, &record);
+      if (!active_ || active_->Size() + record.size() > opts_.segment_bytes) {
+        s = OpenSegmentForAppend();
+        if (!s.ok()) break;
+      }
+      wr.where[layer] = Location{active_segment_, static_cast<uint32_t>(active_->Size() / kBlockSize)};
+      s = active_->Append(record);
+      out.bytes_written += record.size();
+    }
+    written.push_back(std::move(wr));
+  }
+  if (s.ok()) s = active_->Sync();
+  if (!s.ok()) {
+    // Nothing is published; the next Put starts a fresh segment after the
+    // possibly partial records (recovery skips them).
+    if (active_) active_->Close().IgnoreError();
+    active_.reset();
+    std::lock_guard<std::mutex> l(mu_);
+    dead_bytes_ += out.bytes_written;
+    return s.WithContext("store put");
+  }
+
+  // Publish.
+  std::lock_guard<std::mutex> l(mu_);
+  index::InsertResult r = tree_.Insert(tokens.first(end));
+  std::unordered_map<uint64_t, const Written*> by_hash;
+  for (const Written& wr : written) by_hash[wr.prefix_hash] = &wr;
+  uint64_t used = 0;
+  for (size_t i = 0; i < r.created.size(); ++i) {
+    uint32_t id = r.created[i];
+    auto it = by_hash.find(tree_.chunk(id).prefix_hash);
+    if (it == by_hash.end()) {
+      // The tree changed between plan and publish (a concurrent drop): never
+      // leave a chunk without data in the index.
+      auto removed = tree_.Truncate(id);
+      if (!removed.ok()) return removed.status();
+      break;
+    }
+    if (locations_.size() < (size_t{id} + 1) * opts_.layers) {
+      locations_.resize((size_t{id} + 1) * opts_.layers);
+      last_access_.resize(id + 1);
+      chunk_tokens_.resize(id + 1);
+    }
+    chunk_tokens_[id] = tree_.chunk(id).tokens;
+    for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+      locations_[size_t{id} * opts_.layers + layer] = it->second->where[layer];
+    }
+    last_access_[id] = ++clock_;
+    used += opts_.layers * record_bytes(tree_.chunk(id).tokens);
+    ++out.new_chunks;
+  }
+  live_bytes_ += used;
+  dead_bytes_ += out.bytes_written - used;
+  out.stored_tokens = tree_.Lookup(tokens).matched_tokens;
+  std::lock_guard<std::mutex> st(stats_mu_);
+  ++stats_.puts;
+  stats_.records_written += written.size() * opts_.layers;
+  stats_.bytes_written += out.bytes_written;
+  return out;
+}
+
+LookupResult ChunkStore::Lookup(std::span<const int32_t> tokens) {
+  std::lock_guard<std::mutex> l(mu_);
+  index::Match m = tree_.Lookup(tokens);
+  LookupResult out;
+  out.matched_tokens = m.matched_tokens;
+  out.chunks = std::move(m.chunks);
+  for (uint32_t id : out.chunks) out.chunk_tokens.push_back(tree_.chunk(id).tokens);
+  return out;
+}
+
+Status ChunkStore::Read(std::span<ChunkRead> reads) {
+  struct Pending {
+    ChunkRead* read;
+    Location where;
+    uint64_t prefix_hash;
+    uint32_t first_token, tokens;
+    AlignedBuffer buf;
+  };
+  std::vector<Pending> pending;
+  std::vector<ReadOp> ops;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (ChunkRead& r : reads) {
+      if (r.layer >= opts_.layers) {
+        r.status = Status::InvalidArgument("store read: layer " + std::to_string(r.layer) +
+                                           " of " + std::to_string(opts_.layers));
+        continue;
+      }
+      if (!tree_.IsLive(r.chunk)) {
+        r.status = Status::NotFound("store read: chunk " + std::to_string(r.chunk) + " not stored");
+        continue;
+      }
+      const index::ChunkInfo& c = tree_.chunk(r.chunk);
+      Location where = locations_[size_t{r.chunk} * opts_.layers + r.layer];
+      auto file = ReaderFor(where.segment);
+      if (!file.ok()) {
+        r.status = file.status();
+        continue;
+      }
+      last_access_[r.chunk] = ++clock_;
+      uint64_t len = record_bytes(c.tokens);
+      pending.push_back(Pending{&r, where, c.prefix_hash, c.first_token, c.tokens, AllocateAligned(len)});
+      ReadOp op;
+      op.file = *file;
+      op.offset = uint64_t{where.block} * kBlockSize;
+      op.length = len;
+      op.buf = pending.back().buf.get();
+      op.prefetch = r.prefetch;
+      ops.push_back(op);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    RETURN_IF_ERROR(io_->Read(ops));
+  }
+  uint64_t bytes = 0, records = 0, corrupt = 0, errors = 0;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    Pending& p = pending[i];
+    ReadOp& op = ops[i];
+    ChunkRead& r = *p.read;
+    bytes += op.done;
+    Status s = op.status;
+    if (s.ok() && op.done < op.length) s = Status::Corruption("record cut short at end of segment");
+    if (s.ok()) {
+      auto h = DecodeHeader(std::span<const char, kBlockSize>(p.buf.get(), kBlockSize));
+      if (!h.ok()) {
+        s = h.status();
+      } else if (h->fingerprint != opts_.fingerprint || h->kind != RecordKind::kKeyValue ||
+                 h->layer != r.layer || h->prefix_hash != p.prefix_hash ||
+                 h->first_token != p.first_token || h->token_count != p.tokens ||
+                 h->row_bytes != opts_.row_bytes || h->dtype != opts_.dtype) {
+        s = Status::Corruption("record identity does not match the chunk it was read for");
+      } else {
+        for (uint32_t pg = 0; pg < h->page_checksums.size(); ++pg) {
+          if (!PageChecksumOk(*h, pg, {p.buf.get() + kBlockSize * (1 + size_t{pg}), kBlockSize})) {
+            s = Status::Corruption("payload page " + std::to_string(pg) + " checksum mismatch");
+            break;
+          }
+        }
+      }
+    }
+    if (s.ok()) {
+      const size_t half = size_t{p.tokens} * opts_.row_bytes;
+      if (r.k) std::memcpy(r.k, p.buf.get() + kBlockSize, half);
+      if (r.v) std::memcpy(r.v, p.buf.get() + kBlockSize + half, half);
+      ++records;
+      r.status = Status::Ok();
+      continue;
+    }
+    std::string where = SegmentPath(p.where.segment) + " block " + std::to_string(p.where.block);
+    r.status = s.WithContext("chunk " + std::to_string(r.chunk) + " layer " +
+                             std::to_string(r.layer) + " at " + where);
+    if (s.IsCorruption()) {
+      ++corrupt;
+      TIERKV_LOG(kWarn) << "store: " << r.status.ToString()
+                        << "; the chunk and its descendants leave the index";
+      std::lock_guard<std::mutex> l(mu_);
+      // Only if the chunk still is what was read (ids are reused).
+      if (tree_.IsLive(r.chunk) && tree_.chunk(r.chunk).prefix_hash == p.prefix_hash) {
+        DropLocked(r.chunk, /*corrupt=*/true);
+      }
+    } else {
+      ++errors;
+    }
+  }
+  std::lock_guard<std::mutex> st(stats_mu_);
+  stats_.records_read += records;
+  stats_.bytes_read += bytes;
+  stats_.corrupt_records += corrupt;
+  stats_.read_errors += errors;
+  return Status::Ok();
+}
+
+StoreStats ChunkStore::stats() const {
+  StoreStats s;
+  {
+    std::lock_guard<std::mutex> st(stats_mu_);
+    s = stats_;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  s.live_chunks = tree_.num_chunks();
+  s.nodes = tree_.num_nodes() - 1;
+  s.live_bytes = live_bytes_;
+  s.dead_bytes = dead_bytes_;
+  s.segments = segment_count_;
+  return s;
+}
+
+ChunkStore::Location ChunkStore::TEST_location(uint32_t chunk, uint16_t layer) const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!tree_.IsLive(chunk)) return Location{};
+  return locations_[size_t{chunk} * opts_.layers + layer];
+}
+
+}  // namespace tierkv::store

@@ -1,0 +1,169 @@
+// The disk tier: every stored prefix's K/V in append-only segment files of
+// checksummed chunk records, found through the radix tree, recovered from the
+// records themselves after a crash.
+//
+// Layout of a cache directory:
+//   STORE             identity (format version, model fingerprint, geometry); written once
+//   seg-000001.tkv …  append-only segments of 4 KiB-aligned records (store/format.h)
+//
+// Durability: Put appends the new chunks' records, syncs the segment (and the
+// directory when it created a segment), and only then publishes the chunks
+// in the index. A chunk a reader can see is therefore on disk; a crash loses
+// at most Puts that had not returned. Open() rebuilds the index by reading
+// every segment and indexing the records whose header and pages verify and
+// whose whole prefix chain is present; anything else (torn tail, orphan,
+// foreign record) is skipped and counted.
+//
+// Reads verify the header checksum, the record's identity (fingerprint,
+// kind, layer, prefix hash, token span) and every page checksum. A failure is
+// Corruption: the chunk and everything that depends on it leave the index, a
+// counter rises, and the caller recomputes. A wrong KV is never returned.
+//
+// Thread safety: all methods are thread-safe. Put calls are serialised with
+// one another; lookups and reads never wait on a Put's I/O (the index lock is
+// held only around metadata changes).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "index/radix_tree.h"
+#include "store/format.h"
+#include "store/io_backend.h"
+#include "tierkv/filesystem.h"
+#include "tierkv/status.h"
+
+namespace tierkv::store {
+
+struct StoreOptions {
+  std::string dir;
+  FileSystem* fs = nullptr;  // nullptr: FileSystem::Default()
+  // The namespace: a store refuses to open a directory written for another one.
+  uint64_t fingerprint = 0;
+  std::string model_description;  // human-readable, kept in STORE
+  uint32_t chunk_tokens = 64;
+  uint16_t layers = 1;
+  uint32_t row_bytes = 0;  // bytes of one token's K (all KV heads) = of its V
+  KvDtype dtype = KvDtype::kF16;
+  // Bytes of records the disk tier may hold; 0 means unlimited. When full,
+  // the least recently used leaf chunks are evicted (whole token chunks).
+  uint64_t disk_budget_bytes = 0;
+  uint64_t segment_bytes = kDefaultSegmentBytes;
+  std::string io_backend = "auto";
+  uint32_t queue_depth = 32;
+  // Open record files with O_DIRECT (off only for file systems without it).
+  bool direct_io = true;
+};
+
+// K and V rows of a prompt, per layer: k[l] and v[l] hold tokens.size() rows
+// of row_bytes each, token-major.
+struct KvInput {
+  std::vector<std::span<const char>> k, v;
+};
+
+struct PutResult {
+  size_t stored_tokens = 0;   // tokens the index now covers for this prompt
+  size_t new_chunks = 0;      // token chunks written by this call
+  uint64_t bytes_written = 0;
+};
+
+// One layer of one chunk to read. Outputs are row_bytes * tokens each.
+struct ChunkRead {
+  uint32_t chunk = index::kNoChunk;
+  uint16_t layer = 0;
+  char* k = nullptr;  // may be null: values only
+  char* v = nullptr;  // may be null: keys only
+  bool prefetch = false;
+  Status status;      // out: OK, Corruption (a miss), IOError, NotFound
+};
+
+struct StoreStats {
+  uint64_t records_written = 0, bytes_written = 0, puts = 0;
+  uint64_t records_read = 0, bytes_read = 0;
+  uint64_t corrupt_records = 0, read_errors = 0;
+  uint64_t evicted_chunks = 0, dropped_chunks = 0;  // budget evictions; dropped for corruption
+  uint64_t recovered_chunks = 0, skipped_records = 0, recovery_us = 0;
+  uint64_t live_chunks = 0, live_bytes = 0, dead_bytes = 0, segments = 0, nodes = 0;
+};
+
+struct LookupResult {
+  size_t matched_tokens = 0;
+  std::vector<uint32_t> chunks;  // token order; see index::Match
+  std::vector<uint32_t> chunk_tokens;  // tokens of each chunk
+};
+
+class ChunkStore {
+ public:
+  // Opens or creates the store in options.dir and recovers its index.
+  // InvalidArgument: bad geometry, a budget below one token chunk, a directory
+  // of another model or with files the store did not write, a symlinked
+  // segment. IOError: the directory cannot be created or written.
+  static Result<std::unique_ptr<ChunkStore>> Open(StoreOptions options);
+  ~ChunkStore();
+
+  ChunkStore(const ChunkStore&) = delete;
+  ChunkStore& operator=(const ChunkStore&) = delete;
+
+  // Stores the K/V of every token of `tokens` that no stored prefix covers.
+  // Returns once the new records are durable and visible. If the budget
+  // cannot hold the whole prompt even after evicting, stores the longest
+  // prefix that fits (stored_tokens says how much).
+  // On an I/O error nothing new becomes visible.
+  Result<PutResult> Put(std::span<const int32_t> tokens, const KvInput& kv);
+
+  LookupResult Lookup(std::span<const int32_t> tokens);
+
+  // Reads and verifies each requested chunk layer (one batch through the
+  // IoBackend). Per-read statuses; the call itself fails only on misuse.
+  Status Read(std::span<ChunkRead> reads);
+
+  StoreStats stats() const;
+  const StoreOptions& options() const { return opts_; }
+  uint64_t record_bytes(uint32_t tokens) const;  // bytes of one chunk layer on disk
+
+  // Test and inspection hooks: where chunk `chunk`'s layer lives.
+  struct Location {
+    uint32_t segment = 0;  // 0: none
+    uint32_t block = 0;    // offset / kBlockSize
+  };
+  Location TEST_location(uint32_t chunk, uint16_t layer) const;
+  std::string SegmentPath(uint32_t segment) const;
+
+ private:
+  explicit ChunkStore(StoreOptions options);
+  Status Init();
+  Status Recover();
+  Status OpenSegmentForAppend();
+  Status EvictForLocked(uint64_t bytes);  // REQUIRES: mu_
+  void DropLocked(uint32_t chunk, bool corrupt);  // REQUIRES: mu_
+  Result<const RandomAccessFile*> ReaderFor(uint32_t segment);
+
+  StoreOptions opts_;
+  FileSystem* fs_;
+  std::unique_ptr<IoBackend> io_;
+  std::mutex io_mu_;     // the backend has one user at a time
+  std::mutex write_mu_;  // serialises Put (held across its I/O; readers never take it)
+
+  mutable std::mutex mu_;  // index, locations, accounting
+  index::RadixTree tree_;
+  std::vector<Location> locations_;      // chunk * layers + layer
+  std::vector<uint64_t> last_access_;    // per chunk, for budget eviction
+  std::vector<uint16_t> chunk_tokens_;   // per chunk (valid while live)
+  size_t segment_count_ = 0;
+  uint64_t clock_ = 0;
+  uint64_t live_bytes_ = 0, dead_bytes_ = 0;
+  uint64_t sequence_ = 0;
+  std::vector<std::unique_ptr<RandomAccessFile>> readers_;  // by segment number
+  std::unique_ptr<WritableFile> active_;
+  uint32_t active_segment_ = 0;
+
+  mutable std::mutex stats_mu_;
+  StoreStats stats_;
+};
+
+}  // namespace tierkv::store

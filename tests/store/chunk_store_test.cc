@@ -1,0 +1,381 @@
+#include "store/chunk_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include "store/kv_fixture.h"
+#include "testing/status_matchers.h"
+#include "util/fault_injection_fs.h"
+
+namespace tierkv::store {
+namespace {
+
+using ::tierkv::testing::StatusIs;
+using testing::PromptKv;
+using Tokens = std::vector<int32_t>;
+
+constexpr uint16_t kLayers = 3;
+constexpr uint32_t kRow = 256;  // 16 tokens of K = one 4 KiB page
+constexpr uint32_t kChunk = 16;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/tierkv_store_XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+StoreOptions Options(const std::string& dir, FileSystem* fs = nullptr) {
+  StoreOptions o;
+  o.dir = dir;
+  o.fs = fs;
+  o.fingerprint = 0xfeedULL;
+  o.chunk_tokens = kChunk;
+  o.layers = kLayers;
+  o.row_bytes = kRow;
+  o.dtype = KvDtype::kF16;
+  o.segment_bytes = 1 << 20;  // small, so tests roll over segments
+  o.direct_io = fs == nullptr;
+  return o;
+}
+
+Tokens Prompt(uint32_t seed, size_t shared, size_t length) {
+  Tokens t;
+  std::mt19937 common(7), own(seed);
+  for (size_t i = 0; i < length; ++i) t.push_back(static_cast<int32_t>(i < shared ? common() % 500 : own() % 500));
+  return t;
+}
+
+// Reads every chunk layer of the stored prefix of `tokens` and compares it
+// with the fixture's bytes; returns the number of tokens verified.
+size_t VerifyPrompt(ChunkStore& store, const Tokens& tokens, Status* first_error = nullptr) {
+  LookupResult m = store.Lookup(tokens);
+  PromptKv want(tokens, kLayers, kRow);
+  std::vector<ChunkRead> reads;
+  std::vector<std::string> k(m.chunks.size() * kLayers), v(m.chunks.size() * kLayers);
+  for (size_t c = 0; c < m.chunks.size(); ++c) {
+    for (uint16_t l = 0; l < kLayers; ++l) {
+      size_t i = c * kLayers + l;
+      k[i].resize(m.chunk_tokens[c] * kRow);
+      v[i].resize(m.chunk_tokens[c] * kRow);
+      reads.push_back(ChunkRead{m.chunks[c], l, k[i].data(), v[i].data()});
+    }
+  }
+  EXPECT_OK(store.Read(reads));
+  size_t verified = 0;
+  for (size_t c = 0; c < m.chunks.size(); ++c) {
+    size_t first = c * kChunk;
+    for (uint16_t l = 0; l < kLayers; ++l) {
+      size_t i = c * kLayers + l;
+      if (!reads[i].status.ok()) {
+        if (first_error && first_error->ok()) *first_error = reads[i].status;
+        return verified;
+      }
+      size_t used = std::min<size_t>(m.chunk_tokens[c], m.matched_tokens - first);
+      EXPECT_EQ(0, std::memcmp(k[i].data(), want.k[l].data() + first * kRow, used * kRow))
+          << "chunk " << c << " layer " << l;
+      EXPECT_EQ(0, std::memcmp(v[i].data(), want.v[l].data() + first * kRow, used * kRow))
+          << "chunk " << c << " layer " << l;
+    }
+    verified = std::min<size_t>(m.matched_tokens, first + m.chunk_tokens[c]);
+  }
+  return verified;
+}
+
+class ChunkStoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "uring" && !UringAvailable()) GTEST_SKIP() << "io_uring refused by the kernel";
+  }
+  StoreOptions Opts(const std::string& dir) {
+    StoreOptions o = Options(dir);
+    o.io_backend = GetParam();
+    return o;
+  }
+};
+
+TEST_P(ChunkStoreTest, PutLookupReadRoundTripAndReopen) {
+  TempDir dir;
+  std::vector<Tokens> prompts;
+  for (uint32_t i = 0; i < 12; ++i) prompts.push_back(Prompt(i, 40 + 3 * i, 60 + 11 * i));
+  uint64_t written_chunks = 0;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Opts(dir.path())));
+    for (const Tokens& p : prompts) {
+      PromptKv kv(p, kLayers, kRow);
+      ASSERT_OK_AND_ASSIGN(PutResult r, store->Put(p, kv.input));
+      EXPECT_EQ(r.stored_tokens, p.size());
+      written_chunks += r.new_chunks;
+    }
+    for (const Tokens& p : prompts) EXPECT_EQ(VerifyPrompt(*store, p), p.size());
+    // A prompt sharing 45 tokens, then diverging: 32 verified (two whole chunks) + 13 inside the third.
+    Tokens q = prompts[3];
+    q.resize(45);
+    q.push_back(9999);
+    EXPECT_EQ(store->Lookup(q).matched_tokens, 45u);
+    StoreStats s = store->stats();
+    EXPECT_EQ(s.live_chunks, written_chunks);
+    EXPECT_GT(s.segments, 1u);  // 1 MiB segments roll over
+    EXPECT_EQ(s.corrupt_records, 0u);
+  }
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Opts(dir.path())));
+  EXPECT_EQ(store->stats().recovered_chunks, written_chunks);
+  EXPECT_EQ(store->stats().skipped_records, 0u);
+  for (const Tokens& p : prompts) EXPECT_EQ(VerifyPrompt(*store, p), p.size());
+  // Storing again writes nothing.
+  PromptKv kv(prompts[0], kLayers, kRow);
+  ASSERT_OK_AND_ASSIGN(PutResult r, store->Put(prompts[0], kv.input));
+  EXPECT_EQ(r.new_chunks, 0u);
+}
+
+TEST_P(ChunkStoreTest, BudgetEvictsLeastRecentlyUsedLeafChunks) {
+  TempDir dir;
+  StoreOptions o = Opts(dir.path());
+  ChunkStore* raw = nullptr;
+  const uint64_t per_chunk = kLayers * 3 * kBlockSize;  // header + K page + V page
+  o.disk_budget_bytes = 10 * per_chunk;
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(o));
+  raw = store.get();
+  EXPECT_EQ(raw->record_bytes(kChunk) * kLayers, per_chunk);
+  std::vector<Tokens> prompts;
+  for (uint32_t i = 0; i < 6; ++i) prompts.push_back(Prompt(100 + i, 0, 48));  // 3 chunks each
+  for (const Tokens& p : prompts) {
+    PromptKv kv(p, kLayers, kRow);
+    ASSERT_OK_AND_ASSIGN(PutResult r, store->Put(p, kv.input));
+    EXPECT_EQ(r.stored_tokens, p.size());
+    EXPECT_LE(store->stats().live_bytes, o.disk_budget_bytes);
+  }
+  // The newest three prompts are whole; the oldest lost chunks from their tails.
+  for (size_t i = 3; i < 6; ++i) EXPECT_EQ(VerifyPrompt(*store, prompts[i]), 48u);
+  EXPECT_LT(store->Lookup(prompts[0]).matched_tokens, 48u);
+  EXPECT_GT(store->stats().evicted_chunks, 0u);
+  // A prompt larger than the whole budget stores the prefix that fits.
+  Tokens big = Prompt(999, 0, 16 * 20);
+  PromptKv kv(big, kLayers, kRow);
+  ASSERT_OK_AND_ASSIGN(PutResult r, store->Put(big, kv.input));
+  EXPECT_EQ(r.stored_tokens, 160u);
+  EXPECT_EQ(VerifyPrompt(*store, big), 160u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ChunkStoreTest, ::testing::Values("uring", "pread"),
+                         [](const auto& info) { return info.param; });
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x10);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+// Failure-semantics rows: a flipped bit in a payload page or in the header,
+// and a record copied over another's place, are Corruption on read; the
+// chunk and its descendants leave the index; storing the prompt again heals it.
+TEST(ChunkStoreCorruptionTest, BitFlipsAndMisplacedRecordsAreMissesNeverWrongKv) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options(dir.path())));
+  Tokens p = Prompt(1, 0, 64);  // 4 chunks
+  PromptKv kv(p, kLayers, kRow);
+  ASSERT_OK(store->Put(p, kv.input).status());
+  LookupResult m = store->Lookup(p);
+  ASSERT_EQ(m.chunks.size(), 4u);
+
+  struct Case {
+    const char* name;
+    std::function<void()> damage;
+    size_t chunk;  // the damaged chunk index
+  };
+  auto loc = [&](size_t c, uint16_t l) { return store->TEST_location(store->Lookup(p).chunks[c], l); };
+  std::vector<Case> cases = {
+      {"payload bit", [&] {
+         auto w = loc(2, 1);
+         FlipByte(store->SegmentPath(w.segment), uint64_t{w.block} * kBlockSize + kBlockSize + 777);
+       }, 2},
+      {"header bit", [&] {
+         auto w = loc(1, 0);
+         FlipByte(store->SegmentPath(w.segment), uint64_t{w.block} * kBlockSize + 30);
+       }, 1},
+      {"record copied over another", [&] {
+         auto a = loc(3, 2), b = loc(3, 1);  // layer 2's record where layer 1's was
+         std::string seg_a = store->SegmentPath(a.segment), seg_b = store->SegmentPath(b.segment);
+         std::ifstream in(seg_a, std::ios::binary);
+         std::string rec(3 * kBlockSize, '\0');
+         in.seekg(static_cast<std::streamoff>(uint64_t{a.block} * kBlockSize));
+         in.read(rec.data(), static_cast<std::streamsize>(rec.size()));
+         std::fstream out(seg_b, std::ios::in | std::ios::out | std::ios::binary);
+         out.seekp(static_cast<std::streamoff>(uint64_t{b.block} * kBlockSize));
+         out.write(rec.data(), static_cast<std::streamsize>(rec.size()));
+       }, 3},
+  };
+  uint64_t corrupt = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    c.damage();
+    Status err;
+    size_t ok = VerifyPrompt(*store, p, &err);
+    EXPECT_EQ(ok, c.chunk * kChunk);
+    EXPECT_THAT(err, StatusIs(StatusCode::kCorruption));
+    EXPECT_EQ(store->stats().corrupt_records, ++corrupt);
+    // The damaged chunk and everything after it are gone from the index.
+    EXPECT_EQ(store->Lookup(p).matched_tokens, c.chunk * kChunk);
+    // Storing again rewrites them, and they read back exactly.
+    ASSERT_OK_AND_ASSIGN(PutResult r, store->Put(p, kv.input));
+    EXPECT_EQ(r.new_chunks, 4 - c.chunk);
+    EXPECT_EQ(VerifyPrompt(*store, p), p.size());
+  }
+  // After a restart the damaged records are skipped or superseded, never served.
+  store.reset();
+  ASSERT_OK_AND_ASSIGN(store, ChunkStore::Open(Options(dir.path())));
+  EXPECT_EQ(VerifyPrompt(*store, p), p.size());
+}
+
+TEST(ChunkStoreErrorsTest, BadDirectoriesAndBudgetsAreClearErrors) {
+  TempDir dir;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options(dir.path())));
+    Tokens p = Prompt(1, 0, 20);
+    PromptKv kv(p, kLayers, kRow);
+    ASSERT_OK(store->Put(p, kv.input).status());
+  }
+  StoreOptions other = Options(dir.path());
+  other.fingerprint = 0xbeef;
+  EXPECT_THAT(ChunkStore::Open(other),
+              StatusIs(StatusCode::kInvalidArgument, "belongs to another model"));
+  StoreOptions geometry = Options(dir.path());
+  geometry.chunk_tokens = 32;
+  EXPECT_THAT(ChunkStore::Open(geometry), StatusIs(StatusCode::kInvalidArgument, "geometry"));
+  // Not a directory we can create.
+  std::ofstream(dir.path() + "/plainfile") << "x";
+  EXPECT_FALSE(ChunkStore::Open(Options(dir.path() + "/plainfile/cache")).ok());
+  // A file the store did not write.
+  EXPECT_THAT(ChunkStore::Open(Options(dir.path())),
+              StatusIs(StatusCode::kInvalidArgument, "did not write: plainfile"));
+  std::remove((dir.path() + "/plainfile").c_str());
+  // A segment that is a symbolic link.
+  ASSERT_EQ(0, ::symlink("/etc/passwd", (dir.path() + "/seg-000099.tkv").c_str()));
+  EXPECT_THAT(ChunkStore::Open(Options(dir.path())),
+              StatusIs(StatusCode::kInvalidArgument, "symbolic link"));
+  std::remove((dir.path() + "/seg-000099.tkv").c_str());
+  // A budget below one token chunk.
+  StoreOptions tiny = Options(dir.path());
+  tiny.disk_budget_bytes = 4096;
+  EXPECT_THAT(ChunkStore::Open(tiny), StatusIs(StatusCode::kInvalidArgument, "smaller than one"));
+  // Bad K/V input.
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options(dir.path())));
+  Tokens p = Prompt(2, 0, 20);
+  PromptKv kv(p, kLayers, kRow);
+  KvInput short_kv = kv.input;
+  short_kv.v[1] = short_kv.v[1].first(100);
+  EXPECT_THAT(store->Put(p, short_kv), StatusIs(StatusCode::kInvalidArgument, "layer 1"));
+  short_kv.k.pop_back();
+  EXPECT_THAT(store->Put(p, short_kv), StatusIs(StatusCode::kInvalidArgument, "layers"));
+  // Reads of chunks that are not there.
+  ChunkRead r{12345, 0, nullptr, nullptr};
+  ASSERT_OK(store->Read(std::span<ChunkRead>(&r, 1)));
+  EXPECT_THAT(r.status, StatusIs(StatusCode::kNotFound));
+}
+
+// A crash at every mutating file-system call of a Put: afterwards, every
+// prompt whose Put returned OK reads back exactly, the interrupted one is
+// either absent or exact, and nothing else appears.
+TEST(ChunkStoreCrashTest, CrashAtEveryStepOfTheWriteProtocol) {
+  std::vector<Tokens> before = {Prompt(1, 0, 40), Prompt(2, 20, 50)};
+  Tokens inflight = Prompt(3, 20, 70);
+  // Count the steps of the interrupted Put once.
+  uint64_t steps = 0;
+  {
+    auto mem = NewMemFileSystem();
+    FaultInjectionFileSystem fs(mem.get());
+    ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options("/cache", &fs)));
+    for (const Tokens& p : before) {
+      PromptKv kv(p, kLayers, kRow);
+      ASSERT_OK(store->Put(p, kv.input).status());
+    }
+    uint64_t c0 = fs.mutating_calls();
+    PromptKv kv(inflight, kLayers, kRow);
+    ASSERT_OK(store->Put(inflight, kv.input).status());
+    steps = fs.mutating_calls() - c0;
+  }
+  ASSERT_GE(steps, 3u);
+  for (uint64_t crash_at = 1; crash_at <= steps + 1; ++crash_at) {
+    SCOPED_TRACE("crash at step " + std::to_string(crash_at));
+    auto mem = NewMemFileSystem();
+    FaultInjectionFileSystem fs(mem.get());
+    bool acked = false;
+    {
+      ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options("/cache", &fs)));
+      for (const Tokens& p : before) {
+        PromptKv kv(p, kLayers, kRow);
+        ASSERT_OK(store->Put(p, kv.input).status());
+      }
+      fs.CrashAfter(crash_at);
+      PromptKv kv(inflight, kLayers, kRow);
+      acked = store->Put(inflight, kv.input).ok();
+      EXPECT_EQ(acked, crash_at > steps);
+    }
+    ASSERT_OK(fs.DropUnsyncedData());
+    fs.CrashAfter(0);
+    fs.SetActive(true);
+    ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options("/cache", &fs)));
+    for (const Tokens& p : before) EXPECT_EQ(VerifyPrompt(*store, p), p.size());
+    size_t got = VerifyPrompt(*store, inflight);
+    if (acked) {
+      EXPECT_EQ(got, inflight.size());
+    } else {
+      // Only what the earlier prompts share with it (20 tokens, so one whole chunk + 4).
+      EXPECT_EQ(got, store->Lookup(inflight).matched_tokens);
+      EXPECT_LE(got, 20u);
+    }
+    EXPECT_EQ(store->stats().corrupt_records, 0u);
+  }
+}
+
+// ENOSPC while writing: the Put fails, nothing it wrote becomes visible, the
+// store keeps working, and a restart sees only acknowledged prompts.
+TEST(ChunkStoreFaultTest, EnospcAndEio) {
+  auto mem = NewMemFileSystem();
+  FaultInjectionFileSystem fs(mem.get());
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options("/cache", &fs)));
+  Tokens a = Prompt(1, 0, 40), b = Prompt(2, 0, 40);
+  PromptKv ka(a, kLayers, kRow), kb(b, kLayers, kRow);
+  ASSERT_OK(store->Put(a, ka.input).status());
+  FaultOptions fo;
+  fo.one_in = 1;
+  fo.write_enospc = true;
+  fs.SetOptions(fo);
+  EXPECT_THAT(store->Put(b, kb.input), StatusIs(StatusCode::kResourceExhausted));
+  EXPECT_EQ(store->Lookup(b).matched_tokens, 0u);
+  // EIO on read: an error for that read (the caller recomputes), no wrong bytes,
+  // and the chunk stays indexed (the device may recover).
+  fo = FaultOptions{};
+  fo.one_in = 1;
+  fo.read_eio = true;
+  fs.SetOptions(fo);
+  Status err;
+  EXPECT_EQ(VerifyPrompt(*store, a, &err), 0u);
+  EXPECT_THAT(err, StatusIs(StatusCode::kIOError));
+  EXPECT_GT(store->stats().read_errors, 0u);
+  fs.SetOptions(FaultOptions{});
+  EXPECT_EQ(VerifyPrompt(*store, a), a.size());
+  ASSERT_OK(store->Put(b, kb.input).status());
+  EXPECT_EQ(VerifyPrompt(*store, b), b.size());
+  store.reset();
+  ASSERT_OK_AND_ASSIGN(store, ChunkStore::Open(Options("/cache", &fs)));
+  EXPECT_EQ(VerifyPrompt(*store, a), a.size());
+  EXPECT_EQ(VerifyPrompt(*store, b), b.size());
+}
+
+}  // namespace
+}  // namespace tierkv::store

@@ -1,0 +1,51 @@
+// Deterministic K/V for store tests: the bytes of a token's row depend on the
+// whole prefix up to that token (as real K/V do), its layer and K or V, so a
+// shared prefix has the same rows in every prompt and any misplaced byte shows.
+#pragma once
+
+#include <xxhash.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "store/chunk_store.h"
+
+namespace tierkv::store::testing {
+
+inline void FillRow(std::span<const int32_t> prefix_through_token, uint16_t layer, char kind,
+                    char* out, size_t row_bytes) {
+  uint64_t seed = XXH3_64bits_withSeed(prefix_through_token.data(),
+                                       prefix_through_token.size_bytes(), layer * 131u + kind);
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < row_bytes; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(out + i, &v, std::min<size_t>(8, row_bytes - i));
+  }
+}
+
+// Owns the bytes KvInput points into.
+struct PromptKv {
+  std::vector<std::string> k, v;
+  KvInput input;
+
+  PromptKv(std::span<const int32_t> tokens, uint16_t layers, uint32_t row_bytes) {
+    k.resize(layers);
+    v.resize(layers);
+    for (uint16_t l = 0; l < layers; ++l) {
+      k[l].resize(tokens.size() * row_bytes);
+      v[l].resize(tokens.size() * row_bytes);
+      for (size_t t = 0; t < tokens.size(); ++t) {
+        FillRow(tokens.first(t + 1), l, 'K', k[l].data() + t * row_bytes, row_bytes);
+        FillRow(tokens.first(t + 1), l, 'V', v[l].data() + t * row_bytes, row_bytes);
+      }
+      input.k.emplace_back(k[l]);
+      input.v.emplace_back(v[l]);
+    }
+  }
+};
+
+}  // namespace tierkv::store::testing
