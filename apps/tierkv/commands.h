@@ -19,6 +19,7 @@ void AddConvert(CLI::App& app, Action* run);
 void AddBenchEngine(CLI::App& app, Action* run);
 void AddEval(CLI::App& app, Action* run);
 void AddAnalyze(CLI::App& app, Action* run);
+void AddBenchIo(CLI::App& app, Action* run);
 
 // Prints "tierkv: error: <message>" to stderr and returns the exit code 1.
 int Fail(const std::string& message);

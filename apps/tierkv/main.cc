@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddBenchEngine(app, &action);
   tierkv::app::AddEval(app, &action);
   tierkv::app::AddAnalyze(app, &action);
+  tierkv::app::AddBenchIo(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -15,6 +15,7 @@ namespace tierkv::store {
 namespace {
 
 using ::tierkv::testing::StatusIs;
+using testing::Prompt;
 using testing::PromptKv;
 using Tokens = std::vector<int32_t>;
 
@@ -47,13 +48,6 @@ StoreOptions Options(const std::string& dir, FileSystem* fs = nullptr) {
   o.segment_bytes = 1 << 20;  // small, so tests roll over segments
   o.direct_io = fs == nullptr;
   return o;
-}
-
-Tokens Prompt(uint32_t seed, size_t shared, size_t length) {
-  Tokens t;
-  std::mt19937 common(7), own(seed);
-  for (size_t i = 0; i < length; ++i) t.push_back(static_cast<int32_t>(i < shared ? common() % 500 : own() % 500));
-  return t;
 }
 
 // Reads every chunk layer of the stored prefix of `tokens` and compares it

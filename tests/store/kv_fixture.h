@@ -48,4 +48,14 @@ struct PromptKv {
   }
 };
 
+// A prompt whose first `shared` tokens are common to every prompt.
+inline std::vector<int32_t> Prompt(uint32_t seed, size_t shared, size_t length) {
+  std::vector<int32_t> t;
+  std::mt19937 common(7), own(seed);
+  for (size_t i = 0; i < length; ++i) {
+    t.push_back(static_cast<int32_t>(i < shared ? common() % 500 : own() % 500));
+  }
+  return t;
+}
+
 }  // namespace tierkv::store::testing

@@ -1,0 +1,218 @@
+#include "bench/io_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <sstream>
+
+#include "store/chunk_store.h"
+
+namespace tierkv::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+store::StoreOptions StoreOpts(const IoBenchOptions& o, int chunk, const std::string& backend,
+                              int depth) {
+  store::StoreOptions s;
+  s.dir = o.dir + "/c" + std::to_string(chunk);
+  s.fingerprint = 0x10be7c4ULL + static_cast<uint64_t>(chunk);
+  s.model_description = "bench-io";
+  s.chunk_tokens = static_cast<uint32_t>(chunk);
+  s.layers = o.layers;
+  s.row_bytes = o.row_bytes;
+  s.io_backend = backend;
+  s.queue_depth = static_cast<uint32_t>(depth);
+  return s;
+}
+
+struct Target {
+  uint32_t chunk;
+  uint16_t layer;
+  uint32_t tokens;
+};
+
+// Fills a store with random prompts until it holds `mib` of records; returns
+// every (chunk, layer) it holds.
+Result<std::vector<Target>> Fill(const IoBenchOptions& o, int chunk) {
+  ASSIGN_OR_RETURN(auto st, store::ChunkStore::Open(StoreOpts(o, chunk, "auto", 32)));
+  const size_t prompt_tokens = 2048;
+  std::vector<std::string> k(o.layers), v(o.layers);
+  std::mt19937_64 rng(static_cast<uint64_t>(chunk));
+  store::KvInput kv;
+  for (uint16_t l = 0; l < o.layers; ++l) {
+    k[l].resize(prompt_tokens * o.row_bytes);
+    v[l].resize(prompt_tokens * o.row_bytes);
+    for (auto* s : {&k[l], &v[l]}) {
+      for (size_t i = 0; i + 8 <= s->size(); i += 8) {
+        uint64_t x = rng();
+        std::memcpy(s->data() + i, &x, 8);
+      }
+    }
+    kv.k.emplace_back(k[l]);
+    kv.v.emplace_back(v[l]);
+  }
+  std::vector<std::vector<int32_t>> prompts;
+  while (st->stats().live_bytes < (o.data_mib << 20)) {
+    std::vector<int32_t> tokens(prompt_tokens);
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % 4096);
+    ASSIGN_OR_RETURN(auto r, st->Put(tokens, kv));
+    (void)r;
+    prompts.push_back(std::move(tokens));
+  }
+  std::vector<Target> targets;
+  for (const auto& p : prompts) {
+    store::LookupResult m = st->Lookup(p);
+    for (size_t c = 0; c < m.chunks.size(); ++c) {
+      for (uint16_t l = 0; l < o.layers; ++l) targets.push_back({m.chunks[c], l, m.chunk_tokens[c]});
+    }
+  }
+  return targets;
+}
+
+// Sequential 1 MiB O_DIRECT reads of every segment, 16 in flight, io_uring
+// when available: what the device gives at its best.
+Result<double> Ceiling(const IoBenchOptions& o) {
+  FileSystem* fs = FileSystem::Default();
+  ASSIGN_OR_RETURN(auto io, store::NewIoBackend("auto", store::IoOptions{16}));
+  const size_t piece = 1 << 20;
+  store::AlignedBuffer buf = store::AllocateAligned(piece * 16);
+  uint64_t bytes = 0;
+  auto t0 = Clock::now();
+  for (int chunk : o.chunk_tokens) {
+    std::string dir = o.dir + "/c" + std::to_string(chunk);
+    ASSIGN_OR_RETURN(auto names, fs->ListDir(dir));
+    std::sort(names.begin(), names.end());
+    for (const auto& name : names) {
+      if (name.rfind("seg-", 0) != 0) continue;
+      FileOptions fo;
+      fo.direct_io = true;
+      ASSIGN_OR_RETURN(auto file, fs->NewRandomAccessFile(dir + "/" + name, fo));
+      ASSIGN_OR_RETURN(uint64_t size, file->Size());
+      for (uint64_t off = 0; off < size; off += piece * 16) {
+        std::vector<store::ReadOp> ops;
+        for (size_t i = 0; i < 16 && off + i * piece < size; ++i) {
+          store::ReadOp op;
+          op.file = file.get();
+          op.offset = off + i * piece;
+          op.length = piece;
+          op.buf = buf.get() + i * piece;
+          ops.push_back(op);
+        }
+        RETURN_IF_ERROR(io->Read(ops));
+        for (auto& op : ops) {
+          RETURN_IF_ERROR(op.status);
+          bytes += op.done;
+        }
+      }
+    }
+  }
+  return bytes / Seconds(t0, Clock::now()) / 1e6;
+}
+
+}  // namespace
+
+Result<IoBenchReport> RunIoBench(const IoBenchOptions& o) {
+  auto say = [&](const std::string& m) {
+    if (o.progress) o.progress(m);
+  };
+  IoBenchReport rep;
+  rep.dir = o.dir;
+  RETURN_IF_ERROR(FileSystem::Default()->CreateDir(o.dir));
+  std::vector<std::vector<Target>> targets;
+  for (int chunk : o.chunk_tokens) {
+    say("writing " + std::to_string(o.data_mib) + " MiB of " + std::to_string(chunk) +
+        "-token chunk records");
+    ASSIGN_OR_RETURN(auto t, Fill(o, chunk));
+    targets.push_back(std::move(t));
+  }
+  say("measuring the sequential read ceiling");
+  ASSIGN_OR_RETURN(rep.ceiling_before, Ceiling(o));
+  for (size_t ci = 0; ci < o.chunk_tokens.size(); ++ci) {
+    const int chunk = o.chunk_tokens[ci];
+    std::vector<Target> order = targets[ci];
+    for (const std::string& backend : o.backends) {
+      for (int depth : o.depths) {
+        say("chunk " + std::to_string(chunk) + " " + backend + " depth " + std::to_string(depth));
+        ASSIGN_OR_RETURN(auto st, store::ChunkStore::Open(StoreOpts(o, chunk, backend, depth)));
+        std::mt19937 rng(static_cast<uint32_t>(chunk * 100 + depth));
+        std::shuffle(order.begin(), order.end(), rng);
+        const uint64_t record = st->record_bytes(static_cast<uint32_t>(chunk));
+        const size_t batch = static_cast<size_t>(std::max(depth * 4, 64));
+        std::vector<std::string> k(batch, std::string(size_t{o.row_bytes} * chunk, '\0'));
+        std::vector<std::string> v = k;
+        uint64_t before = st->stats().bytes_read, reads = 0;
+        auto t0 = Clock::now();
+        size_t next = 0;
+        while (st->stats().bytes_read - before < (o.read_mib << 20)) {
+          std::vector<store::ChunkRead> rs;
+          for (size_t i = 0; i < batch; ++i) {
+            const Target& t = order[next++ % order.size()];
+            rs.push_back(store::ChunkRead{t.chunk, t.layer, k[i].data(), v[i].data()});
+          }
+          RETURN_IF_ERROR(st->Read(rs));
+          for (auto& r : rs) RETURN_IF_ERROR(r.status);
+          reads += rs.size();
+        }
+        double secs = Seconds(t0, Clock::now());
+        IoPoint p;
+        p.chunk_tokens = chunk;
+        p.record_bytes = record;
+        p.backend = std::string(backend);
+        p.depth = depth;
+        p.mb_per_s = static_cast<double>(st->stats().bytes_read - before) / secs / 1e6;
+        p.reads_per_s = static_cast<double>(reads) / secs;
+        rep.points.push_back(p);
+      }
+    }
+  }
+  say("measuring the sequential read ceiling again");
+  ASSIGN_OR_RETURN(rep.ceiling_after, Ceiling(o));
+  rep.ceiling_mb_per_s = (rep.ceiling_before + rep.ceiling_after) / 2;
+  for (auto& p : rep.points) p.fraction_of_ceiling = p.mb_per_s / rep.ceiling_mb_per_s;
+  return rep;
+}
+
+std::string IoReportToJson(const IoBenchReport& r) {
+  std::ostringstream s;
+  s << "{\"dir\": \"" << r.dir << "\", \"ceiling_mb_per_s\": " << r.ceiling_mb_per_s
+    << ", \"ceiling_before\": " << r.ceiling_before << ", \"ceiling_after\": " << r.ceiling_after
+    << ", \"points\": [";
+  for (size_t i = 0; i < r.points.size(); ++i) {
+    const IoPoint& p = r.points[i];
+    s << (i ? ", " : "") << "{\"chunk_tokens\": " << p.chunk_tokens
+      << ", \"record_bytes\": " << p.record_bytes << ", \"backend\": \"" << p.backend
+      << "\", \"depth\": " << p.depth << ", \"mb_per_s\": " << p.mb_per_s
+      << ", \"reads_per_s\": " << p.reads_per_s
+      << ", \"fraction_of_ceiling\": " << p.fraction_of_ceiling << "}";
+  }
+  s << "]}";
+  return s.str();
+}
+
+std::string IoReportToText(const IoBenchReport& r) {
+  std::ostringstream s;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "sequential read ceiling (1 MiB O_DIRECT reads, 16 in flight): %.0f MB/s "
+                "(%.0f before, %.0f after)\n\n",
+                r.ceiling_mb_per_s, r.ceiling_before, r.ceiling_after);
+  s << line;
+  s << "| chunk tokens | record KiB | backend | depth | MB/s | reads/s | of ceiling |\n";
+  s << "|---:|---:|---|---:|---:|---:|---:|\n";
+  for (const IoPoint& p : r.points) {
+    std::snprintf(line, sizeof line, "| %d | %.0f | %s | %d | %.0f | %.0f | %.0f%% |\n",
+                  p.chunk_tokens, p.record_bytes / 1024.0, p.backend.c_str(), p.depth, p.mb_per_s,
+                  p.reads_per_s, 100 * p.fraction_of_ceiling);
+    s << line;
+  }
+  return s.str();
+}
+
+}  // namespace tierkv::bench

@@ -1,0 +1,48 @@
+// The disk tier's read path (issue #4, "bench-io"): O_DIRECT reads of real
+// chunk records through ChunkStore::Read (checksums verified), per chunk size,
+// backend and queue depth, next to the device's sequential read ceiling
+// measured in the same run.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tierkv/status.h"
+
+namespace tierkv::bench {
+
+struct IoBenchOptions {
+  std::string dir;  // scratch directory on the disk to measure (must support O_DIRECT)
+  uint16_t layers = 8;        // the default model: 8 layers,
+  uint32_t row_bytes = 512;   // 16 KV heads x 16 dims x fp16
+  std::vector<int> chunk_tokens = {16, 32, 64, 128};
+  std::vector<std::string> backends = {"uring", "pread"};
+  std::vector<int> depths = {1, 2, 4, 8, 16, 32, 64};
+  uint64_t data_mib = 256;   // records written per chunk size
+  uint64_t read_mib = 64;    // bytes read per measured point
+  std::function<void(const std::string&)> progress;
+};
+
+struct IoPoint {
+  int chunk_tokens = 0;
+  uint64_t record_bytes = 0;  // one chunk layer on disk (header + K + V pages)
+  std::string backend;
+  int depth = 0;
+  double mb_per_s = 0;        // record bytes read per second (1 MB = 10^6 bytes)
+  double reads_per_s = 0;
+  double fraction_of_ceiling = 0;
+};
+
+struct IoBenchReport {
+  std::string dir;
+  double ceiling_mb_per_s = 0;               // mean of the two measurements
+  double ceiling_before = 0, ceiling_after = 0;
+  std::vector<IoPoint> points;
+};
+
+Result<IoBenchReport> RunIoBench(const IoBenchOptions& options);
+std::string IoReportToJson(const IoBenchReport& r);
+std::string IoReportToText(const IoBenchReport& r);
+
+}  // namespace tierkv::bench
