@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "bench/io_bench.h"
 #include "tierkv/commands.h"
@@ -69,7 +70,10 @@ void AddBenchIo(CLI::App& app, Action* run) {
         if (d < 1 || d > 4096) return Fail("--depths " + std::to_string(d) + " is outside 1..4096");
       }
       auto r = bench::RunIoBench(a->o);
-      if (made && !a->keep) std::system(("rm -rf '" + a->dir + "'").c_str());
+      if (made && !a->keep) {
+        std::error_code ec;
+        std::filesystem::remove_all(a->dir, ec);
+      }
       if (!r.ok()) return Fail(r.status().ToString());
       std::printf("%s\n", a->json ? bench::IoReportToJson(*r).c_str() : bench::IoReportToText(*r).c_str());
       return 0;

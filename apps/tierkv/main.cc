@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddEval(app, &action);
   tierkv::app::AddAnalyze(app, &action);
   tierkv::app::AddBenchIo(app, &action);
+  tierkv::app::AddSimCache(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

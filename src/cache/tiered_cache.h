@@ -1,0 +1,206 @@
+// The device and host pools above the disk tier.
+//
+// Both pools are bounded in bytes and exclusive of each other (a chunk is in
+// at most one); the disk tier (store::ChunkStore) holds every chunk, so a
+// chunk leaving the host pool is dropped, never written. A chunk is any unit
+// the caller names with a 64-bit key (the engine uses one layer of one token
+// chunk, keyed by prefix hash and layer).
+//
+// Placement (IMPRESS 4.4.2, for every policy; the policy only sets the
+// priorities, cache/policy.h):
+//   device hit  stays on the device.
+//   host hit    promoted when its priority beats what it would displace on
+//               the device (the device's lowest chunks, lowest first, until
+//               it fits); the displaced chunks are demoted to the host.
+//   miss        the caller reads the disk and calls Admit: the chunk goes to
+//               the device under the same rule, else to the host under the
+//               same rule against the host's lowest, else stays on disk.
+// The two ordered sets (priority, key) per pool are the paper's two min-heaps
+// with decrease-key: begin() is the lowest chunk.
+//
+// Pinning: Access and Admit return a Pin; while any Pin of a chunk lives,
+// the chunk is neither demoted nor dropped (eviction skips it, it never
+// waits). Data is shared and immutable: a promotion copies it into a new
+// device buffer, and a Pin taken before keeps the buffer it was given.
+//
+// Asynchronous offload (CaR III-D, on by default for `car`): a background
+// "offload" thread demotes the device's lowest unpinned chunks to the host
+// whenever the device is fuller than `offload_watermark`, so that admissions
+// rarely have to evict on the request's path.
+//
+// Thread safety: all methods are thread-safe (one mutex; no I/O under it).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cache/policy.h"
+#include "tierkv/status.h"
+
+namespace tierkv::cache {
+
+enum class Tier : uint8_t { kDevice = 0, kHost = 1, kDisk = 2 };
+const char* TierName(Tier t);
+
+using Buffer = std::shared_ptr<const std::vector<char>>;
+
+struct CacheOptions {
+  uint64_t device_bytes = 0;
+  uint64_t host_bytes = 0;
+  PolicyKind policy = PolicyKind::kScore;
+  PolicyParams params;
+  // Background offload above this fraction of device_bytes; < 0: the
+  // policy's default (on at 0.9 for car, off otherwise), 0: off.
+  double offload_watermark = -1;
+};
+
+struct CacheStats {
+  uint64_t accesses = 0;
+  uint64_t hits[3] = {0, 0, 0};             // by Tier: device, host, disk (miss)
+  uint64_t important_rows[3] = {0, 0, 0};   // important rows requested, by the tier that had them
+  uint64_t rows[3] = {0, 0, 0};
+  uint64_t admissions[3] = {0, 0, 0};       // where Admit placed chunks
+  uint64_t promotions = 0, demotions = 0, host_drops = 0;
+  uint64_t offloads = 0;                    // demotions by the offload thread
+  uint64_t bytes_to_device = 0, bytes_to_host = 0;  // copies into each pool
+  uint64_t device_used = 0, host_used = 0, device_chunks = 0, host_chunks = 0;
+  uint64_t pinned_skips = 0;                // evictions that skipped a pinned chunk
+  double device_hit_ratio() const;
+  double device_important_hit_ratio() const;  // IMPRESS' measure
+};
+
+// CaR's scheduler events (their score rules).
+enum class RequestEvent : uint8_t { kEnterWindow, kStart, kFinish };
+
+class TieredCache;
+
+// Keeps a chunk in its tier and its data alive. Move-only.
+class Pin {
+ public:
+  Pin() = default;
+  Pin(Pin&& o) noexcept { *this = std::move(o); }
+  Pin& operator=(Pin&& o) noexcept;
+  Pin(const Pin&) = delete;
+  Pin& operator=(const Pin&) = delete;
+  ~Pin() { Release(); }
+
+  Tier tier() const { return tier_; }
+  // The chunk's bytes, or null on a miss (and for size-only chunks).
+  const Buffer& data() const { return data_; }
+  void Release();
+
+ private:
+  friend class TieredCache;
+  TieredCache* cache_ = nullptr;
+  uint64_t key_ = 0;
+  uint64_t generation_ = 0;
+  Tier tier_ = Tier::kDisk;
+  Buffer data_;
+};
+
+class TieredCache {
+ public:
+  // InvalidArgument: a watermark outside [0, 1].
+  static Result<std::unique_ptr<TieredCache>> Create(const CacheOptions& options);
+  ~TieredCache();  // stops the offload thread
+  TieredCache(const TieredCache&) = delete;
+  TieredCache& operator=(const TieredCache&) = delete;
+
+  // One access by a request that needs `important_rows` of the chunk's
+  // `rows`: updates its statistics, promotes a host hit if the policy says
+  // so, and pins it. On a miss (tier kDisk) the caller reads the chunk from
+  // disk and hands it to Admit.
+  Pin Access(uint64_t key, uint32_t important_rows, uint32_t rows);
+
+  // Places a chunk just read from disk (its statistics were updated by the
+  // Access that missed). `bytes` is its size in the pools; `data` may be
+  // null (simulations). If another thread admitted it meanwhile, returns
+  // that copy. The Pin is in the tier chosen, or kDisk holding `data`.
+  Pin Admit(uint64_t key, uint64_t bytes, Buffer data);
+
+  // The chunk left the disk tier (evicted or corrupt): forget it everywhere.
+  // Pins already taken keep their data.
+  void Erase(uint64_t key);
+
+  // CaR's score rules, for each chunk of a request.
+  void OnRequestEvent(std::span<const uint64_t> keys, RequestEvent event);
+
+  Tier TierOf(uint64_t key) const;
+  CacheStats stats() const;
+  const CacheOptions& options() const { return opts_; }
+
+  // Waits until the offload thread has nothing to do (tests, benchmarks).
+  void TEST_WaitForOffload();
+  // Checks the invariants: pools within their bounds, each pool's set and
+  // byte count equal to its chunks', every chunk in at most one pool.
+  Status TEST_Validate() const;
+
+ private:
+  // A chunk's place in a pool's order: priority, then recency, then key.
+  struct Rank {
+    double priority = 0;
+    uint64_t last_access = 0;
+    uint64_t key = 0;
+    bool operator<(const Rank& o) const {
+      if (priority != o.priority) return priority < o.priority;
+      if (last_access != o.last_access) return last_access < o.last_access;
+      return key < o.key;
+    }
+  };
+  struct Entry {
+    ChunkStats stats;
+    Tier tier = Tier::kDisk;
+    uint64_t bytes = 0;
+    Rank rank;  // as keyed in its pool's set
+    uint32_t pins = 0;
+    uint64_t generation = 0;  // tells a Pin of an erased chunk from one of its successor
+    Buffer data;
+  };
+  using Heap = std::set<Rank>;  // begin() is the lowest
+  friend class Pin;
+
+  explicit TieredCache(const CacheOptions& options);
+  void Unpin(uint64_t key, uint64_t generation);
+  Rank RankOf(uint64_t key, const Entry& e) const;
+  uint64_t Capacity(Tier t) const { return t == Tier::kDevice ? opts_.device_bytes : opts_.host_bytes; }
+  uint64_t& Used(Tier t) { return t == Tier::kDevice ? device_used_ : host_used_; }
+  Heap& HeapOf(Tier t) { return t == Tier::kDevice ? device_ : host_; }
+  // Whether `bytes` fit in `t` after dropping chunks of lower priority than
+  // `priority` (unpinned, lowest first). REQUIRES: mu_
+  bool CanFitLocked(Tier t, uint64_t bytes, const Rank& rank);
+  // Makes room as CanFitLocked found it; device victims go to the host. REQUIRES: mu_
+  void MakeRoomLocked(Tier t, uint64_t bytes, const Rank& rank);
+  void InsertLocked(uint64_t key, Entry& e, Tier t, bool copy);  // REQUIRES: mu_, e not in a pool
+  void RemoveLocked(uint64_t key, Entry& e);           // REQUIRES: mu_; leaves e on disk
+  void DemoteLocked(uint64_t key, Entry& e);           // device -> host or disk. REQUIRES: mu_
+  void RekeyLocked(uint64_t key, Entry& e);            // priority changed. REQUIRES: mu_
+  Pin MakePinLocked(uint64_t key, Entry& e);           // REQUIRES: mu_
+  void MaybeWakeOffloaderLocked();                     // REQUIRES: mu_
+  void OffloadLoop();
+
+  const CacheOptions opts_;
+  const double watermark_;
+
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, Entry> entries_;
+  Heap device_, host_;
+  uint64_t device_used_ = 0, host_used_ = 0;
+  uint64_t clock_ = 0;
+  CacheStats stats_;
+
+  std::condition_variable offload_cv_, offload_idle_cv_;
+  bool offload_busy_ = false;
+  bool offload_blocked_ = false;  // the last pass found only pinned chunks
+  uint64_t next_generation_ = 1;
+  bool stop_ = false;
+  std::thread offloader_;  // "offload": demotes device -> host above the watermark
+};
+
+}  // namespace tierkv::cache
