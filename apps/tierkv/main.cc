@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddAnalyze(app, &action);
   tierkv::app::AddBenchIo(app, &action);
   tierkv::app::AddSimCache(app, &action);
+  tierkv::app::AddBenchIndex(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
