@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddBenchIo(app, &action);
   tierkv::app::AddSimCache(app, &action);
   tierkv::app::AddBenchIndex(app, &action);
+  tierkv::app::AddInspect(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -49,6 +49,82 @@ std::string StoreIdentity(const StoreOptions& o) {
   return s.str();
 }
 
+// The identity plus the human-readable model line, which is informative only
+// (the fingerprint is what must match).
+std::string StoreIdentityFile(const StoreOptions& o) {
+  std::string desc = o.model_description;
+  std::replace(desc.begin(), desc.end(), '\n', ' ');
+  return StoreIdentity(o) + "model " + desc + "\n";
+}
+
+// The identity lines of an identity file (everything but "model").
+std::string IdentityPart(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, out;
+  while (std::getline(in, line)) {
+    if (line.compare(0, 6, "model ") == 0) continue;
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string ValueOf(const std::string& text, const std::string& key);
+
+}  // namespace
+
+Result<StoreOptions> ReadStoreIdentity(FileSystem* fs, const std::string& dir) {
+  if (fs == nullptr) fs = FileSystem::Default();
+  const std::string path = dir + "/" + kStoreFile;
+  auto text = ReadFileToString(fs, path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound(dir + " is not a tierkv cache directory (no " + kStoreFile +
+                              " identity file)");
+    }
+    return text.status();
+  }
+  const std::string& t = *text;
+  if (t.compare(0, std::strlen(kStoreMagic), kStoreMagic) != 0) {
+    return Status::InvalidArgument(path + ": not a tierkv store identity file");
+  }
+  StoreOptions o;
+  o.dir = dir;
+  o.fs = fs;
+  auto number = [&](const char* key, uint64_t max) -> Result<uint64_t> {
+    const std::string v = ValueOf(t, key);
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || n > max) {
+      return Status::InvalidArgument(path + ": bad or missing field '" + key + "'");
+    }
+    return static_cast<uint64_t>(n);
+  };
+  const std::string fp = ValueOf(t, "fingerprint");
+  char* end = nullptr;
+  o.fingerprint = std::strtoull(fp.c_str(), &end, 16);
+  if (fp.size() != 16 || *end != '\0') {
+    return Status::InvalidArgument(path + ": bad or missing field 'fingerprint'");
+  }
+  ASSIGN_OR_RETURN(uint64_t chunk, number("chunk_tokens", 4096));
+  ASSIGN_OR_RETURN(uint64_t layers, number("layers", 65535));
+  ASSIGN_OR_RETURN(uint64_t row, number("row_bytes", UINT32_MAX));
+  o.chunk_tokens = static_cast<uint32_t>(chunk);
+  o.layers = static_cast<uint16_t>(layers);
+  o.row_bytes = static_cast<uint32_t>(row);
+  const std::string dtype = ValueOf(t, "dtype");
+  if (dtype == "f16") {
+    o.dtype = KvDtype::kF16;
+  } else if (dtype == "f32") {
+    o.dtype = KvDtype::kF32;
+  } else {
+    return Status::InvalidArgument(path + ": bad or missing field 'dtype'");
+  }
+  o.model_description = ValueOf(t, "model");
+  return o;
+}
+
+namespace {
+
 std::string ValueOf(const std::string& text, const std::string& key) {
   std::istringstream in(text);
   std::string line;
@@ -107,7 +183,13 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreOptions options) {
 
 Status ChunkStore::Init() {
   ASSIGN_OR_RETURN(io_, NewIoBackend(opts_.io_backend, IoOptions{opts_.queue_depth}));
-  RETURN_IF_ERROR(fs_->CreateDir(opts_.dir).WithContext("cache directory " + opts_.dir));
+  if (opts_.read_only) {
+    if (!fs_->FileExists(opts_.dir)) {
+      return Status::NotFound("cache directory " + opts_.dir + " does not exist");
+    }
+  } else {
+    RETURN_IF_ERROR(fs_->CreateDir(opts_.dir).WithContext("cache directory " + opts_.dir));
+  }
   ASSIGN_OR_RETURN(auto names, fs_->ListDir(opts_.dir));
   const std::string identity_path = opts_.dir + "/" + kStoreFile;
   const std::string identity = StoreIdentity(opts_);
@@ -132,7 +214,7 @@ Status ChunkStore::Init() {
           ValueOf(text, "fingerprint") + ", this model " + Hex(opts_.fingerprint) +
           "); use another cache directory");
     }
-    if (text != identity) {
+    if (IdentityPart(text) != identity) {
       return Status::InvalidArgument("cache directory " + opts_.dir +
                                      " was written with another geometry (" + identity_path +
                                      " says chunk_tokens " + ValueOf(text, "chunk_tokens") +
@@ -143,8 +225,10 @@ Status ChunkStore::Init() {
   } else if (!names.empty() && !(names.size() == 1 && names[0] == std::string(kStoreFile) + ".tmp")) {
     return Status::InvalidArgument("cache directory " + opts_.dir +
                                    " holds segments but no STORE identity file");
+  } else if (opts_.read_only) {
+    return Status::NotFound(opts_.dir + " is not a tierkv cache directory (no STORE identity file)");
   } else {
-    RETURN_IF_ERROR(WriteFileAtomically(fs_, identity_path, identity));
+    RETURN_IF_ERROR(WriteFileAtomically(fs_, identity_path, StoreIdentityFile(opts_)));
   }
   return Recover();
 }
@@ -406,6 +490,7 @@ Status ChunkStore::EvictForLocked(uint64_t bytes) {
 }
 
 Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput& kv) {
+  if (opts_.read_only) return Status::InvalidArgument("store put: the store was opened read-only");
   if (kv.k.size() != opts_.layers || kv.v.size() != opts_.layers) {
     return Status::InvalidArgument("store put: K/V for " + std::to_string(kv.k.size()) + "/" +
                                    std::to_string(kv.v.size()) + " layers, the store has " +

@@ -58,7 +58,14 @@ struct StoreOptions {
   uint32_t queue_depth = 32;
   // Open record files with O_DIRECT (off only for file systems without it).
   bool direct_io = true;
+  // Inspect only: never create or write anything; Put fails.
+  bool read_only = false;
 };
+
+// The options a cache directory was written with, from its STORE file (for
+// tools that open a store without a model: inspect). NotFound: not a cache
+// directory; InvalidArgument: a damaged identity file, naming the field.
+Result<StoreOptions> ReadStoreIdentity(FileSystem* fs, const std::string& dir);
 
 // K and V rows of a prompt, per layer: k[l] and v[l] hold tokens.size() rows
 // of row_bytes each, token-major.

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "testing/shared.h"
@@ -34,7 +35,8 @@ CliRun Tierkv(const std::string& args, const std::string& env = "") {
 TEST(CliTest, HelpDocumentsEverySubcommand) {
   CliRun r = Tierkv("--help");
   EXPECT_EQ(r.code, 0);
-  for (const char* sub : {"run", "convert", "bench-engine", "eval", "analyze"}) {
+  for (const char* sub : {"run", "convert", "bench-engine", "eval", "analyze", "bench-io",
+                          "bench-index", "sim-cache", "inspect"}) {
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub << " missing from:\n" << r.out;
   }
   r = Tierkv("run --help");
@@ -130,6 +132,41 @@ TEST(CliTest, BenchEngineReportsPeakAndPrefill) {
   for (const char* key : {"\"peak_gflops\"", "\"prefill\"", "\"tokens_per_s\"", "\"fraction_of_peak\""}) {
     EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
   }
+}
+
+TEST(CliTest, InspectReportsAStoreAndRejectsOtherDirectories) {
+  char tmpl[] = "/var/tmp/tierkv_cli_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  CliRun r = Tierkv("bench-io --chunk-tokens 16 --depths 1 --backends pread --data-mib 1 "
+                    "--read-mib 1 --keep --dir " + dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = Tierkv("inspect --json --cache-dir " + dir + "/c16");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* key : {"\"fingerprint\"", "\"chunks\": ", "\"dead_bytes\"", "seg-000001.tkv"}) {
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+  }
+  EXPECT_EQ(r.out.find("\"chunks\": 0,"), std::string::npos) << r.out;
+  r = Tierkv("inspect --cache-dir " + dir);  // the parent: not a cache directory
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("not a tierkv cache directory"), std::string::npos) << r.out;
+  r = Tierkv("inspect");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--cache-dir"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliTest, SimCacheAndBenchIndexReport) {
+  CliRun r = Tierkv("sim-cache --accesses 20000 --json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* key : {"\"lru\"", "\"lfu\"", "\"score\"", "device_important_hit_ratio"}) {
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+  }
+  r = Tierkv("sim-cache --policies mru");
+  EXPECT_NE(r.code, 0);
+  r = Tierkv("bench-index --chunks 20000 --lookups 100 --json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"matched_fraction\": 1.0000"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -279,6 +280,59 @@ TEST(ChunkStoreErrorsTest, BadDirectoriesAndBudgetsAreClearErrors) {
   ChunkRead r{12345, 0, nullptr, nullptr};
   ASSERT_OK(store->Read(std::span<ChunkRead>(&r, 1)));
   EXPECT_THAT(r.status, StatusIs(StatusCode::kNotFound));
+}
+
+TEST(ChunkStoreErrorsTest, ReadOnlyOpenNeverWritesAndReadsTheIdentity) {
+  TempDir dir;
+  StoreOptions ro = Options(dir.path() + "/absent");
+  ro.read_only = true;
+  EXPECT_THAT(ChunkStore::Open(ro), StatusIs(StatusCode::kNotFound, "does not exist"));
+  EXPECT_NE(::access((dir.path() + "/absent").c_str(), F_OK), 0);  // not created
+  ro.dir = dir.path();
+  EXPECT_THAT(ChunkStore::Open(ro), StatusIs(StatusCode::kNotFound, "not a tierkv cache"));
+  EXPECT_THAT(ReadStoreIdentity(nullptr, dir.path()),
+              StatusIs(StatusCode::kNotFound, "not a tierkv cache"));
+  Tokens p = Prompt(1, 0, 40);
+  {
+    StoreOptions o = Options(dir.path());
+    o.model_description = "test model\nwith a newline";
+    ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(o));
+    PromptKv kv(p, kLayers, kRow);
+    ASSERT_OK(store->Put(p, kv.input).status());
+  }
+  ASSERT_OK_AND_ASSIGN(StoreOptions id, ReadStoreIdentity(nullptr, dir.path()));
+  EXPECT_EQ(id.fingerprint, 0xfeedULL);
+  EXPECT_EQ(id.chunk_tokens, kChunk);
+  EXPECT_EQ(id.layers, kLayers);
+  EXPECT_EQ(id.row_bytes, kRow);
+  EXPECT_EQ(id.dtype, KvDtype::kF16);
+  EXPECT_EQ(id.model_description, "test model with a newline");
+  auto listing = [&] {
+    std::string out;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+      out += e.path().filename().string() + ":" + std::to_string(e.file_size()) + " ";
+    }
+    return out;
+  };
+  const std::string before = listing();
+  id.read_only = true;
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(id));
+  EXPECT_EQ(store->stats().live_chunks, 3u);
+  EXPECT_EQ(VerifyPrompt(*store, p), p.size());
+  PromptKv kv(p, kLayers, kRow);
+  EXPECT_THAT(store->Put(Prompt(2, 0, 20), PromptKv(Prompt(2, 0, 20), kLayers, kRow).input),
+              StatusIs(StatusCode::kInvalidArgument, "read-only"));
+  EXPECT_EQ(listing(), before);
+  // A damaged identity file names the bad field.
+  {
+    std::ifstream in(dir.path() + "/STORE");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find("layers ");
+    text.replace(at, text.find('\n', at) - at, "layers many");
+    std::ofstream(dir.path() + "/STORE") << text;
+  }
+  EXPECT_THAT(ReadStoreIdentity(nullptr, dir.path()),
+              StatusIs(StatusCode::kInvalidArgument, "'layers'"));
 }
 
 // A crash at every mutating file-system call of a Put: afterwards, every

@@ -1,0 +1,84 @@
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+
+#include "store/chunk_store.h"
+#include "tierkv/commands.h"
+
+namespace tierkv::app {
+
+void AddInspect(CLI::App& app, Action* run) {
+  struct Args {
+    std::string dir;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "inspect",
+      "Prints a cache directory's state: model fingerprint, geometry, nodes, chunks, bytes, "
+      "segments and dead bytes, after verifying every record (read-only; safe on a directory a "
+      "server is using). The device and host pools live in a running process and are not on disk");
+  sub->add_option("--cache-dir", a->dir, "The cache directory")->required();
+  sub->add_flag("--json", a->json, "Print one JSON object");
+  sub->callback([a, run] {
+    *run = [a]() -> int {
+      auto id = store::ReadStoreIdentity(nullptr, a->dir);
+      if (!id.ok()) return Fail(id.status().ToString());
+      store::StoreOptions o = *id;
+      o.read_only = true;
+      auto st = store::ChunkStore::Open(o);
+      if (!st.ok()) return Fail(st.status().ToString());
+      const store::StoreStats s = (*st)->stats();
+      FileSystem* fs = FileSystem::Default();
+      std::vector<std::pair<std::string, uint64_t>> segs;
+      auto names = fs->ListDir(a->dir);
+      if (names.ok()) {
+        std::sort(names->begin(), names->end());
+        for (const auto& n : *names) {
+          if (n.rfind("seg-", 0) != 0) continue;
+          auto size = fs->FileSize(a->dir + "/" + n);
+          segs.emplace_back(n, size.ok() ? *size : 0);
+        }
+      }
+      const uint64_t disk_bytes = s.live_bytes + s.dead_bytes;
+      if (a->json) {
+        std::printf("{\"cache_dir\": \"%s\", \"fingerprint\": \"%016" PRIx64
+                    "\", \"model\": \"%s\", \"chunk_tokens\": %u, \"layers\": %u, "
+                    "\"row_bytes\": %u, \"dtype\": \"%s\", \"nodes\": %" PRIu64
+                    ", \"chunks\": %" PRIu64 ", \"bytes\": {\"device\": 0, \"host\": 0, \"disk\": %" PRIu64
+                    "}, \"live_bytes\": %" PRIu64 ", \"dead_bytes\": %" PRIu64
+                    ", \"skipped_records\": %" PRIu64 ", \"recovery_us\": %" PRIu64 ", \"segments\": [",
+                    a->dir.c_str(), o.fingerprint, o.model_description.c_str(), o.chunk_tokens,
+                    o.layers, o.row_bytes, o.dtype == store::KvDtype::kF16 ? "f16" : "f32", s.nodes,
+                    s.live_chunks, disk_bytes, s.live_bytes, s.dead_bytes, s.skipped_records,
+                    s.recovery_us);
+        for (size_t i = 0; i < segs.size(); ++i) {
+          std::printf("%s{\"name\": \"%s\", \"bytes\": %" PRIu64 "}", i ? ", " : "",
+                      segs[i].first.c_str(), segs[i].second);
+        }
+        std::printf("]}\n");
+        return 0;
+      }
+      std::printf("cache directory  %s\n", a->dir.c_str());
+      std::printf("model            %s (fingerprint %016" PRIx64 ")\n",
+                  o.model_description.empty() ? "?" : o.model_description.c_str(), o.fingerprint);
+      std::printf("geometry         %u tokens per chunk, %u layers, %u bytes per token row, %s\n",
+                  o.chunk_tokens, o.layers, o.row_bytes,
+                  o.dtype == store::KvDtype::kF16 ? "f16" : "f32");
+      std::printf("index            %" PRIu64 " nodes, %" PRIu64 " chunks\n", s.nodes, s.live_chunks);
+      std::printf("bytes per tier   device 0, host 0 (pools of running processes), disk %" PRIu64
+                  " (%" PRIu64 " live, %" PRIu64 " dead)\n",
+                  disk_bytes, s.live_bytes, s.dead_bytes);
+      std::printf("recovery         %.1f ms, %" PRIu64 " records skipped (torn, corrupt, orphaned "
+                  "or foreign)\n",
+                  s.recovery_us / 1000.0, s.skipped_records);
+      std::printf("segments         %zu\n", segs.size());
+      for (const auto& [name, size] : segs) {
+        std::printf("  %s  %" PRIu64 " bytes\n", name.c_str(), size);
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace tierkv::app
