@@ -297,6 +297,14 @@ std::span<const int32_t> RadixTree::ChunkTokens(uint32_t id) const {
   return std::span<const int32_t>(n.tokens).subspan(size_t{c.index_in_node} * chunk_, c.tokens);
 }
 
+uint32_t RadixTree::ParentChunk(uint32_t id) const {
+  const ChunkInfo& c = chunks_[id];
+  if (c.index_in_node > 0) return nodes_[c.node].chunks[c.index_in_node - 1];
+  const uint32_t parent = nodes_[c.node].parent;
+  if (parent == 0 || parent == kNoNode) return kNoChunk;  // the root holds no chunks
+  return nodes_[parent].chunks.back();
+}
+
 std::vector<uint32_t> RadixTree::LiveChunks() const {
   std::vector<uint32_t> out;
   out.reserve(live_chunks_);

@@ -95,6 +95,9 @@ class RadixTree {
   // The tokens of a stored chunk (a view into its node; invalidated by the
   // next Insert or Evict).
   std::span<const int32_t> ChunkTokens(uint32_t id) const;
+  // The chunk just before `id` on its path (covering the C tokens before it),
+  // or kNoChunk for a chunk at position 0.
+  uint32_t ParentChunk(uint32_t id) const;
   // The live chunks' ids, ascending.
   std::vector<uint32_t> LiveChunks() const;
 

@@ -7,10 +7,12 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <tuple>
 #include <sstream>
 #include <unordered_map>
 
+#include "store/manifest.h"
 #include "tierkv/logging.h"
 
 namespace tierkv::store {
@@ -18,6 +20,7 @@ namespace {
 
 constexpr const char* kStoreFile = "STORE";
 constexpr const char* kStoreMagic = "tierkv-store";
+constexpr const char* kManifestFile = "MANIFEST";
 
 std::string Hex(uint64_t v) {
   char buf[17];
@@ -142,6 +145,18 @@ ChunkStore::ChunkStore(StoreOptions options)
       tree_(opts_.chunk_tokens) {}
 
 ChunkStore::~ChunkStore() {
+  bool dirty;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    dirty = dirty_;
+  }
+  if (dirty && !opts_.read_only && opts_.checkpoint_on_close) {
+    Status s = Checkpoint();
+    if (!s.ok()) {
+      TIERKV_LOG(kWarn) << "store " << opts_.dir << ": no manifest at close (" << s.ToString()
+                        << "); the next open scans the segments";
+    }
+  }
   if (active_) active_->Close().IgnoreError();
 }
 
@@ -197,7 +212,8 @@ Status ChunkStore::Init() {
   for (const std::string& name : names) {
     if (name == kStoreFile) {
       has_identity = true;
-    } else if (SegmentNumber(name) == 0 && name != std::string(kStoreFile) + ".tmp") {
+    } else if (SegmentNumber(name) == 0 && name != std::string(kStoreFile) + ".tmp" &&
+               name != kManifestFile && name != std::string(kManifestFile) + ".tmp") {
       return Status::InvalidArgument("cache directory " + opts_.dir +
                                      " holds a file the store did not write: " + name +
                                      " (use an empty or tierkv-only directory)");
@@ -233,16 +249,15 @@ Status ChunkStore::Init() {
   return Recover();
 }
 
-Result<const RandomAccessFile*> ChunkStore::ReaderFor(uint32_t segment) {
-  // REQUIRES: mu_ held.
-  if (segment < readers_.size() && readers_[segment]) return readers_[segment].get();
+Result<std::shared_ptr<RandomAccessFile>> ChunkStore::ReaderFor(uint32_t segment) {
+  if (segment < readers_.size() && readers_[segment]) return readers_[segment];
   FileOptions fo;
   fo.direct_io = opts_.direct_io;
   fo.no_follow = true;
   ASSIGN_OR_RETURN(auto file, fs_->NewRandomAccessFile(SegmentPath(segment), fo));
   if (readers_.size() <= segment) readers_.resize(segment + 1);
   readers_[segment] = std::move(file);
-  return readers_[segment].get();
+  return readers_[segment];
 }
 
 Status ChunkStore::Recover() {
@@ -265,14 +280,76 @@ Status ChunkStore::Recover() {
   std::unordered_map<uint64_t, Found> found;
   uint64_t skipped = 0, total_bytes = 0;
 
+  // The manifest's snapshot first; then the segments written after it.
+  uint32_t log_from = 1;
+  uint64_t manifest_chunks = 0, manifest_errors = 0;
+  std::vector<uint32_t> garbage;  // below the snapshot and not used by it
+  const std::string manifest_path = opts_.dir + "/" + kManifestFile;
+  if (fs_->FileExists(manifest_path)) {
+    auto text = ReadFileToString(fs_, manifest_path);
+    Result<Manifest> m = text.ok() ? DecodeManifest(*text) : Result<Manifest>(text.status());
+    if (m.ok() && (m->fingerprint != opts_.fingerprint || m->layers != opts_.layers ||
+                   m->chunk_tokens != opts_.chunk_tokens)) {
+      m = Status::Corruption("manifest: written for another model or geometry");
+    }
+    if (!m.ok()) {
+      manifest_errors = 1;
+      TIERKV_LOG(kWarn) << "store " << opts_.dir << ": " << m.status().ToString()
+                        << "; recovering from every segment instead";
+    } else {
+      log_from = m->log_from;
+      sequence_ = std::max(sequence_, m->sequence);
+      const std::set<uint32_t> existing(segments.begin(), segments.end());
+      std::set<uint32_t> used;
+      for (uint32_t seg : m->segments) {
+        if (existing.count(seg)) used.insert(seg);
+      }
+      for (uint32_t seg : segments) {
+        if (seg >= log_from) continue;
+        if (!used.count(seg)) {
+          garbage.push_back(seg);
+          continue;
+        }
+        ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(SegmentPath(seg)));
+        total_bytes += size / kBlockSize * kBlockSize;
+      }
+      for (const ManifestChunk& c : m->chunks) {
+        bool ok = true;
+        for (const auto& w : c.where) ok = ok && used.count(w.first) > 0;
+        if (!ok) continue;  // cannot happen unless files were removed by hand
+        Found& f = found[c.prefix_hash];
+        f.first_token = c.first_token;
+        f.tokens = static_cast<uint32_t>(c.tokens.size());
+        f.parent_hash = c.parent_hash;
+        f.token_ids = c.tokens;
+        f.where.clear();
+        for (const auto& w : c.where) f.where.push_back(Location{w.first, w.second});
+        f.seq.assign(opts_.layers, 0);  // any copy in the log is newer
+        ++manifest_chunks;
+      }
+    }
+  }
+  if (!garbage.empty() && !opts_.read_only) {
+    // Left by a compaction that wrote its manifest but crashed before deleting.
+    for (uint32_t seg : garbage) {
+      TIERKV_LOG(kInfo) << "store " << opts_.dir << ": removing " << SegmentPath(seg)
+                        << " (no longer used since the last compaction)";
+      RETURN_IF_ERROR(fs_->DeleteFile(SegmentPath(seg)));
+    }
+    RETURN_IF_ERROR(fs_->SyncDir(opts_.dir));
+  }
+  uint64_t scanned = 0;
+
   const size_t window = 4u << 20;
   AlignedBuffer buf = AllocateAligned(window);
   size_t buf_size = window;
   for (uint32_t seg : segments) {
+    if (seg < log_from) continue;
+    ++scanned;
     std::lock_guard<std::mutex> l(mu_);
     auto reader = ReaderFor(seg);
     if (!reader.ok()) return reader.status().WithContext("store recovery");
-    const RandomAccessFile* file = *reader;
+    const RandomAccessFile* file = reader->get();
     ASSIGN_OR_RETURN(uint64_t size, file->Size());
     total_bytes += size / kBlockSize * kBlockSize;
     uint64_t win_start = 0, win_len = 0, cursor = 0;
@@ -421,10 +498,13 @@ Status ChunkStore::Recover() {
   }
   dead_bytes_ = total_bytes > live_bytes_ ? total_bytes - live_bytes_ : 0;
   active_segment_ = segments.empty() ? 0 : segments.back();
-  segment_count_ = segments.size();
+  segment_count_ = segments.size() - (opts_.read_only ? 0 : garbage.size());
   {
     std::lock_guard<std::mutex> s(stats_mu_);
     stats_.recovered_chunks = recovered;
+    stats_.manifest_chunks = manifest_chunks;
+    stats_.manifest_errors = manifest_errors;
+    stats_.scanned_segments = scanned;
     stats_.skipped_records = skipped;
     stats_.recovery_us = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
@@ -455,6 +535,7 @@ Status ChunkStore::OpenSegmentForAppend() {
 void ChunkStore::DropLocked(uint32_t chunk, bool corrupt) {
   auto removed = tree_.Truncate(chunk);
   if (!removed.ok()) return;
+  dirty_ = true;
   for (uint32_t id : *removed) {
     // The bytes stay in their segment (dead) until compaction.
     const uint64_t bytes = opts_.layers * record_bytes(chunk_tokens_[id]);
@@ -483,6 +564,7 @@ Status ChunkStore::EvictForLocked(uint64_t bytes) {
     }
     live_bytes_ -= freed;
     dead_bytes_ += freed;
+    dirty_ = true;
     std::lock_guard<std::mutex> s(stats_mu_);
     ++stats_.evicted_chunks;
   }
@@ -629,6 +711,7 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
   }
   live_bytes_ += used;
   dead_bytes_ += out.bytes_written - used;
+  dirty_ = true;
   out.stored_tokens = tree_.Lookup(tokens).matched_tokens;
   std::lock_guard<std::mutex> st(stats_mu_);
   ++stats_.puts;
@@ -647,6 +730,23 @@ LookupResult ChunkStore::Lookup(std::span<const int32_t> tokens) {
   return out;
 }
 
+Status ChunkStore::VerifyRecord(const char* record, uint16_t layer, uint64_t prefix_hash,
+                                uint32_t first_token, uint32_t tokens) const {
+  auto h = DecodeHeader(std::span<const char, kBlockSize>(record, kBlockSize));
+  if (!h.ok()) return h.status();
+  if (h->fingerprint != opts_.fingerprint || h->kind != RecordKind::kKeyValue ||
+      h->layer != layer || h->prefix_hash != prefix_hash || h->first_token != first_token ||
+      h->token_count != tokens || h->row_bytes != opts_.row_bytes || h->dtype != opts_.dtype) {
+    return Status::Corruption("record identity does not match the chunk it was read for");
+  }
+  for (uint32_t pg = 0; pg < h->page_checksums.size(); ++pg) {
+    if (!PageChecksumOk(*h, pg, {record + kBlockSize * (1 + size_t{pg}), kBlockSize})) {
+      return Status::Corruption("payload page " + std::to_string(pg) + " checksum mismatch");
+    }
+  }
+  return Status::Ok();
+}
+
 Status ChunkStore::Read(std::span<ChunkRead> reads) {
   struct Pending {
     ChunkRead* read;
@@ -654,6 +754,7 @@ Status ChunkStore::Read(std::span<ChunkRead> reads) {
     uint64_t prefix_hash;
     uint32_t first_token, tokens;
     AlignedBuffer buf;
+    std::shared_ptr<RandomAccessFile> file;
   };
   std::vector<Pending> pending;
   std::vector<ReadOp> ops;
@@ -678,9 +779,10 @@ Status ChunkStore::Read(std::span<ChunkRead> reads) {
       }
       last_access_[r.chunk] = ++clock_;
       uint64_t len = record_bytes(c.tokens);
-      pending.push_back(Pending{&r, where, c.prefix_hash, c.first_token, c.tokens, AllocateAligned(len)});
+      pending.push_back(
+          Pending{&r, where, c.prefix_hash, c.first_token, c.tokens, AllocateAligned(len), *file});
       ReadOp op;
-      op.file = *file;
+      op.file = file->get();
       op.offset = uint64_t{where.block} * kBlockSize;
       op.length = len;
       op.buf = pending.back().buf.get();
@@ -700,24 +802,7 @@ Status ChunkStore::Read(std::span<ChunkRead> reads) {
     bytes += op.done;
     Status s = op.status;
     if (s.ok() && op.done < op.length) s = Status::Corruption("record cut short at end of segment");
-    if (s.ok()) {
-      auto h = DecodeHeader(std::span<const char, kBlockSize>(p.buf.get(), kBlockSize));
-      if (!h.ok()) {
-        s = h.status();
-      } else if (h->fingerprint != opts_.fingerprint || h->kind != RecordKind::kKeyValue ||
-                 h->layer != r.layer || h->prefix_hash != p.prefix_hash ||
-                 h->first_token != p.first_token || h->token_count != p.tokens ||
-                 h->row_bytes != opts_.row_bytes || h->dtype != opts_.dtype) {
-        s = Status::Corruption("record identity does not match the chunk it was read for");
-      } else {
-        for (uint32_t pg = 0; pg < h->page_checksums.size(); ++pg) {
-          if (!PageChecksumOk(*h, pg, {p.buf.get() + kBlockSize * (1 + size_t{pg}), kBlockSize})) {
-            s = Status::Corruption("payload page " + std::to_string(pg) + " checksum mismatch");
-            break;
-          }
-        }
-      }
-    }
+    if (s.ok()) s = VerifyRecord(p.buf.get(), r.layer, p.prefix_hash, p.first_token, p.tokens);
     if (s.ok()) {
       const size_t half = size_t{p.tokens} * opts_.row_bytes;
       if (r.k) std::memcpy(r.k, p.buf.get() + kBlockSize, half);
@@ -748,6 +833,210 @@ Status ChunkStore::Read(std::span<ChunkRead> reads) {
   stats_.corrupt_records += corrupt;
   stats_.read_errors += errors;
   return Status::Ok();
+}
+
+Result<std::vector<uint32_t>> ChunkStore::ListSegments() const {
+  ASSIGN_OR_RETURN(auto names, fs_->ListDir(opts_.dir));
+  std::vector<uint32_t> out;
+  for (const auto& n : names) {
+    if (uint32_t seg = SegmentNumber(n)) out.push_back(seg);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Status ChunkStore::SealLocked() {
+  if (!active_) return Status::Ok();
+  Status s = active_->Close();
+  active_.reset();  // the next Put opens a new segment
+  return s;
+}
+
+Status ChunkStore::WriteManifest() {
+  Manifest m;
+  m.fingerprint = opts_.fingerprint;
+  m.chunk_tokens = opts_.chunk_tokens;
+  m.layers = opts_.layers;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    m.log_from = active_segment_ + 1;
+    m.sequence = sequence_;
+    std::set<uint32_t> used;
+    for (uint32_t id : tree_.LiveChunks()) {
+      const index::ChunkInfo& c = tree_.chunk(id);
+      ManifestChunk mc;
+      mc.prefix_hash = c.prefix_hash;
+      const uint32_t parent = tree_.ParentChunk(id);
+      mc.parent_hash = parent == index::kNoChunk ? 0 : tree_.chunk(parent).prefix_hash;
+      mc.first_token = c.first_token;
+      auto t = tree_.ChunkTokens(id);
+      mc.tokens.assign(t.begin(), t.end());
+      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+        const Location& w = locations_[size_t{id} * opts_.layers + layer];
+        mc.where.emplace_back(w.segment, w.block);
+        used.insert(w.segment);
+      }
+      m.chunks.push_back(std::move(mc));
+    }
+    m.segments.assign(used.begin(), used.end());
+    dirty_ = false;
+  }
+  Status s = WriteFileAtomically(fs_, opts_.dir + "/" + kManifestFile, EncodeManifest(m));
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    dirty_ = true;
+  }
+  return s.WithContext("store manifest");
+}
+
+Status ChunkStore::Checkpoint() {
+  if (opts_.read_only) return Status::InvalidArgument("store checkpoint: opened read-only");
+  std::lock_guard<std::mutex> w(write_mu_);
+  RETURN_IF_ERROR(SealLocked().WithContext("store checkpoint"));
+  return WriteManifest();
+}
+
+Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
+  if (opts_.read_only) return Status::InvalidArgument("store compact: opened read-only");
+  if (!(min_dead_fraction > 0 && min_dead_fraction <= 1)) {
+    return Status::InvalidArgument("store compact: min_dead_fraction must be in (0, 1]");
+  }
+  std::lock_guard<std::mutex> w(write_mu_);
+  RETURN_IF_ERROR(SealLocked().WithContext("store compact"));
+  CompactResult out;
+  ASSIGN_OR_RETURN(std::vector<uint32_t> segments, ListSegments());
+
+  // What lives where, and which segments are worth rewriting.
+  struct Move {
+    uint32_t chunk;
+    uint16_t layer;
+    uint64_t prefix_hash;
+    uint32_t first_token, tokens;
+    Location from, to;
+    AlignedBuffer buf;
+    std::shared_ptr<RandomAccessFile> file;
+    Status status;
+  };
+  std::vector<Move> moves;
+  std::set<uint32_t> victims;
+  uint64_t victim_bytes = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::unordered_map<uint32_t, uint64_t> live;
+    for (uint32_t id : tree_.LiveChunks()) {
+      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+        live[locations_[size_t{id} * opts_.layers + layer].segment] +=
+            record_bytes(tree_.chunk(id).tokens);
+      }
+    }
+    for (uint32_t seg : segments) {
+      ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(SegmentPath(seg)));
+      const uint64_t l_bytes = live.count(seg) ? live[seg] : 0;
+      if (size == 0 || static_cast<double>(size - std::min(size, l_bytes)) >=
+                           min_dead_fraction * static_cast<double>(size)) {
+        victims.insert(seg);
+        victim_bytes += size;
+      }
+    }
+    if (victims.empty()) return out;
+    for (uint32_t id : tree_.LiveChunks()) {
+      const index::ChunkInfo& c = tree_.chunk(id);
+      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+        const Location& at = locations_[size_t{id} * opts_.layers + layer];
+        if (!victims.count(at.segment)) continue;
+        auto file = ReaderFor(at.segment);
+        if (!file.ok()) return file.status().WithContext("store compact");
+        moves.push_back(Move{id, layer, c.prefix_hash, c.first_token, c.tokens, at, Location{},
+                             AllocateAligned(record_bytes(c.tokens)), *file, Status::Ok()});
+      }
+    }
+  }
+
+  // Read and verify the live records (no index lock held), append them.
+  std::vector<ReadOp> ops;
+  for (Move& m : moves) {
+    ReadOp op;
+    op.file = m.file.get();
+    op.offset = uint64_t{m.from.block} * kBlockSize;
+    op.length = record_bytes(m.tokens);
+    op.buf = m.buf.get();
+    ops.push_back(op);
+  }
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    RETURN_IF_ERROR(io_->Read(ops).WithContext("store compact"));
+  }
+  uint64_t appended = 0;
+  Status s;
+  for (size_t i = 0; i < moves.size() && s.ok(); ++i) {
+    Move& m = moves[i];
+    m.status = ops[i].status;
+    if (m.status.ok() && ops[i].done < ops[i].length) {
+      m.status = Status::Corruption("record cut short at end of segment");
+    }
+    if (m.status.ok()) m.status = VerifyRecord(m.buf.get(), m.layer, m.prefix_hash, m.first_token, m.tokens);
+    if (!m.status.ok()) continue;
+    const uint64_t len = ops[i].length;
+    if (!active_ || active_->Size() + len > opts_.segment_bytes) {
+      s = OpenSegmentForAppend();
+      if (!s.ok()) break;
+    }
+    m.to = Location{active_segment_, static_cast<uint32_t>(active_->Size() / kBlockSize)};
+    s = active_->Append(std::string_view(m.buf.get(), len));
+    appended += len;
+  }
+  if (s.ok() && active_) s = active_->Sync();
+  if (!s.ok()) {
+    // Nothing switched; the partial copies are dead bytes for a later compaction.
+    if (active_) active_->Close().IgnoreError();
+    active_.reset();
+    std::lock_guard<std::mutex> l(mu_);
+    dead_bytes_ += appended;
+    return s.WithContext("store compact");
+  }
+
+  // Switch the index to the copies, then make that durable, then delete.
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (Move& m : moves) {
+      const bool same = tree_.IsLive(m.chunk) && tree_.chunk(m.chunk).prefix_hash == m.prefix_hash;
+      Location& at = locations_[size_t{m.chunk} * opts_.layers + m.layer];
+      if (!m.status.ok()) {
+        TIERKV_LOG(kWarn) << "store compact: chunk " << m.chunk << " layer " << m.layer << ": "
+                          << m.status.ToString() << "; the chunk and its descendants leave the index";
+        if (same) DropLocked(m.chunk, m.status.IsCorruption());
+        continue;
+      }
+      if (same && at.segment == m.from.segment && at.block == m.from.block) {
+        at = m.to;
+        ++out.records_moved;
+      }
+    }
+    dirty_ = true;
+  }
+  RETURN_IF_ERROR(SealLocked().WithContext("store compact"));
+  RETURN_IF_ERROR(WriteManifest());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (uint32_t seg : victims) {
+      if (seg < readers_.size()) readers_[seg].reset();  // reads in flight keep their own reference
+    }
+  }
+  for (uint32_t seg : victims) RETURN_IF_ERROR(fs_->DeleteFile(SegmentPath(seg)));
+  RETURN_IF_ERROR(fs_->SyncDir(opts_.dir));
+  out.segments = static_cast<uint32_t>(victims.size());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    segment_count_ -= std::min<size_t>(segment_count_, victims.size());
+    dead_bytes_ = dead_bytes_ + appended > victim_bytes ? dead_bytes_ + appended - victim_bytes : 0;
+    out.bytes_reclaimed = victim_bytes > appended ? victim_bytes - appended : 0;
+  }
+  std::lock_guard<std::mutex> st(stats_mu_);
+  ++stats_.compactions;
+  stats_.compacted_segments += out.segments;
+  stats_.compacted_records += out.records_moved;
+  stats_.reclaimed_bytes += out.bytes_reclaimed;
+  return out;
 }
 
 StoreStats ChunkStore::stats() const {

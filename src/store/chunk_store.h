@@ -60,6 +60,9 @@ struct StoreOptions {
   bool direct_io = true;
   // Inspect only: never create or write anything; Put fails.
   bool read_only = false;
+  // Write the manifest when the store is destroyed (off: tests that model a
+  // crash without killing the process).
+  bool checkpoint_on_close = true;
 };
 
 // The options a cache directory was written with, from its STORE file (for
@@ -95,7 +98,17 @@ struct StoreStats {
   uint64_t corrupt_records = 0, read_errors = 0;
   uint64_t evicted_chunks = 0, dropped_chunks = 0;  // budget evictions; dropped for corruption
   uint64_t recovered_chunks = 0, skipped_records = 0, recovery_us = 0;
+  uint64_t manifest_chunks = 0;      // of the recovered, how many came from the manifest
+  uint64_t manifest_errors = 0;      // a damaged manifest (recovery then scanned every segment)
+  uint64_t scanned_segments = 0;     // segments recovery read record by record
+  uint64_t compactions = 0, compacted_segments = 0, compacted_records = 0, reclaimed_bytes = 0;
   uint64_t live_chunks = 0, live_bytes = 0, dead_bytes = 0, segments = 0, nodes = 0;
+};
+
+struct CompactResult {
+  uint32_t segments = 0;       // segments rewritten and deleted
+  uint64_t records_moved = 0;  // live records copied to the active segment
+  uint64_t bytes_reclaimed = 0;
 };
 
 struct LookupResult {
@@ -129,6 +142,21 @@ class ChunkStore {
   // IoBackend). Per-read statuses; the call itself fails only on misuse.
   Status Read(std::span<ChunkRead> reads);
 
+  // Writes the manifest (a snapshot of the index) after sealing the active
+  // segment, so that the next Open reads it plus the segments written after
+  // it. Done by the destructor too. InvalidArgument when read-only.
+  Status Checkpoint();
+
+  // Reclaims dead bytes: every sealed segment whose dead share is at least
+  // `min_dead_fraction` has its live records (verified) copied to the active
+  // segment; once the copies are durable the index points at them, a new
+  // manifest is written, and the old segments are deleted. Readers are
+  // never blocked on its I/O and never see a half-moved chunk: a chunk's
+  // location switches under the index lock, and a read that started on the
+  // old segment finishes on it (the file stays open until no read uses it).
+  // A crash at any step leaves either the old or the new copy findable.
+  Result<CompactResult> Compact(double min_dead_fraction = 0.5);
+
   StoreStats stats() const;
   const StoreOptions& options() const { return opts_; }
   uint64_t record_bytes(uint32_t tokens) const;  // bytes of one chunk layer on disk
@@ -148,7 +176,12 @@ class ChunkStore {
   Status OpenSegmentForAppend();
   Status EvictForLocked(uint64_t bytes);  // REQUIRES: mu_
   void DropLocked(uint32_t chunk, bool corrupt);  // REQUIRES: mu_
-  Result<const RandomAccessFile*> ReaderFor(uint32_t segment);
+  Result<std::shared_ptr<RandomAccessFile>> ReaderFor(uint32_t segment);  // REQUIRES: mu_
+  Status SealLocked();  // REQUIRES: write_mu_
+  Status VerifyRecord(const char* record, uint16_t layer, uint64_t prefix_hash,
+                      uint32_t first_token, uint32_t tokens) const;
+  Status WriteManifest();  // REQUIRES: write_mu_, not mu_
+  Result<std::vector<uint32_t>> ListSegments() const;
 
   StoreOptions opts_;
   FileSystem* fs_;
@@ -165,7 +198,10 @@ class ChunkStore {
   uint64_t clock_ = 0;
   uint64_t live_bytes_ = 0, dead_bytes_ = 0;
   uint64_t sequence_ = 0;
-  std::vector<std::unique_ptr<RandomAccessFile>> readers_;  // by segment number
+  // By segment number; shared so that a read in flight keeps its file open
+  // while compaction deletes the segment.
+  std::vector<std::shared_ptr<RandomAccessFile>> readers_;
+  bool dirty_ = false;  // written since the last manifest
   std::unique_ptr<WritableFile> active_;
   uint32_t active_segment_ = 0;
 

@@ -1,0 +1,109 @@
+#include "store/manifest.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+
+namespace tierkv::store {
+namespace {
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+class Reader {
+ public:
+  explicit Reader(const std::string& s, size_t end) : s_(s), end_(end) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (pos_ + sizeof(T) > end_) return false;
+    std::memcpy(v, s_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  const std::string& s_;
+  size_t end_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::string EncodeManifest(const Manifest& m) {
+  std::string out(kManifestMagic, sizeof kManifestMagic);
+  Put(&out, kManifestVersion);
+  Put(&out, m.fingerprint);
+  Put(&out, m.chunk_tokens);
+  Put(&out, m.layers);
+  Put(&out, m.log_from);
+  Put(&out, m.sequence);
+  Put(&out, static_cast<uint32_t>(m.segments.size()));
+  for (uint32_t s : m.segments) Put(&out, s);
+  Put(&out, static_cast<uint64_t>(m.chunks.size()));
+  for (const ManifestChunk& c : m.chunks) {
+    Put(&out, c.prefix_hash);
+    Put(&out, c.parent_hash);
+    Put(&out, c.first_token);
+    Put(&out, static_cast<uint16_t>(c.tokens.size()));
+    out.append(reinterpret_cast<const char*>(c.tokens.data()), c.tokens.size() * sizeof(int32_t));
+    for (const auto& [seg, block] : c.where) {
+      Put(&out, seg);
+      Put(&out, block);
+    }
+  }
+  Put(&out, static_cast<uint64_t>(XXH3_64bits(out.data(), out.size())));
+  return out;
+}
+
+Result<Manifest> DecodeManifest(const std::string& bytes) {
+  auto bad = [](const std::string& what) { return Status::Corruption("manifest: " + what); };
+  if (bytes.size() < sizeof kManifestMagic + sizeof(uint64_t) ||
+      std::memcmp(bytes.data(), kManifestMagic, sizeof kManifestMagic) != 0) {
+    return bad("bad magic (not a tierkv manifest)");
+  }
+  const size_t body = bytes.size() - sizeof(uint64_t);
+  uint64_t sum;
+  std::memcpy(&sum, bytes.data() + body, sizeof sum);
+  if (sum != XXH3_64bits(bytes.data(), body)) return bad("checksum mismatch");
+  Reader r(bytes, body);
+  char magic[sizeof kManifestMagic];
+  for (char& c : magic) r.Get(&c);
+  Manifest m;
+  uint32_t version = 0, nseg = 0;
+  uint64_t nchunks = 0;
+  if (!r.Get(&version) || version != kManifestVersion) return bad("unsupported version");
+  if (!r.Get(&m.fingerprint) || !r.Get(&m.chunk_tokens) || !r.Get(&m.layers) ||
+      !r.Get(&m.log_from) || !r.Get(&m.sequence) || !r.Get(&nseg)) {
+    return bad("truncated header");
+  }
+  if (m.layers == 0 || m.chunk_tokens == 0) return bad("zero layers or chunk size");
+  if (nseg > body / sizeof(uint32_t)) return bad("segment count out of range");
+  m.segments.resize(nseg);
+  for (uint32_t& s : m.segments) {
+    if (!r.Get(&s)) return bad("truncated segment list");
+  }
+  if (!r.Get(&nchunks) || nchunks > body) return bad("chunk count out of range");
+  m.chunks.resize(nchunks);
+  for (ManifestChunk& c : m.chunks) {
+    uint16_t n = 0;
+    if (!r.Get(&c.prefix_hash) || !r.Get(&c.parent_hash) || !r.Get(&c.first_token) || !r.Get(&n)) {
+      return bad("truncated chunk");
+    }
+    if (n == 0 || n > m.chunk_tokens) return bad("chunk token count out of range");
+    c.tokens.resize(n);
+    for (int32_t& t : c.tokens) {
+      if (!r.Get(&t)) return bad("truncated tokens");
+    }
+    c.where.resize(m.layers);
+    for (auto& [seg, block] : c.where) {
+      if (!r.Get(&seg) || !r.Get(&block)) return bad("truncated locations");
+    }
+  }
+  if (r.pos() != body) return bad("trailing bytes");
+  return m;
+}
+
+}  // namespace tierkv::store

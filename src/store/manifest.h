@@ -1,0 +1,44 @@
+// The manifest: a checksummed snapshot of the disk tier's index, so that a
+// restart reads one file plus the segments written since instead of every
+// segment. The segments after the snapshot are its log: records are
+// self-describing, so recovery scans segments numbered >= log_from exactly as
+// it scans all of them without a manifest.
+//
+// Written atomically (temporary file, sync, rename, sync of the directory) at
+// a clean close, after compaction, and by ChunkStore::Checkpoint. The active
+// segment is sealed first, so a manifest always covers whole segments.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tierkv/status.h"
+
+namespace tierkv::store {
+
+inline constexpr char kManifestMagic[8] = {'T', 'K', 'V', 'M', 'A', 'N', '0', '1'};
+inline constexpr uint32_t kManifestVersion = 1;
+
+struct ManifestChunk {
+  uint64_t prefix_hash = 0, parent_hash = 0;
+  uint32_t first_token = 0;
+  std::vector<int32_t> tokens;
+  // Per layer: segment number and 4 KiB block of the record.
+  std::vector<std::pair<uint32_t, uint32_t>> where;
+};
+
+struct Manifest {
+  uint64_t fingerprint = 0;
+  uint32_t chunk_tokens = 0;
+  uint16_t layers = 0;
+  uint32_t log_from = 1;   // segments numbered >= this were written after the snapshot
+  uint64_t sequence = 0;   // the highest record sequence number so far
+  std::vector<uint32_t> segments;  // the segments below log_from that the snapshot uses
+  std::vector<ManifestChunk> chunks;
+};
+
+std::string EncodeManifest(const Manifest& m);
+// Corruption (naming what is wrong) for a damaged or truncated manifest.
+Result<Manifest> DecodeManifest(const std::string& bytes);
+
+}  // namespace tierkv::store
