@@ -34,6 +34,7 @@ store::StoreOptions StoreOpts(const IoBenchOptions& o, int chunk, const std::str
 
 struct Target {
   uint32_t chunk;
+  uint64_t prefix_hash;
   uint16_t layer;
   uint32_t tokens;
 };
@@ -70,7 +71,7 @@ Result<std::vector<Target>> Fill(const IoBenchOptions& o, int chunk) {
   for (const auto& p : prompts) {
     store::LookupResult m = st->Lookup(p);
     for (size_t c = 0; c < m.chunks.size(); ++c) {
-      for (uint16_t l = 0; l < o.layers; ++l) targets.push_back({m.chunks[c], l, m.chunk_tokens[c]});
+      for (uint16_t l = 0; l < o.layers; ++l) targets.push_back({m.chunks[c], m.prefix_hashes[c], l, m.chunk_tokens[c]});
     }
   }
   return targets;
@@ -154,7 +155,7 @@ Result<IoBenchReport> RunIoBench(const IoBenchOptions& o) {
           std::vector<store::ChunkRead> rs;
           for (size_t i = 0; i < batch; ++i) {
             const Target& t = order[next++ % order.size()];
-            rs.push_back(store::ChunkRead{t.chunk, t.layer, k[i].data(), v[i].data()});
+            rs.push_back(store::ChunkRead{t.chunk, t.prefix_hash, t.layer, k[i].data(), v[i].data()});
           }
           RETURN_IF_ERROR(st->Read(rs));
           for (auto& r : rs) RETURN_IF_ERROR(r.status);

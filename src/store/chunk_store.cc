@@ -594,8 +594,11 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
   uint64_t parent_hash = 0;
   {
     std::lock_guard<std::mutex> l(mu_);
-    // Evict until the new chunks fit; eviction may remove the prompt's own
-    // stored tail, so plan again after each round.
+    // The prompt's own stored prefix is the most recent: evicted last.
+    for (uint32_t id : tree_.Lookup(tokens).chunks) last_access_[id] = ++clock_;
+    // Evict until the new chunks fit. Eviction may still take the prompt's
+    // own stored tail (when nothing else is left), so plan again after each
+    // round until the plan holds.
     for (;;) {
       start = tree_.PlanInsert(tokens);
       end = tokens.size();
@@ -603,8 +606,13 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
       for (size_t p = start; p < end; p += C) {
         need += opts_.layers * record_bytes(static_cast<uint32_t>(std::min<size_t>(C, end - p)));
       }
-      if (need == 0 || EvictForLocked(need).ok()) break;
+      if (need == 0) break;
+      if (EvictForLocked(need).ok()) {
+        if (tree_.PlanInsert(tokens) == start) break;
+        continue;  // our own prefix shrank: more to write
+      }
       // Even an empty disk tier cannot hold all of it: store the prefix that fits.
+      start = tree_.PlanInsert(tokens);
       uint64_t room = opts_.disk_budget_bytes > live_bytes_ ? opts_.disk_budget_bytes - live_bytes_ : 0;
       size_t fit = start;
       while (fit < end) {
@@ -618,9 +626,11 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
     }
     if (start > 0 && start < end) {
       index::Match m = tree_.Lookup(tokens.first(start));
+      if (m.matched_tokens != start || m.chunks.empty()) {
+        return Status::Corruption("store put: the plan and the index disagree");  // never expected
+      }
       parent_hash = tree_.chunk(m.chunks.back()).prefix_hash;
     }
-    for (uint32_t id : tree_.Lookup(tokens.first(start)).chunks) last_access_[id] = ++clock_;
   }
   if (start >= end) {
     std::lock_guard<std::mutex> l(mu_);
@@ -726,7 +736,10 @@ LookupResult ChunkStore::Lookup(std::span<const int32_t> tokens) {
   LookupResult out;
   out.matched_tokens = m.matched_tokens;
   out.chunks = std::move(m.chunks);
-  for (uint32_t id : out.chunks) out.chunk_tokens.push_back(tree_.chunk(id).tokens);
+  for (uint32_t id : out.chunks) {
+    out.chunk_tokens.push_back(tree_.chunk(id).tokens);
+    out.prefix_hashes.push_back(tree_.chunk(id).prefix_hash);
+  }
   return out;
 }
 
@@ -766,7 +779,7 @@ Status ChunkStore::Read(std::span<ChunkRead> reads) {
                                            " of " + std::to_string(opts_.layers));
         continue;
       }
-      if (!tree_.IsLive(r.chunk)) {
+      if (!tree_.IsLive(r.chunk) || tree_.chunk(r.chunk).prefix_hash != r.prefix_hash) {
         r.status = Status::NotFound("store read: chunk " + std::to_string(r.chunk) + " not stored");
         continue;
       }

@@ -83,8 +83,12 @@ struct PutResult {
 };
 
 // One layer of one chunk to read. Outputs are row_bytes * tokens each.
+// A chunk is named by its id and its prefix hash, both from Lookup: ids are
+// reused after eviction, so a read whose chunk was evicted (and whose id now
+// names another chunk) since the lookup is NotFound, never another chunk's KV.
 struct ChunkRead {
   uint32_t chunk = index::kNoChunk;
+  uint64_t prefix_hash = 0;
   uint16_t layer = 0;
   char* k = nullptr;  // may be null: values only
   char* v = nullptr;  // may be null: keys only
@@ -115,6 +119,7 @@ struct LookupResult {
   size_t matched_tokens = 0;
   std::vector<uint32_t> chunks;  // token order; see index::Match
   std::vector<uint32_t> chunk_tokens;  // tokens of each chunk
+  std::vector<uint64_t> prefix_hashes;  // identity of each chunk (for ChunkRead)
 };
 
 class ChunkStore {

@@ -64,7 +64,7 @@ size_t VerifyPrompt(ChunkStore& store, const Tokens& tokens, Status* first_error
       size_t i = c * kLayers + l;
       k[i].resize(m.chunk_tokens[c] * kRow);
       v[i].resize(m.chunk_tokens[c] * kRow);
-      reads.push_back(ChunkRead{m.chunks[c], l, k[i].data(), v[i].data()});
+      reads.push_back(ChunkRead{m.chunks[c], m.prefix_hashes[c], l, k[i].data(), v[i].data()});
     }
   }
   EXPECT_OK(store.Read(reads));
@@ -278,7 +278,7 @@ TEST(ChunkStoreErrorsTest, BadDirectoriesAndBudgetsAreClearErrors) {
   short_kv.k.pop_back();
   EXPECT_THAT(store->Put(p, short_kv), StatusIs(StatusCode::kInvalidArgument, "layers"));
   // Reads of chunks that are not there.
-  ChunkRead r{12345, 0, nullptr, nullptr};
+  ChunkRead r{12345, 0, 0, nullptr, nullptr};
   ASSERT_OK(store->Read(std::span<ChunkRead>(&r, 1)));
   EXPECT_THAT(r.status, StatusIs(StatusCode::kNotFound));
 }
@@ -334,6 +334,29 @@ TEST(ChunkStoreErrorsTest, ReadOnlyOpenNeverWritesAndReadsTheIdentity) {
   }
   EXPECT_THAT(ReadStoreIdentity(nullptr, dir.path()),
               StatusIs(StatusCode::kInvalidArgument, "'layers'"));
+}
+
+// Chunk ids are reused after eviction: a read named by a lookup made before
+// the eviction is NotFound, never the new chunk's K/V.
+TEST(ChunkStoreErrorsTest, ReadAfterEvictionAndIdReuseIsNotFound) {
+  TempDir dir;
+  StoreOptions o = Options(dir.path());
+  o.disk_budget_bytes = 2 * kLayers * 3 * kBlockSize;  // two full chunks
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(o));
+  Tokens a = Prompt(1, 0, 16), b = Prompt(2, 0, 32);
+  ASSERT_OK(store->Put(a, PromptKv(a, kLayers, kRow).input).status());
+  LookupResult la = store->Lookup(a);
+  ASSERT_EQ(la.chunks.size(), 1u);
+  ASSERT_OK(store->Put(b, PromptKv(b, kLayers, kRow).input).status());
+  EXPECT_EQ(store->Lookup(a).matched_tokens, 0u);  // evicted
+  LookupResult lb = store->Lookup(b);
+  ASSERT_EQ(lb.chunks.size(), 2u);
+  EXPECT_TRUE(lb.chunks[0] == la.chunks[0] || lb.chunks[1] == la.chunks[0]);  // the id is reused
+  std::string k(kChunk * kRow, '\0'), v = k;
+  ChunkRead r{la.chunks[0], la.prefix_hashes[0], 0, k.data(), v.data()};
+  ASSERT_OK(store->Read(std::span<ChunkRead>(&r, 1)));
+  EXPECT_THAT(r.status, StatusIs(StatusCode::kNotFound));
+  EXPECT_EQ(k, std::string(kChunk * kRow, '\0'));
 }
 
 // A crash at every mutating file-system call of a Put: afterwards, every

@@ -85,7 +85,7 @@ TEST(Kill9Test, AcknowledgedChunksSurviveKill9) {
       for (size_t c = 0; c < m.chunks.size(); ++c) {
         for (uint16_t l = 0; l < o.layers; ++l) {
           std::string k(m.chunk_tokens[c] * o.row_bytes, '\0'), v = k;
-          ChunkRead r{m.chunks[c], l, k.data(), v.data()};
+          ChunkRead r{m.chunks[c], m.prefix_hashes[c], l, k.data(), v.data()};
           ASSERT_OK(store->Read(std::span<ChunkRead>(&r, 1)));
           ASSERT_OK(r.status) << "prompt " << seed << " chunk " << c;
           size_t used = std::min<size_t>(m.chunk_tokens[c], m.matched_tokens - c * 16) * o.row_bytes;
