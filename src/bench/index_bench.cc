@@ -60,8 +60,9 @@ Result<IndexBenchReport> RunIndexBench(const IndexBenchOptions& o) {
   r.tree_bytes_per_chunk = static_cast<double>(tree_bytes) / n;
   r.token_bytes_per_chunk = static_cast<double>(token_bytes) / n;
   r.structure_bytes_per_chunk = r.tree_bytes_per_chunk - r.token_bytes_per_chunk;
-  // ChunkStore's per-chunk tables: a location per layer, last access, token count.
-  r.store_bytes_per_chunk = static_cast<double>(o.layers * sizeof(store::ChunkStore::Location) +
+  // ChunkStore's per-chunk tables: one location (a chunk's layers are back
+  // to back), last access, token count.
+  r.store_bytes_per_chunk = static_cast<double>(sizeof(store::ChunkStore::Location) +
                                                 sizeof(uint64_t) + sizeof(uint16_t));
 
   size_t matched = 0, asked = 0;

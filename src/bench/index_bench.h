@@ -15,7 +15,7 @@ struct IndexBenchOptions {
   int prompt_chunks = 50;        // chunks per prompt
   double shared_fraction = 0.5;  // mean share of a prompt copied from an earlier prompt's prefix
   int lookups = 100000;
-  uint32_t layers = 8;           // for the store's per-chunk tables (locations per layer)
+  uint32_t layers = 8;           // reported only: the store keeps one location per chunk
   uint64_t seed = 1;
 };
 

@@ -483,15 +483,12 @@ Status ChunkStore::Recover() {
         if (!removed.ok()) return removed.status();
         break;
       }
-      if (locations_.size() < (size_t{id} + 1) * opts_.layers) {
-        locations_.resize((size_t{id} + 1) * opts_.layers);
+      if (last_access_.size() < size_t{id} + 1) {
         last_access_.resize(id + 1);
         chunk_tokens_.resize(id + 1);
       }
       chunk_tokens_[id] = tree_.chunk(id).tokens;
-      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
-        locations_[size_t{id} * opts_.layers + layer] = it->second.where[layer];
-      }
+      SetLocations(id, it->second.where);
       live_bytes_ += opts_.layers * record_bytes(tree_.chunk(id).tokens);
       ++recovered;
     }
@@ -541,9 +538,7 @@ void ChunkStore::DropLocked(uint32_t chunk, bool corrupt) {
     const uint64_t bytes = opts_.layers * record_bytes(chunk_tokens_[id]);
     live_bytes_ -= bytes;
     dead_bytes_ += bytes;
-    for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
-      locations_[size_t{id} * opts_.layers + layer] = Location{};
-    }
+    ClearLocations(id);
   }
   std::lock_guard<std::mutex> s(stats_mu_);
   if (corrupt) stats_.dropped_chunks += removed->size();
@@ -559,9 +554,7 @@ Status ChunkStore::EvictForLocked(uint64_t bytes) {
     });
     uint64_t freed = opts_.layers * record_bytes(tree_.chunk(victim).tokens);
     RETURN_IF_ERROR(tree_.Evict(victim));
-    for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
-      locations_[size_t{victim} * opts_.layers + layer] = Location{};
-    }
+    ClearLocations(victim);
     live_bytes_ -= freed;
     dead_bytes_ += freed;
     dirty_ = true;
@@ -669,7 +662,8 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
       h.sequence = ++sequence_;
       h.tokens.assign(tokens.begin() + p, tokens.begin() + p + n);
       EncodeRecord(h, payload, &record);
-      if (!active_ || active_->Size() + record.size() > opts_.segment_bytes) {
+      // A chunk's layers go back to back in one segment (one location per chunk).
+      if (layer == 0 && (!active_ || active_->Size() + opts_.layers * record.size() > opts_.segment_bytes)) {
         s = OpenSegmentForAppend();
         if (!s.ok()) break;
       }
@@ -706,15 +700,12 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
       if (!removed.ok()) return removed.status();
       break;
     }
-    if (locations_.size() < (size_t{id} + 1) * opts_.layers) {
-      locations_.resize((size_t{id} + 1) * opts_.layers);
+    if (last_access_.size() < size_t{id} + 1) {
       last_access_.resize(id + 1);
       chunk_tokens_.resize(id + 1);
     }
     chunk_tokens_[id] = tree_.chunk(id).tokens;
-    for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
-      locations_[size_t{id} * opts_.layers + layer] = it->second->where[layer];
-    }
+    SetLocations(id, it->second->where);
     last_access_[id] = ++clock_;
     used += opts_.layers * record_bytes(tree_.chunk(id).tokens);
     ++out.new_chunks;
@@ -784,7 +775,7 @@ Status ChunkStore::Read(std::span<ChunkRead> reads) {
         continue;
       }
       const index::ChunkInfo& c = tree_.chunk(r.chunk);
-      Location where = locations_[size_t{r.chunk} * opts_.layers + r.layer];
+      Location where = LocationOf(r.chunk, r.layer);
       auto file = ReaderFor(where.segment);
       if (!file.ok()) {
         r.status = file.status();
@@ -885,7 +876,7 @@ Status ChunkStore::WriteManifest() {
       auto t = tree_.ChunkTokens(id);
       mc.tokens.assign(t.begin(), t.end());
       for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
-        const Location& w = locations_[size_t{id} * opts_.layers + layer];
+        const Location w = LocationOf(id, layer);
         mc.where.emplace_back(w.segment, w.block);
         used.insert(w.segment);
       }
@@ -938,7 +929,7 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
     std::unordered_map<uint32_t, uint64_t> live;
     for (uint32_t id : tree_.LiveChunks()) {
       for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
-        live[locations_[size_t{id} * opts_.layers + layer].segment] +=
+        live[LocationOf(id, layer).segment] +=
             record_bytes(tree_.chunk(id).tokens);
       }
     }
@@ -955,7 +946,7 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
     for (uint32_t id : tree_.LiveChunks()) {
       const index::ChunkInfo& c = tree_.chunk(id);
       for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
-        const Location& at = locations_[size_t{id} * opts_.layers + layer];
+        const Location at = LocationOf(id, layer);
         if (!victims.count(at.segment)) continue;
         auto file = ReaderFor(at.segment);
         if (!file.ok()) return file.status().WithContext("store compact");
@@ -990,7 +981,8 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
     if (m.status.ok()) m.status = VerifyRecord(m.buf.get(), m.layer, m.prefix_hash, m.first_token, m.tokens);
     if (!m.status.ok()) continue;
     const uint64_t len = ops[i].length;
-    if (!active_ || active_->Size() + len > opts_.segment_bytes) {
+    const bool chunk_start = i == 0 || moves[i - 1].chunk != m.chunk;
+    if (!active_ || (chunk_start && active_->Size() + opts_.layers * len > opts_.segment_bytes)) {
       s = OpenSegmentForAppend();
       if (!s.ok()) break;
     }
@@ -1013,15 +1005,18 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
     std::lock_guard<std::mutex> l(mu_);
     for (Move& m : moves) {
       const bool same = tree_.IsLive(m.chunk) && tree_.chunk(m.chunk).prefix_hash == m.prefix_hash;
-      Location& at = locations_[size_t{m.chunk} * opts_.layers + m.layer];
       if (!m.status.ok()) {
         TIERKV_LOG(kWarn) << "store compact: chunk " << m.chunk << " layer " << m.layer << ": "
                           << m.status.ToString() << "; the chunk and its descendants leave the index";
         if (same) DropLocked(m.chunk, m.status.IsCorruption());
         continue;
       }
-      if (same && at.segment == m.from.segment && at.block == m.from.block) {
+      if (!same) continue;
+      std::vector<Location> where = LocationsOf(m.chunk);
+      Location& at = where[m.layer];
+      if (at.segment == m.from.segment && at.block == m.from.block) {
         at = m.to;
+        SetLocations(m.chunk, where);
         ++out.records_moved;
       }
     }
@@ -1070,7 +1065,43 @@ StoreStats ChunkStore::stats() const {
 ChunkStore::Location ChunkStore::TEST_location(uint32_t chunk, uint16_t layer) const {
   std::lock_guard<std::mutex> l(mu_);
   if (!tree_.IsLive(chunk)) return Location{};
-  return locations_[size_t{chunk} * opts_.layers + layer];
+  return LocationOf(chunk, layer);
+}
+
+ChunkStore::Location ChunkStore::LocationOf(uint32_t chunk, uint16_t layer) const {
+  auto it = scattered_.find(chunk);
+  if (it != scattered_.end()) return it->second[layer];
+  if (chunk >= first_location_.size()) return Location{};
+  Location at = first_location_[chunk];
+  if (at.segment == 0) return at;
+  at.block += layer * static_cast<uint32_t>(record_bytes(chunk_tokens_[chunk]) / kBlockSize);
+  return at;
+}
+
+std::vector<ChunkStore::Location> ChunkStore::LocationsOf(uint32_t chunk) const {
+  std::vector<Location> out(opts_.layers);
+  for (uint16_t l = 0; l < opts_.layers; ++l) out[l] = LocationOf(chunk, l);
+  return out;
+}
+
+void ChunkStore::SetLocations(uint32_t chunk, std::span<const Location> where) {
+  if (first_location_.size() <= chunk) first_location_.resize(size_t{chunk} + 1);
+  const uint32_t blocks = static_cast<uint32_t>(record_bytes(chunk_tokens_[chunk]) / kBlockSize);
+  bool packed = true;
+  for (uint16_t l = 1; l < opts_.layers && packed; ++l) {
+    packed = where[l].segment == where[0].segment && where[l].block == where[0].block + l * blocks;
+  }
+  first_location_[chunk] = where[0];
+  if (packed) {
+    scattered_.erase(chunk);
+  } else {
+    scattered_[chunk].assign(where.begin(), where.end());
+  }
+}
+
+void ChunkStore::ClearLocations(uint32_t chunk) {
+  if (chunk < first_location_.size()) first_location_[chunk] = Location{};
+  scattered_.erase(chunk);
 }
 
 }  // namespace tierkv::store

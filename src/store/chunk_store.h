@@ -30,6 +30,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "index/radix_tree.h"
@@ -196,7 +197,16 @@ class ChunkStore {
 
   mutable std::mutex mu_;  // index, locations, accounting
   index::RadixTree tree_;
-  std::vector<Location> locations_;      // chunk * layers + layer
+  // Where each chunk's records are. Put and compaction write a chunk's
+  // layers back to back in one segment, so one Location (layer 0's) per
+  // chunk is enough; chunks whose layers recovery found scattered keep a
+  // full list in scattered_. 8 bytes per chunk instead of 8 per layer.
+  std::vector<Location> first_location_;
+  std::unordered_map<uint32_t, std::vector<Location>> scattered_;
+  Location LocationOf(uint32_t chunk, uint16_t layer) const;        // REQUIRES: mu_
+  std::vector<Location> LocationsOf(uint32_t chunk) const;          // REQUIRES: mu_
+  void SetLocations(uint32_t chunk, std::span<const Location> where);  // REQUIRES: mu_
+  void ClearLocations(uint32_t chunk);                              // REQUIRES: mu_
   std::vector<uint64_t> last_access_;    // per chunk, for budget eviction
   std::vector<uint16_t> chunk_tokens_;   // per chunk (valid while live)
   size_t segment_count_ = 0;

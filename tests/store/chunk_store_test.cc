@@ -254,7 +254,18 @@ TEST(ChunkStoreErrorsTest, BadDirectoriesAndBudgetsAreClearErrors) {
   EXPECT_THAT(ChunkStore::Open(geometry), StatusIs(StatusCode::kInvalidArgument, "geometry"));
   // Not a directory we can create.
   std::ofstream(dir.path() + "/plainfile") << "x";
-  EXPECT_FALSE(ChunkStore::Open(Options(dir.path() + "/plainfile/cache")).ok());
+  // The error names the directory and the system's reason (errno-mapped code).
+  auto bad_dir = [](const std::string& d) {
+    auto r = ChunkStore::Open(Options(d));
+    EXPECT_FALSE(r.ok()) << d;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("cache directory " + d), std::string::npos)
+          << r.status().ToString();
+    }
+  };
+  bad_dir(dir.path() + "/plainfile/cache");
+  // A directory nobody may create (tests run as root, so not chmod: /proc).
+  bad_dir("/proc/tierkv_cache");
   // A file the store did not write.
   EXPECT_THAT(ChunkStore::Open(Options(dir.path())),
               StatusIs(StatusCode::kInvalidArgument, "did not write: plainfile"));
@@ -357,6 +368,33 @@ TEST(ChunkStoreErrorsTest, ReadAfterEvictionAndIdReuseIsNotFound) {
   ASSERT_OK(store->Read(std::span<ChunkRead>(&r, 1)));
   EXPECT_THAT(r.status, StatusIs(StatusCode::kNotFound));
   EXPECT_EQ(k, std::string(kChunk * kRow, '\0'));
+}
+
+// A chunk whose layers recovery finds in different places (here: a newer
+// copy of one layer's record in a later segment) keeps a per-layer location
+// list and reads back exactly.
+TEST(ChunkStoreRecoveryTest, ScatteredLayersAreFollowed) {
+  TempDir dir;
+  Tokens p = Prompt(5, 0, 32);
+  std::string copy;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options(dir.path())));
+    ASSERT_OK(store->Put(p, PromptKv(p, kLayers, kRow).input).status());
+    const auto w0 = store->TEST_location(store->Lookup(p).chunks[1], 0);
+    const auto w1 = store->TEST_location(store->Lookup(p).chunks[1], 1);
+    EXPECT_EQ(w1.segment, w0.segment);
+    EXPECT_EQ(w1.block, w0.block + store->record_bytes(kChunk) / kBlockSize);  // back to back
+    std::ifstream in(store->SegmentPath(w1.segment), std::ios::binary);
+    in.seekg(uint64_t{w1.block} * kBlockSize);
+    copy.resize(store->record_bytes(kChunk));
+    in.read(copy.data(), static_cast<std::streamsize>(copy.size()));
+  }
+  std::ofstream(dir.path() + "/seg-000099.tkv", std::ios::binary) << copy;
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options(dir.path())));
+  const uint32_t chunk = store->Lookup(p).chunks[1];
+  EXPECT_EQ(store->TEST_location(chunk, 1).segment, 99u);
+  EXPECT_NE(store->TEST_location(chunk, 0).segment, 99u);
+  EXPECT_EQ(VerifyPrompt(*store, p), p.size());
 }
 
 // A crash at every mutating file-system call of a Put: afterwards, every
