@@ -47,11 +47,13 @@ void AddInspect(CLI::App& app, Action* run) {
                     "\"row_bytes\": %u, \"dtype\": \"%s\", \"nodes\": %" PRIu64
                     ", \"chunks\": %" PRIu64 ", \"bytes\": {\"device\": 0, \"host\": 0, \"disk\": %" PRIu64
                     "}, \"live_bytes\": %" PRIu64 ", \"dead_bytes\": %" PRIu64
-                    ", \"skipped_records\": %" PRIu64 ", \"recovery_us\": %" PRIu64 ", \"segments\": [",
+                    ", \"skipped_records\": %" PRIu64 ", \"recovery_us\": %" PRIu64
+                    ", \"manifest_chunks\": %" PRIu64 ", \"manifest_errors\": %" PRIu64
+                    ", \"scanned_segments\": %" PRIu64 ", \"segments\": [",
                     a->dir.c_str(), o.fingerprint, o.model_description.c_str(), o.chunk_tokens,
                     o.layers, o.row_bytes, o.dtype == store::KvDtype::kF16 ? "f16" : "f32", s.nodes,
                     s.live_chunks, disk_bytes, s.live_bytes, s.dead_bytes, s.skipped_records,
-                    s.recovery_us);
+                    s.recovery_us, s.manifest_chunks, s.manifest_errors, s.scanned_segments);
         for (size_t i = 0; i < segs.size(); ++i) {
           std::printf("%s{\"name\": \"%s\", \"bytes\": %" PRIu64 "}", i ? ", " : "",
                       segs[i].first.c_str(), segs[i].second);
@@ -72,6 +74,12 @@ void AddInspect(CLI::App& app, Action* run) {
       std::printf("recovery         %.1f ms, %" PRIu64 " records skipped (torn, corrupt, orphaned "
                   "or foreign)\n",
                   s.recovery_us / 1000.0, s.skipped_records);
+      std::printf("manifest         %s: %" PRIu64 " chunks from it, %" PRIu64
+                  " segments scanned after it\n",
+                  s.manifest_errors                          ? "damaged (every segment scanned)"
+                  : fs->FileExists(a->dir + "/MANIFEST")     ? "present"
+                                                             : "absent",
+                  s.manifest_chunks, s.scanned_segments);
       std::printf("segments         %zu\n", segs.size());
       for (const auto& [name, size] : segs) {
         std::printf("  %s  %" PRIu64 " bytes\n", name.c_str(), size);

@@ -474,24 +474,11 @@ Status ChunkStore::Recover() {
       prompt.insert(prompt.end(), (*it)->token_ids.begin(), (*it)->token_ids.end());
     }
     index::InsertResult r = tree_.Insert(prompt);
-    for (size_t i = 0; i < r.created.size(); ++i) {
-      uint32_t id = r.created[i];
-      auto it = found.find(tree_.chunk(id).prefix_hash);
-      if (it == found.end()) {
-        // Cannot happen with chunk-aligned records; never index a chunk without data.
-        auto removed = tree_.Truncate(id);
-        if (!removed.ok()) return removed.status();
-        break;
-      }
-      if (last_access_.size() < size_t{id} + 1) {
-        last_access_.resize(id + 1);
-        chunk_tokens_.resize(id + 1);
-      }
-      chunk_tokens_[id] = tree_.chunk(id).tokens;
-      SetLocations(id, it->second.where);
-      live_bytes_ += opts_.layers * record_bytes(tree_.chunk(id).tokens);
-      ++recovered;
-    }
+    ASSIGN_OR_RETURN(Published p, PublishLocked(r.created, [&](uint64_t hash) {
+                       auto it = found.find(hash);
+                       return it == found.end() ? nullptr : &it->second.where;
+                     }));
+    recovered += p.chunks;
   }
   dead_bytes_ = total_bytes > live_bytes_ ? total_bytes - live_bytes_ : 0;
   active_segment_ = segments.empty() ? 0 : segments.back();
@@ -689,29 +676,12 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
   index::InsertResult r = tree_.Insert(tokens.first(end));
   std::unordered_map<uint64_t, const Written*> by_hash;
   for (const Written& wr : written) by_hash[wr.prefix_hash] = &wr;
-  uint64_t used = 0;
-  for (size_t i = 0; i < r.created.size(); ++i) {
-    uint32_t id = r.created[i];
-    auto it = by_hash.find(tree_.chunk(id).prefix_hash);
-    if (it == by_hash.end()) {
-      // The tree changed between plan and publish (a concurrent drop): never
-      // leave a chunk without data in the index.
-      auto removed = tree_.Truncate(id);
-      if (!removed.ok()) return removed.status();
-      break;
-    }
-    if (last_access_.size() < size_t{id} + 1) {
-      last_access_.resize(id + 1);
-      chunk_tokens_.resize(id + 1);
-    }
-    chunk_tokens_[id] = tree_.chunk(id).tokens;
-    SetLocations(id, it->second->where);
-    last_access_[id] = ++clock_;
-    used += opts_.layers * record_bytes(tree_.chunk(id).tokens);
-    ++out.new_chunks;
-  }
-  live_bytes_ += used;
-  dead_bytes_ += out.bytes_written - used;
+  ASSIGN_OR_RETURN(Published p, PublishLocked(r.created, [&](uint64_t hash) {
+                     auto it = by_hash.find(hash);
+                     return it == by_hash.end() ? nullptr : &it->second->where;
+                   }));
+  out.new_chunks = p.chunks;
+  dead_bytes_ += out.bytes_written - p.bytes;
   dirty_ = true;
   out.stored_tokens = tree_.Lookup(tokens).matched_tokens;
   std::lock_guard<std::mutex> st(stats_mu_);
@@ -730,6 +700,33 @@ LookupResult ChunkStore::Lookup(std::span<const int32_t> tokens) {
   for (uint32_t id : out.chunks) {
     out.chunk_tokens.push_back(tree_.chunk(id).tokens);
     out.prefix_hashes.push_back(tree_.chunk(id).prefix_hash);
+  }
+  return out;
+}
+
+Result<ChunkStore::Published> ChunkStore::PublishLocked(
+    const std::vector<uint32_t>& created,
+    const std::function<const std::vector<Location>*(uint64_t)>& where_of) {
+  Published out;
+  for (uint32_t id : created) {
+    const std::vector<Location>* where = where_of(tree_.chunk(id).prefix_hash);
+    if (where == nullptr) {
+      // The tree changed between plan and publish (a concurrent drop), or a
+      // recovered chain is short: never leave a chunk without data indexed.
+      RETURN_IF_ERROR(tree_.Truncate(id).status());
+      break;
+    }
+    if (last_access_.size() < size_t{id} + 1) {
+      last_access_.resize(id + 1);
+      chunk_tokens_.resize(id + 1);
+    }
+    chunk_tokens_[id] = tree_.chunk(id).tokens;
+    SetLocations(id, *where);
+    last_access_[id] = ++clock_;
+    const uint64_t bytes = opts_.layers * record_bytes(tree_.chunk(id).tokens);
+    live_bytes_ += bytes;
+    out.bytes += bytes;
+    ++out.chunks;
   }
   return out;
 }

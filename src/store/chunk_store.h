@@ -25,6 +25,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -183,6 +184,15 @@ class ChunkStore {
   Status EvictForLocked(uint64_t bytes);  // REQUIRES: mu_
   void DropLocked(uint32_t chunk, bool corrupt);  // REQUIRES: mu_
   Result<std::shared_ptr<RandomAccessFile>> ReaderFor(uint32_t segment);  // REQUIRES: mu_
+  struct Published {
+    size_t chunks = 0;
+    uint64_t bytes = 0;
+  };
+  // Gives each newly inserted chunk its records' locations (from `where_of`,
+  // by prefix hash) and accounts its bytes as live. REQUIRES: mu_
+  Result<Published> PublishLocked(
+      const std::vector<uint32_t>& created,
+      const std::function<const std::vector<Location>*(uint64_t)>& where_of);
   Status SealLocked();  // REQUIRES: write_mu_
   Status VerifyRecord(const char* record, uint16_t layer, uint64_t prefix_hash,
                       uint32_t first_token, uint32_t tokens) const;
