@@ -483,6 +483,7 @@ Status ChunkStore::Recover() {
   dead_bytes_ = total_bytes > live_bytes_ ? total_bytes - live_bytes_ : 0;
   active_segment_ = segments.empty() ? 0 : segments.back();
   segment_count_ = segments.size() - (opts_.read_only ? 0 : garbage.size());
+  if (scanned > 0) dirty_ = true;  // so that the next open need not scan them again
   {
     std::lock_guard<std::mutex> s(stats_mu_);
     stats_.recovered_chunks = recovered;
