@@ -46,6 +46,12 @@ class WritableFile {
   virtual uint64_t Size() const = 0;
 };
 
+// An advisory lock held until destruction.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
@@ -70,6 +76,10 @@ class FileSystem {
   virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
   virtual Result<uint64_t> FileSize(const std::string& path) = 0;
   virtual bool FileExists(const std::string& path) = 0;
+  // Creates `path` if missing and locks it exclusively (flock). Unavailable
+  // if anyone else, this process included, holds it. Not a mutating call for
+  // fault injection: it writes no data.
+  virtual Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) = 0;
 };
 
 // A file system held in memory; unsynced data is kept (see the fault-injecting

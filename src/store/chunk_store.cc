@@ -21,6 +21,7 @@ namespace {
 constexpr const char* kStoreFile = "STORE";
 constexpr const char* kStoreMagic = "tierkv-store";
 constexpr const char* kManifestFile = "MANIFEST";
+constexpr const char* kLockFile = "LOCK";
 
 std::string Hex(uint64_t v) {
   char buf[17];
@@ -204,6 +205,18 @@ Status ChunkStore::Init() {
     }
   } else {
     RETURN_IF_ERROR(fs_->CreateDir(opts_.dir).WithContext("cache directory " + opts_.dir));
+    // One writer per directory: two would fight over budgets and manifests.
+    // (Read-only opens, as `inspect`, take no lock.)
+    auto lock = fs_->LockFile(opts_.dir + "/" + kLockFile);
+    if (!lock.ok()) {
+      if (lock.status().code() == StatusCode::kUnavailable) {
+        return Status::Unavailable("cache directory " + opts_.dir +
+                                   " is in use by another tierkv store (its LOCK is held); use "
+                                   "another directory or stop the other process");
+      }
+      return lock.status().WithContext("cache directory " + opts_.dir);
+    }
+    lock_ = std::move(lock).value();
   }
   ASSIGN_OR_RETURN(auto names, fs_->ListDir(opts_.dir));
   const std::string identity_path = opts_.dir + "/" + kStoreFile;
@@ -213,7 +226,8 @@ Status ChunkStore::Init() {
     if (name == kStoreFile) {
       has_identity = true;
     } else if (SegmentNumber(name) == 0 && name != std::string(kStoreFile) + ".tmp" &&
-               name != kManifestFile && name != std::string(kManifestFile) + ".tmp") {
+               name != kManifestFile && name != std::string(kManifestFile) + ".tmp" &&
+               name != kLockFile) {
       return Status::InvalidArgument("cache directory " + opts_.dir +
                                      " holds a file the store did not write: " + name +
                                      " (use an empty or tierkv-only directory)");
@@ -238,7 +252,8 @@ Status ChunkStore::Init() {
                                      ValueOf(text, "row_bytes") + ", dtype " +
                                      ValueOf(text, "dtype") + ")");
     }
-  } else if (!names.empty() && !(names.size() == 1 && names[0] == std::string(kStoreFile) + ".tmp")) {
+  } else if (std::any_of(names.begin(), names.end(),
+                         [](const std::string& n) { return SegmentNumber(n) != 0; })) {
     return Status::InvalidArgument("cache directory " + opts_.dir +
                                    " holds segments but no STORE identity file");
   } else if (opts_.read_only) {

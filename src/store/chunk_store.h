@@ -227,6 +227,7 @@ class ChunkStore {
   // while compaction deletes the segment.
   std::vector<std::shared_ptr<RandomAccessFile>> readers_;
   bool dirty_ = false;  // written since the last manifest
+  std::unique_ptr<FileLock> lock_;  // the directory's LOCK, while open for writing
   std::unique_ptr<WritableFile> active_;
   uint32_t active_segment_ = 0;
 

@@ -54,6 +54,14 @@ class MemWritableFile final : public WritableFile {
 
 class MemFileSystem final : public FileSystem {
  public:
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (locked_.count(path)) return Status::Unavailable(path + ": locked by another user");
+    if (!files_.count(path)) files_[path] = std::make_shared<MemFile>();
+    locked_.insert(path);
+    return std::unique_ptr<FileLock>(new MemLock(this, path));
+  }
+
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path,
                                                                 const FileOptions&) override {
     std::lock_guard<std::mutex> l(mu_);
@@ -137,8 +145,22 @@ class MemFileSystem final : public FileSystem {
   }
 
  private:
+  class MemLock final : public FileLock {
+   public:
+    MemLock(MemFileSystem* fs, std::string path) : fs_(fs), path_(std::move(path)) {}
+    ~MemLock() override {
+      std::lock_guard<std::mutex> l(fs_->mu_);
+      fs_->locked_.erase(path_);
+    }
+
+   private:
+    MemFileSystem* fs_;
+    std::string path_;
+  };
+
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<MemFile>> files_;
+  std::set<std::string> locked_;
   std::set<std::string> dirs_;
 };
 

@@ -347,6 +347,25 @@ TEST(ChunkStoreErrorsTest, ReadOnlyOpenNeverWritesAndReadsTheIdentity) {
               StatusIs(StatusCode::kInvalidArgument, "'layers'"));
 }
 
+// One writer per directory; read-only opens (inspect) still work beside it.
+TEST(ChunkStoreErrorsTest, ASecondWriterOnOneDirectoryIsRefused) {
+  TempDir dir;
+  Tokens p = Prompt(3, 0, 40);
+  ASSERT_OK_AND_ASSIGN(auto first, ChunkStore::Open(Options(dir.path())));
+  ASSERT_OK(first->Put(p, PromptKv(p, kLayers, kRow).input).status());
+  EXPECT_THAT(ChunkStore::Open(Options(dir.path())),
+              StatusIs(StatusCode::kUnavailable, "is in use by another tierkv store"));
+  StoreOptions ro = Options(dir.path());
+  ro.read_only = true;
+  {
+    ASSERT_OK_AND_ASSIGN(auto reader, ChunkStore::Open(ro));
+    EXPECT_EQ(VerifyPrompt(*reader, p), p.size());
+  }
+  first.reset();
+  ASSERT_OK_AND_ASSIGN(auto second, ChunkStore::Open(Options(dir.path())));
+  EXPECT_EQ(VerifyPrompt(*second, p), p.size());
+}
+
 // Chunk ids are reused after eviction: a read named by a lookup made before
 // the eviction is NotFound, never the new chunk's K/V.
 TEST(ChunkStoreErrorsTest, ReadAfterEvictionAndIdReuseIsNotFound) {
