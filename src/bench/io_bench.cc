@@ -39,9 +39,26 @@ struct Target {
   uint32_t tokens;
 };
 
+// Every (chunk, layer) of the prompts in this open store. Chunk ids belong
+// to one open store (recovery numbers them afresh), so they are looked up
+// again after every Open.
+std::vector<Target> TargetsOf(store::ChunkStore& st, const std::vector<std::vector<int32_t>>& prompts,
+                              uint16_t layers) {
+  std::vector<Target> targets;
+  for (const auto& p : prompts) {
+    store::LookupResult m = st.Lookup(p);
+    for (size_t c = 0; c < m.chunks.size(); ++c) {
+      for (uint16_t l = 0; l < layers; ++l) {
+        targets.push_back({m.chunks[c], m.prefix_hashes[c], l, m.chunk_tokens[c]});
+      }
+    }
+  }
+  return targets;
+}
+
 // Fills a store with random prompts until it holds `mib` of records; returns
-// every (chunk, layer) it holds.
-Result<std::vector<Target>> Fill(const IoBenchOptions& o, int chunk) {
+// the prompts.
+Result<std::vector<std::vector<int32_t>>> Fill(const IoBenchOptions& o, int chunk) {
   ASSIGN_OR_RETURN(auto st, store::ChunkStore::Open(StoreOpts(o, chunk, "auto", 32)));
   const size_t prompt_tokens = 2048;
   std::vector<std::string> k(o.layers), v(o.layers);
@@ -67,14 +84,7 @@ Result<std::vector<Target>> Fill(const IoBenchOptions& o, int chunk) {
     (void)r;
     prompts.push_back(std::move(tokens));
   }
-  std::vector<Target> targets;
-  for (const auto& p : prompts) {
-    store::LookupResult m = st->Lookup(p);
-    for (size_t c = 0; c < m.chunks.size(); ++c) {
-      for (uint16_t l = 0; l < o.layers; ++l) targets.push_back({m.chunks[c], m.prefix_hashes[c], l, m.chunk_tokens[c]});
-    }
-  }
-  return targets;
+  return prompts;
 }
 
 // Sequential 1 MiB O_DIRECT reads of every segment, 16 in flight, io_uring
@@ -126,22 +136,23 @@ Result<IoBenchReport> RunIoBench(const IoBenchOptions& o) {
   IoBenchReport rep;
   rep.dir = o.dir;
   RETURN_IF_ERROR(FileSystem::Default()->CreateDir(o.dir));
-  std::vector<std::vector<Target>> targets;
+  std::vector<std::vector<std::vector<int32_t>>> prompts;
   for (int chunk : o.chunk_tokens) {
     say("writing " + std::to_string(o.data_mib) + " MiB of " + std::to_string(chunk) +
         "-token chunk records");
     ASSIGN_OR_RETURN(auto t, Fill(o, chunk));
-    targets.push_back(std::move(t));
+    prompts.push_back(std::move(t));
   }
   say("measuring the sequential read ceiling");
   ASSIGN_OR_RETURN(rep.ceiling_before, Ceiling(o));
   for (size_t ci = 0; ci < o.chunk_tokens.size(); ++ci) {
     const int chunk = o.chunk_tokens[ci];
-    std::vector<Target> order = targets[ci];
     for (const std::string& backend : o.backends) {
       for (int depth : o.depths) {
         say("chunk " + std::to_string(chunk) + " " + backend + " depth " + std::to_string(depth));
         ASSIGN_OR_RETURN(auto st, store::ChunkStore::Open(StoreOpts(o, chunk, backend, depth)));
+        std::vector<Target> order = TargetsOf(*st, prompts[ci], o.layers);
+        if (order.empty()) return Status::Corruption("bench-io: the store lost its records");
         std::mt19937 rng(static_cast<uint32_t>(chunk * 100 + depth));
         std::shuffle(order.begin(), order.end(), rng);
         const uint64_t record = st->record_bytes(static_cast<uint32_t>(chunk));
