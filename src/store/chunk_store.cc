@@ -922,6 +922,13 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
   RETURN_IF_ERROR(SealLocked().WithContext("store compact"));
   CompactResult out;
   ASSIGN_OR_RETURN(std::vector<uint32_t> segments, ListSegments());
+  // Sizes first: no file-system calls under the index lock. All segments are
+  // sealed and Put waits on write_mu_, so they cannot grow meanwhile.
+  std::vector<uint64_t> sizes;
+  for (uint32_t seg : segments) {
+    ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(SegmentPath(seg)));
+    sizes.push_back(size);
+  }
 
   // What lives where, and which segments are worth rewriting.
   struct Move {
@@ -946,8 +953,9 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
             record_bytes(tree_.chunk(id).tokens);
       }
     }
-    for (uint32_t seg : segments) {
-      ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(SegmentPath(seg)));
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const uint32_t seg = segments[i];
+      const uint64_t size = sizes[i];
       const uint64_t l_bytes = live.count(seg) ? live[seg] : 0;
       if (size == 0 || static_cast<double>(size - std::min(size, l_bytes)) >=
                            min_dead_fraction * static_cast<double>(size)) {
