@@ -2,6 +2,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include "store/chunk_store.h"
 #include "tierkv/commands.h"
 
@@ -42,15 +44,17 @@ void AddInspect(CLI::App& app, Action* run) {
       }
       const uint64_t disk_bytes = s.live_bytes + s.dead_bytes;
       if (a->json) {
-        std::printf("{\"cache_dir\": \"%s\", \"fingerprint\": \"%016" PRIx64
-                    "\", \"model\": \"%s\", \"chunk_tokens\": %u, \"layers\": %u, "
+        // Paths and the model description are the user's: escaped by nlohmann.
+        std::printf("{\"cache_dir\": %s, \"fingerprint\": \"%016" PRIx64
+                    "\", \"model\": %s, \"chunk_tokens\": %u, \"layers\": %u, "
                     "\"row_bytes\": %u, \"dtype\": \"%s\", \"nodes\": %" PRIu64
                     ", \"chunks\": %" PRIu64 ", \"bytes\": {\"device\": 0, \"host\": 0, \"disk\": %" PRIu64
                     "}, \"live_bytes\": %" PRIu64 ", \"dead_bytes\": %" PRIu64
                     ", \"skipped_records\": %" PRIu64 ", \"recovery_us\": %" PRIu64
                     ", \"manifest_chunks\": %" PRIu64 ", \"manifest_errors\": %" PRIu64
                     ", \"scanned_segments\": %" PRIu64 ", \"segments\": [",
-                    a->dir.c_str(), o.fingerprint, o.model_description.c_str(), o.chunk_tokens,
+                    nlohmann::json(a->dir).dump().c_str(), o.fingerprint,
+                    nlohmann::json(o.model_description).dump().c_str(), o.chunk_tokens,
                     o.layers, o.row_bytes, o.dtype == store::KvDtype::kF16 ? "f16" : "f32", s.nodes,
                     s.live_chunks, disk_bytes, s.live_bytes, s.dead_bytes, s.skipped_records,
                     s.recovery_us, s.manifest_chunks, s.manifest_errors, s.scanned_segments);

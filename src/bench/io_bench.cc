@@ -7,6 +7,8 @@
 #include <random>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "store/chunk_store.h"
 
 namespace tierkv::bench {
@@ -193,7 +195,7 @@ Result<IoBenchReport> RunIoBench(const IoBenchOptions& o) {
 
 std::string IoReportToJson(const IoBenchReport& r) {
   std::ostringstream s;
-  s << "{\"dir\": \"" << r.dir << "\", \"ceiling_mb_per_s\": " << r.ceiling_mb_per_s
+  s << "{\"dir\": " << nlohmann::json(r.dir).dump() << ", \"ceiling_mb_per_s\": " << r.ceiling_mb_per_s
     << ", \"ceiling_before\": " << r.ceiling_before << ", \"ceiling_after\": " << r.ceiling_after
     << ", \"points\": [";
   for (size_t i = 0; i < r.points.size(); ++i) {
