@@ -289,24 +289,22 @@ CacheStats TieredCache::stats() const {
   return s;
 }
 
+bool TieredCache::OffloadPendingLocked() const {
+  return offloader_.joinable() && !offload_blocked_ &&
+         static_cast<double>(device_used_) > watermark_ * static_cast<double>(opts_.device_bytes);
+}
+
 void TieredCache::MaybeWakeOffloaderLocked() {
-  if (!offloader_.joinable()) return;
-  if (static_cast<double>(device_used_) > watermark_ * static_cast<double>(opts_.device_bytes) &&
-      !offload_blocked_) {
-    offload_busy_ = true;  // set here, so that TEST_WaitForOffload cannot miss the work
-    offload_cv_.notify_one();
-  }
+  if (OffloadPendingLocked()) offload_cv_.notify_one();
 }
 
 void TieredCache::OffloadLoop() {
   std::unique_lock<std::mutex> l(mu_);
   const double limit = watermark_ * static_cast<double>(opts_.device_bytes);
   for (;;) {
-    offload_cv_.wait(l, [&] {
-      return stop_ || (static_cast<double>(device_used_) > limit && !offload_blocked_);
-    });
+    offload_cv_.wait(l, [&] { return stop_ || OffloadPendingLocked(); });
     if (stop_) break;
-    offload_busy_ = true;
+    // One pass under the lock: demote the lowest unpinned chunks until below.
     while (static_cast<double>(device_used_) > limit) {
       uint64_t victim = 0;
       bool found = false;
@@ -323,16 +321,18 @@ void TieredCache::OffloadLoop() {
     }
     // Still above: only pinned chunks are left; wait for an unpin or erase.
     if (static_cast<double>(device_used_) > limit) offload_blocked_ = true;
-    offload_busy_ = false;
     offload_idle_cv_.notify_all();
   }
-  offload_busy_ = false;
   offload_idle_cv_.notify_all();
 }
 
 void TieredCache::TEST_WaitForOffload() {
+  // The offloader holds mu_ for a whole pass, so "no work pending" observed
+  // under mu_ means it is idle. (A flag set by the waker and cleared by the
+  // thread could stay set forever when the work vanished before the thread
+  // woke: that hung a test under ASan.)
   std::unique_lock<std::mutex> l(mu_);
-  offload_idle_cv_.wait(l, [&] { return !offload_busy_ || stop_; });
+  offload_idle_cv_.wait(l, [&] { return stop_ || !OffloadPendingLocked(); });
 }
 
 Status TieredCache::TEST_Validate() const {

@@ -183,6 +183,7 @@ class TieredCache {
   void RekeyLocked(uint64_t key, Entry& e);            // priority changed. REQUIRES: mu_
   Pin MakePinLocked(uint64_t key, Entry& e);           // REQUIRES: mu_
   void MaybeWakeOffloaderLocked();                     // REQUIRES: mu_
+  bool OffloadPendingLocked() const;                   // REQUIRES: mu_
   void OffloadLoop();
 
   const CacheOptions opts_;
@@ -196,7 +197,6 @@ class TieredCache {
   CacheStats stats_;
 
   std::condition_variable offload_cv_, offload_idle_cv_;
-  bool offload_busy_ = false;
   bool offload_blocked_ = false;  // the last pass found only pinned chunks
   uint64_t next_generation_ = 1;
   bool stop_ = false;
