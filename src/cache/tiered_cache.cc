@@ -66,8 +66,10 @@ double DefaultWatermark(const CacheOptions& o) {
 }  // namespace
 
 TieredCache::TieredCache(const CacheOptions& options)
-    : opts_(options), watermark_(DefaultWatermark(options)) {
-  if (watermark_ > 0 && opts_.device_bytes > 0) {
+    : opts_(options),
+      watermark_(DefaultWatermark(options)),
+      offload_on_(watermark_ > 0 && options.device_bytes > 0) {
+  if (offload_on_) {
     offloader_ = std::thread([this] { OffloadLoop(); });
   }
 }
@@ -290,7 +292,7 @@ CacheStats TieredCache::stats() const {
 }
 
 bool TieredCache::OffloadPendingLocked() const {
-  return offloader_.joinable() && !offload_blocked_ &&
+  return offload_on_ && !offload_blocked_ &&
          static_cast<double>(device_used_) > watermark_ * static_cast<double>(opts_.device_bytes);
 }
 

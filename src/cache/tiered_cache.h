@@ -188,6 +188,9 @@ class TieredCache {
 
   const CacheOptions opts_;
   const double watermark_;
+  // Set before the offload thread starts (it must not read offloader_,
+  // which the constructor is still assigning).
+  const bool offload_on_;
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Entry> entries_;
