@@ -297,6 +297,10 @@ std::span<const int32_t> RadixTree::ChunkTokens(uint32_t id) const {
   return std::span<const int32_t>(n.tokens).subspan(size_t{c.index_in_node} * chunk_, c.tokens);
 }
 
+std::span<const uint32_t> RadixTree::NodeChunksOf(uint32_t id) const {
+  return nodes_[chunks_[id].node].chunks;
+}
+
 uint32_t RadixTree::ParentChunk(uint32_t id) const {
   const ChunkInfo& c = chunks_[id];
   if (c.index_in_node > 0) return nodes_[c.node].chunks[c.index_in_node - 1];

@@ -98,6 +98,10 @@ class RadixTree {
   // The chunk just before `id` on its path (covering the C tokens before it),
   // or kNoChunk for a chunk at position 0.
   uint32_t ParentChunk(uint32_t id) const;
+  // The chunks of the node holding stored chunk `id`, in token order (a view;
+  // invalidated by the next Insert, Evict or Truncate). Reordering works on
+  // runs of them: rows shared by exactly the same prompts.
+  std::span<const uint32_t> NodeChunksOf(uint32_t id) const;
   // The live chunks' ids, ascending.
   std::vector<uint32_t> LiveChunks() const;
 

@@ -413,6 +413,11 @@ Status ChunkStore::Recover() {
                   h.layer < opts_.layers && h.row_bytes == opts_.row_bytes &&
                   h.dtype == opts_.dtype && h.token_count <= opts_.chunk_tokens &&
                   h.first_token % opts_.chunk_tokens == 0;
+      if (pages_ok && h.fingerprint == opts_.fingerprint &&
+          h.kind == RecordKind::kReorderedKeyValue) {
+        cursor += len;  // a reordered copy: layouts are not recovered (dead bytes)
+        continue;
+      }
       if (!pages_ok || !ours) {
         ++skipped;
         cursor += pages_ok ? len : kBlockSize;
@@ -542,6 +547,7 @@ void ChunkStore::DropLocked(uint32_t chunk, bool corrupt) {
     live_bytes_ -= bytes;
     dead_bytes_ += bytes;
     ClearLocations(id);
+    ForgetChunkLocked(id);
   }
   std::lock_guard<std::mutex> s(stats_mu_);
   if (corrupt) stats_.dropped_chunks += removed->size();
@@ -558,6 +564,7 @@ Status ChunkStore::EvictForLocked(uint64_t bytes) {
     uint64_t freed = opts_.layers * record_bytes(tree_.chunk(victim).tokens);
     RETURN_IF_ERROR(tree_.Evict(victim));
     ClearLocations(victim);
+    ForgetChunkLocked(victim);
     live_bytes_ -= freed;
     dead_bytes_ += freed;
     dirty_ = true;
@@ -747,21 +754,51 @@ Result<ChunkStore::Published> ChunkStore::PublishLocked(
   return out;
 }
 
-Status ChunkStore::VerifyRecord(const char* record, uint16_t layer, uint64_t prefix_hash,
-                                uint32_t first_token, uint32_t tokens) const {
-  auto h = DecodeHeader(std::span<const char, kBlockSize>(record, kBlockSize));
+uint32_t ChunkStore::Run::RecordTokens(uint32_t i) const {
+  return std::min(chunk_tokens, rows - i * chunk_tokens);
+}
+
+Result<RecordHeader> ChunkStore::CheckHeader(const char* block0, const Expect& e) const {
+  auto h = DecodeHeader(std::span<const char, kBlockSize>(block0, kBlockSize));
   if (!h.ok()) return h.status();
-  if (h->fingerprint != opts_.fingerprint || h->kind != RecordKind::kKeyValue ||
-      h->layer != layer || h->prefix_hash != prefix_hash || h->first_token != first_token ||
-      h->token_count != tokens || h->row_bytes != opts_.row_bytes || h->dtype != opts_.dtype) {
+  if (h->fingerprint != opts_.fingerprint || h->kind != e.kind || h->layer != e.layer ||
+      h->prefix_hash != e.prefix_hash || h->first_token != e.first_token ||
+      h->token_count != e.tokens || h->row_bytes != opts_.row_bytes || h->dtype != opts_.dtype) {
     return Status::Corruption("record identity does not match the chunk it was read for");
   }
-  for (uint32_t pg = 0; pg < h->page_checksums.size(); ++pg) {
-    if (!PageChecksumOk(*h, pg, {record + kBlockSize * (1 + size_t{pg}), kBlockSize})) {
+  if (e.run != nullptr) {
+    // A reordered record names the original position of each of its rows;
+    // each must sit exactly where the mapping list says.
+    const uint32_t base = e.run_record * opts_.chunk_tokens;
+    for (uint32_t j = 0; j < h->token_count; ++j) {
+      const int64_t row = int64_t{h->tokens[j]} - e.run->first_token;
+      if (row < 0 || row >= e.run->rows ||
+          e.run->map.SlotOf(e.layer, static_cast<uint32_t>(row)) != base + j) {
+        return Status::Corruption("reordered record's row positions disagree with its mapping list");
+      }
+    }
+  }
+  return h;
+}
+
+Status ChunkStore::VerifyRecord(const char* record, const Expect& e) const {
+  ASSIGN_OR_RETURN(RecordHeader h, CheckHeader(record, e));
+  for (uint32_t pg = 0; pg < h.page_checksums.size(); ++pg) {
+    if (!PageChecksumOk(h, pg, {record + kBlockSize * (1 + size_t{pg}), kBlockSize})) {
       return Status::Corruption("payload page " + std::to_string(pg) + " checksum mismatch");
     }
   }
   return Status::Ok();
+}
+
+Status ChunkStore::VerifyRecord(const char* record, uint16_t layer, uint64_t prefix_hash,
+                                uint32_t first_token, uint32_t tokens) const {
+  Expect e;
+  e.layer = layer;
+  e.prefix_hash = prefix_hash;
+  e.first_token = first_token;
+  e.tokens = tokens;
+  return VerifyRecord(record, e);
 }
 
 Status ChunkStore::Read(std::span<ChunkRead> reads) {
@@ -852,6 +889,531 @@ Status ChunkStore::Read(std::span<ChunkRead> reads) {
   return Status::Ok();
 }
 
+Status ChunkStore::ReadRows(std::span<RowRead> reads, RowReadStats* out_stats) {
+  const uint32_t C = opts_.chunk_tokens;
+  const uint64_t rb = opts_.row_bytes;
+  // One entry per distinct record touched; rows of several reads may share it.
+  struct Rec {
+    Location where;
+    std::shared_ptr<RandomAccessFile> file;
+    Expect expect;
+    std::shared_ptr<const Run> run;  // set for a reordered record
+    uint32_t chunk = index::kNoChunk;  // set for a chunk's own record
+    std::vector<bool> pages;           // payload pages needed
+    bool demand = false;
+    AlignedBuffer buf;
+    Status status;
+  };
+  struct Target {
+    size_t rec;
+    uint32_t row;  // row within the record
+  };
+  std::vector<Rec> recs;
+  std::map<std::pair<uint32_t, uint32_t>, size_t> rec_at;
+  std::vector<std::vector<Target>> targets(reads.size());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t i = 0; i < reads.size(); ++i) {
+      RowRead& r = reads[i];
+      r.status = Status::Ok();
+      if (r.layer >= opts_.layers) {
+        r.status = Status::InvalidArgument("store row read: layer " + std::to_string(r.layer) +
+                                           " of " + std::to_string(opts_.layers));
+        continue;
+      }
+      if (r.k == nullptr && r.v == nullptr) {
+        r.status = Status::InvalidArgument("store row read: neither K nor V requested");
+        continue;
+      }
+      if (!tree_.IsLive(r.chunk) || tree_.chunk(r.chunk).prefix_hash != r.prefix_hash) {
+        r.status = Status::NotFound("store row read: chunk " + std::to_string(r.chunk) + " not stored");
+        continue;
+      }
+      const index::ChunkInfo& c = tree_.chunk(r.chunk);
+      for (size_t j = 0; j < r.rows.size(); ++j) {
+        if (r.rows[j] >= c.tokens || (j > 0 && r.rows[j] <= r.rows[j - 1])) {
+          r.status = Status::InvalidArgument(
+              "store row read: rows must ascend and be below the chunk's " +
+              std::to_string(c.tokens) + " tokens (row " + std::to_string(r.rows[j]) + ")");
+          break;
+        }
+      }
+      if (!r.status.ok()) continue;
+      auto run_it = run_of_.find(r.chunk);
+      std::shared_ptr<const Run> run = run_it == run_of_.end() ? nullptr : run_it->second;
+      last_access_[r.chunk] = ++clock_;
+      targets[i].reserve(r.rows.size());
+      for (uint32_t row : r.rows) {
+        Location where;
+        uint32_t rec_row = row, rec_tokens = c.tokens, run_record = 0;
+        if (run) {
+          const uint32_t slot = run->map.SlotOf(r.layer, c.first_token + row - run->first_token);
+          run_record = slot / C;
+          rec_row = slot % C;
+          rec_tokens = run->RecordTokens(run_record);
+          where = run->where[size_t{r.layer} * run->records + run_record];
+        } else {
+          where = LocationOf(r.chunk, r.layer);
+        }
+        auto [it, fresh] = rec_at.try_emplace({where.segment, where.block}, recs.size());
+        if (fresh) {
+          Rec rec;
+          rec.where = where;
+          auto file = ReaderFor(where.segment);
+          if (!file.ok()) {
+            r.status = file.status();
+            break;
+          }
+          rec.file = *file;
+          rec.expect.layer = r.layer;
+          if (run) {
+            rec.expect.kind = RecordKind::kReorderedKeyValue;
+            rec.expect.prefix_hash = run->end_hash;
+            rec.expect.first_token = run->first_token;
+            rec.expect.run = run.get();
+            rec.expect.run_record = run_record;
+            rec.run = run;
+          } else {
+            rec.expect.prefix_hash = c.prefix_hash;
+            rec.expect.first_token = c.first_token;
+            rec.chunk = r.chunk;
+          }
+          rec.expect.tokens = rec_tokens;
+          rec.pages.assign(PagesFor(PayloadBytesFor(RecordKind::kKeyValue, rec_tokens, opts_.row_bytes)),
+                           false);
+          recs.push_back(std::move(rec));
+        }
+        Rec& rec = recs[it->second];
+        auto mark = [&](uint64_t from) {
+          for (uint64_t pg = from / kBlockSize; pg <= (from + rb - 1) / kBlockSize; ++pg) {
+            rec.pages[pg] = true;
+          }
+        };
+        if (r.k) mark(rec_row * rb);
+        if (r.v) mark((uint64_t{rec.expect.tokens} + rec_row) * rb);
+        rec.demand = rec.demand || !r.prefetch;
+        targets[i].push_back(Target{it->second, rec_row});
+      }
+      if (!r.status.ok()) targets[i].clear();
+    }
+  }
+
+  // The header block and the needed pages of each record, runs of adjacent
+  // blocks merged into one read.
+  std::vector<ReadOp> ops;
+  std::vector<size_t> op_rec;
+  uint64_t pages = 0;
+  for (size_t ri = 0; ri < recs.size(); ++ri) {
+    Rec& rec = recs[ri];
+    const size_t blocks = 1 + rec.pages.size();
+    rec.buf = AllocateAligned(blocks * kBlockSize);
+    size_t b = 0;
+    while (b < blocks) {
+      auto needed = [&](size_t blk) { return blk == 0 || rec.pages[blk - 1]; };
+      if (!needed(b)) {
+        ++b;
+        continue;
+      }
+      size_t e = b;
+      while (e < blocks && needed(e)) ++e;
+      ReadOp op;
+      op.file = rec.file.get();
+      op.offset = (uint64_t{rec.where.block} + b) * kBlockSize;
+      op.length = (e - b) * kBlockSize;
+      op.buf = rec.buf.get() + b * kBlockSize;
+      op.prefetch = !rec.demand;
+      ops.push_back(op);
+      op_rec.push_back(ri);
+      pages += e - b - (b == 0 ? 1 : 0);
+      b = e;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    RETURN_IF_ERROR(io_->Read(ops));
+  }
+  uint64_t bytes = 0;
+  for (size_t oi = 0; oi < ops.size(); ++oi) {
+    Rec& rec = recs[op_rec[oi]];
+    bytes += ops[oi].done;
+    if (!rec.status.ok()) continue;
+    rec.status = ops[oi].status;
+    if (rec.status.ok() && ops[oi].done < ops[oi].length) {
+      rec.status = Status::Corruption("record cut short at end of segment");
+    }
+  }
+  uint64_t corrupt = 0, errors = 0, reordered = 0;
+  for (Rec& rec : recs) {
+    if (rec.run) ++reordered;
+    if (rec.status.ok()) {
+      auto h = CheckHeader(rec.buf.get(), rec.expect);
+      rec.status = h.status();
+      for (uint32_t pg = 0; rec.status.ok() && pg < rec.pages.size(); ++pg) {
+        if (rec.pages[pg] &&
+            !PageChecksumOk(*h, pg, {rec.buf.get() + kBlockSize * (1 + size_t{pg}), kBlockSize})) {
+          rec.status = Status::Corruption("payload page " + std::to_string(pg) + " checksum mismatch");
+        }
+      }
+    }
+    if (rec.status.ok()) continue;
+    rec.status = rec.status.WithContext(std::string(rec.run ? "reordered record" : "record") +
+                                        " layer " + std::to_string(rec.expect.layer) + " at " +
+                                        SegmentPath(rec.where.segment) + " block " +
+                                        std::to_string(rec.where.block));
+    rec.status.IsCorruption() ? ++corrupt : ++errors;
+    std::lock_guard<std::mutex> l(mu_);
+    if (rec.run) {
+      // Only a copy: drop the layout; the reads below fall back to the originals.
+      TIERKV_LOG(kWarn) << "store: " << rec.status.ToString() << "; the reordered layout is dropped";
+      auto it = run_of_.find(rec.run->chunks[0]);
+      if (it != run_of_.end() && it->second == rec.run) DropRunLocked(rec.run->chunks[0]);
+    } else if (rec.status.IsCorruption()) {
+      TIERKV_LOG(kWarn) << "store: chunk " << rec.chunk << ": " << rec.status.ToString()
+                        << "; the chunk and its descendants leave the index";
+      if (tree_.IsLive(rec.chunk) && tree_.chunk(rec.chunk).prefix_hash == rec.expect.prefix_hash) {
+        DropLocked(rec.chunk, /*corrupt=*/true);
+      }
+    }
+  }
+  std::vector<size_t> retry;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    RowRead& r = reads[i];
+    if (!r.status.ok()) continue;
+    bool from_bad_run = false;
+    for (const Target& t : targets[i]) {
+      const Rec& rec = recs[t.rec];
+      if (!rec.status.ok()) {
+        from_bad_run = from_bad_run || rec.run != nullptr;
+        if (!rec.run) r.status = rec.status;
+      }
+    }
+    if (!r.status.ok()) continue;
+    if (from_bad_run) {
+      retry.push_back(i);
+      continue;
+    }
+    for (size_t j = 0; j < targets[i].size(); ++j) {
+      const Target& t = targets[i][j];
+      const Rec& rec = recs[t.rec];
+      const char* payload = rec.buf.get() + kBlockSize;
+      if (r.k) std::memcpy(r.k + j * rb, payload + t.row * rb, rb);
+      if (r.v) std::memcpy(r.v + j * rb, payload + (uint64_t{rec.expect.tokens} + t.row) * rb, rb);
+    }
+  }
+  RowReadStats st;
+  st.records = recs.size();
+  st.reordered_records = reordered;
+  st.pages = pages;
+  st.bytes = bytes;
+  {
+    std::lock_guard<std::mutex> s(stats_mu_);
+    stats_.row_reads += reads.size();
+    stats_.records_read += recs.size();
+    stats_.reordered_records_read += reordered;
+    stats_.pages_read += pages;
+    stats_.bytes_read += bytes;
+    stats_.corrupt_records += corrupt;
+    stats_.read_errors += errors;
+  }
+  if (!retry.empty()) {
+    // The layout is gone now, so these read the chunks' own records.
+    std::vector<RowRead> again;
+    for (size_t i : retry) again.push_back(reads[i]);
+    RowReadStats more;
+    RETURN_IF_ERROR(ReadRows(again, &more));
+    for (size_t n = 0; n < retry.size(); ++n) reads[retry[n]].status = again[n].status;
+    st.records += more.records;
+    st.reordered_records += more.reordered_records;
+    st.pages += more.pages;
+    st.bytes += more.bytes;
+  }
+  if (out_stats) *out_stats = st;
+  return Status::Ok();
+}
+
+void ChunkStore::ReportImportance(const LookupResult& prefix, uint16_t layer,
+                                  std::span<const float> importance) {
+  if (layer >= opts_.layers) return;
+  const uint32_t C = opts_.chunk_tokens;
+  std::lock_guard<std::mutex> l(mu_);
+  size_t pos = 0;
+  for (size_t i = 0; i < prefix.chunks.size() && pos < importance.size(); ++i) {
+    const uint32_t id = prefix.chunks[i];
+    const size_t n = prefix.chunk_tokens[i];
+    const size_t used = std::min(n, importance.size() - pos);
+    if (tree_.IsLive(id) && tree_.chunk(id).prefix_hash == prefix.prefix_hashes[i]) {
+      Heat& h = heat_[id];
+      if (h.prefix_hash != prefix.prefix_hashes[i] || h.sum.empty()) {
+        h = Heat{};
+        h.prefix_hash = prefix.prefix_hashes[i];
+        h.sum.assign(size_t{opts_.layers} * C, 0.0f);
+        h.reports.assign(opts_.layers, 0);
+      }
+      for (size_t r = 0; r < used; ++r) h.sum[size_t{layer} * C + r] += importance[pos + r];
+      ++h.reports[layer];
+      h.last = ++clock_;
+      h.fresh = true;
+    }
+    pos += n;
+  }
+  const size_t limit = std::max<uint32_t>(1, opts_.reorder_tracked_chunks);
+  if (heat_.size() > limit + limit / 8) {
+    // Forget the least recently reported, down to the limit (amortised).
+    std::vector<std::pair<uint64_t, uint32_t>> by_age;
+    for (const auto& [id, h] : heat_) by_age.emplace_back(h.last, id);
+    std::nth_element(by_age.begin(), by_age.begin() + (heat_.size() - limit), by_age.end());
+    for (size_t k = 0; k < heat_.size() - limit; ++k) heat_.erase(by_age[k].second);
+  }
+}
+
+void ChunkStore::DropRunLocked(uint32_t chunk) {
+  auto it = run_of_.find(chunk);
+  if (it == run_of_.end()) return;
+  const std::shared_ptr<const Run> run = it->second;
+  for (uint32_t c : run->chunks) {
+    auto jt = run_of_.find(c);
+    if (jt != run_of_.end() && jt->second == run) {
+      run_of_.erase(jt);
+      --run_chunks_;
+    }
+  }
+  live_bytes_ -= run->bytes;
+  dead_bytes_ += run->bytes;
+  run_bytes_ -= run->bytes;
+  std::lock_guard<std::mutex> s(stats_mu_);
+  ++stats_.reordered_runs_dropped;
+}
+
+void ChunkStore::ForgetChunkLocked(uint32_t chunk) {
+  DropRunLocked(chunk);
+  heat_.erase(chunk);
+}
+
+Result<ReorderResult> ChunkStore::Reorder(const ReorderOptions& ro) {
+  if (opts_.read_only) return Status::InvalidArgument("store reorder: opened read-only");
+  const uint32_t C = opts_.chunk_tokens;
+  const uint32_t max_chunks =
+      std::max<uint32_t>(1, std::min<uint32_t>(ro.max_run_chunks, index::MappingList::kMaxRows / C));
+  std::lock_guard<std::mutex> w(write_mu_);
+  struct Plan {
+    std::shared_ptr<Run> run;
+    std::vector<uint16_t> tokens;                 // per chunk
+    std::vector<std::vector<Location>> sources;   // per chunk, per layer
+    std::vector<std::shared_ptr<RandomAccessFile>> files;  // per chunk, per layer
+    double heat = 0;
+  };
+  std::vector<Plan> plans;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::set<uint32_t> seen;  // runs by first chunk
+    for (auto& [id, h] : heat_) {
+      if (!h.fresh || !tree_.IsLive(id) || tree_.chunk(id).prefix_hash != h.prefix_hash) continue;
+      const std::span<const uint32_t> node = tree_.NodeChunksOf(id);
+      const size_t start = tree_.chunk(id).index_in_node / max_chunks * max_chunks;
+      const size_t end = std::min(node.size(), start + max_chunks);
+      if (!seen.insert(node[start]).second) continue;
+      Plan p;
+      p.run = std::make_shared<Run>();
+      Run& run = *p.run;
+      run.chunk_tokens = C;
+      run.first_token = tree_.chunk(node[start]).first_token;
+      for (size_t k = start; k < end; ++k) {
+        const index::ChunkInfo& c = tree_.chunk(node[k]);
+        run.chunks.push_back(node[k]);
+        run.hashes.push_back(c.prefix_hash);
+        p.tokens.push_back(c.tokens);
+        run.rows += c.tokens;
+      }
+      run.end_hash = run.hashes.back();
+      const uint32_t parent = tree_.ParentChunk(node[start]);
+      run.parent_hash = parent == index::kNoChunk ? 0 : tree_.chunk(parent).prefix_hash;
+      // Average importance per row and layer; rows never reported score 0.
+      std::vector<std::vector<uint32_t>> orders(opts_.layers);
+      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+        std::vector<float> score(run.rows, 0.0f);
+        uint32_t row = 0;
+        for (size_t k = 0; k < run.chunks.size(); ++k) {
+          auto ht = heat_.find(run.chunks[k]);
+          const bool ok = ht != heat_.end() && ht->second.prefix_hash == run.hashes[k] &&
+                          ht->second.reports[layer] > 0;
+          for (uint32_t r = 0; r < p.tokens[k]; ++r, ++row) {
+            if (ok) {
+              score[row] = ht->second.sum[size_t{layer} * C + r] / ht->second.reports[layer];
+            }
+          }
+          if (ok && layer == 0) p.heat += ht->second.reports[0];
+        }
+        orders[layer] = index::MappingList::OrderByScore(score);
+      }
+      auto map = index::MappingList::FromOrders(orders);
+      if (!map.ok()) return map.status().WithContext("store reorder");
+      run.map = std::move(map).value();
+      bool identity = true;
+      for (uint16_t layer = 0; layer < opts_.layers && identity; ++layer) {
+        identity = run.map.IsIdentity(layer);
+      }
+      auto old = run_of_.find(node[start]);
+      const bool same_as_old = old != run_of_.end() && old->second->chunks == run.chunks &&
+                               old->second->map == run.map;
+      if (same_as_old || (identity && old == run_of_.end())) {
+        for (uint32_t c : run.chunks) {
+          auto ht = heat_.find(c);
+          if (ht != heat_.end()) ht->second.fresh = false;
+        }
+        continue;  // nothing to gain
+      }
+      run.records = (run.rows + C - 1) / C;
+      for (uint32_t i = 0; i < run.records; ++i) {
+        run.bytes += opts_.layers * record_bytes(run.RecordTokens(i));
+      }
+      if (opts_.disk_budget_bytes != 0 && live_bytes_ + run.bytes > opts_.disk_budget_bytes) {
+        continue;  // a layout never evicts chunks to make room for itself
+      }
+      for (uint32_t c : run.chunks) {
+        p.sources.push_back(LocationsOf(c));
+        for (const Location& at : p.sources.back()) {
+          auto file = ReaderFor(at.segment);
+          if (!file.ok()) return file.status().WithContext("store reorder");
+          p.files.push_back(*file);
+        }
+      }
+      plans.push_back(std::move(p));
+    }
+    std::sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) { return a.heat > b.heat; });
+    if (plans.size() > ro.max_runs) plans.resize(ro.max_runs);
+  }
+
+  ReorderResult out;
+  const uint64_t rb = opts_.row_bytes;
+  for (Plan& p : plans) {
+    Run& run = *p.run;
+    // The chunks' own records, verified.
+    std::vector<AlignedBuffer> bufs;
+    std::vector<ReadOp> ops;
+    for (size_t k = 0; k < run.chunks.size(); ++k) {
+      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+        const uint64_t len = record_bytes(p.tokens[k]);
+        bufs.push_back(AllocateAligned(len));
+        ReadOp op;
+        op.file = p.files[k * opts_.layers + layer].get();
+        op.offset = uint64_t{p.sources[k][layer].block} * kBlockSize;
+        op.length = len;
+        op.buf = bufs.back().get();
+        op.prefetch = true;  // background work: demand reads of requests go first
+        ops.push_back(op);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> io(io_mu_);
+      RETURN_IF_ERROR(io_->Read(ops).WithContext("store reorder"));
+    }
+    Status bad;
+    uint32_t first = run.first_token;
+    for (size_t k = 0; k < run.chunks.size() && bad.ok(); ++k) {
+      for (uint16_t layer = 0; layer < opts_.layers && bad.ok(); ++layer) {
+        const ReadOp& op = ops[k * opts_.layers + layer];
+        bad = op.status;
+        if (bad.ok() && op.done < op.length) bad = Status::Corruption("record cut short");
+        if (bad.ok()) bad = VerifyRecord(op.buf, layer, run.hashes[k], first, p.tokens[k]);
+      }
+      first += p.tokens[k];
+    }
+    if (!bad.ok()) {
+      // Left for the reads to find and handle; this run is simply not reordered.
+      TIERKV_LOG(kWarn) << "store reorder: skipping a run: " << bad.ToString();
+      continue;
+    }
+    // Row r of the run lives in chunk k's record at row r - offset[k].
+    std::vector<uint32_t> chunk_of(run.rows), row_in(run.rows);
+    for (uint32_t k = 0, r = 0; k < run.chunks.size(); ++k) {
+      for (uint32_t i = 0; i < p.tokens[k]; ++i, ++r) {
+        chunk_of[r] = k;
+        row_in[r] = i;
+      }
+    }
+    std::string payload, record, all;
+    for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+      const std::vector<uint32_t> rows = run.map.RowsOf(layer);
+      for (uint32_t i = 0; i < run.records; ++i) {
+        const uint32_t n = run.RecordTokens(i);
+        payload.assign(2 * n * rb, '\0');
+        RecordHeader h;
+        h.fingerprint = opts_.fingerprint;
+        h.kind = RecordKind::kReorderedKeyValue;
+        h.dtype = opts_.dtype;
+        h.layer = layer;
+        h.first_token = run.first_token;
+        h.token_count = n;
+        h.row_bytes = opts_.row_bytes;
+        h.prefix_hash = run.end_hash;
+        h.parent_hash = run.parent_hash;
+        for (uint32_t j = 0; j < n; ++j) {
+          const uint32_t row = rows[i * C + j];
+          const uint32_t k = chunk_of[row];
+          const char* src = bufs[k * opts_.layers + layer].get() + kBlockSize;
+          std::memcpy(payload.data() + j * rb, src + row_in[row] * rb, rb);
+          std::memcpy(payload.data() + (n + j) * rb, src + (uint64_t{p.tokens[k]} + row_in[row]) * rb, rb);
+          h.tokens.push_back(static_cast<int32_t>(run.first_token + row));
+        }
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          h.sequence = ++sequence_;
+        }
+        EncodeRecord(h, payload, &record);
+        all += record;
+      }
+    }
+    // The run's records go back to back in one segment.
+    Status s;
+    if (!active_ || active_->Size() + all.size() > opts_.segment_bytes) s = OpenSegmentForAppend();
+    const uint32_t base = s.ok() ? static_cast<uint32_t>(active_->Size() / kBlockSize) : 0;
+    if (s.ok()) s = active_->Append(all);
+    if (s.ok()) s = active_->Sync();
+    if (!s.ok()) {
+      if (active_) active_->Close().IgnoreError();
+      active_.reset();
+      std::lock_guard<std::mutex> l(mu_);
+      dead_bytes_ += all.size();
+      return s.WithContext("store reorder");
+    }
+    uint32_t block = base;
+    for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+      for (uint32_t i = 0; i < run.records; ++i) {
+        run.where.push_back(Location{active_segment_, block});
+        block += static_cast<uint32_t>(record_bytes(run.RecordTokens(i)) / kBlockSize);
+      }
+    }
+    out.bytes_written += all.size();
+    // Swap in, if every chunk of the run is still what was read.
+    std::lock_guard<std::mutex> l(mu_);
+    bool still = true;
+    for (size_t k = 0; k < run.chunks.size() && still; ++k) {
+      still = tree_.IsLive(run.chunks[k]) && tree_.chunk(run.chunks[k]).prefix_hash == run.hashes[k];
+    }
+    const bool fits = opts_.disk_budget_bytes == 0 || live_bytes_ + run.bytes <= opts_.disk_budget_bytes;
+    if (!still || !fits) {
+      dead_bytes_ += all.size();
+      ++out.discarded;
+      continue;
+    }
+    for (uint32_t c : run.chunks) DropRunLocked(c);
+    std::shared_ptr<const Run> installed = p.run;
+    for (uint32_t c : run.chunks) {
+      run_of_[c] = installed;
+      ++run_chunks_;
+      auto ht = heat_.find(c);
+      if (ht != heat_.end()) ht->second.fresh = false;
+    }
+    live_bytes_ += run.bytes;
+    run_bytes_ += run.bytes;
+    ++out.runs;
+  }
+  std::lock_guard<std::mutex> st(stats_mu_);
+  stats_.reorders += out.runs;
+  stats_.bytes_written += out.bytes_written;
+  return out;
+}
+
 Result<std::vector<uint32_t>> ChunkStore::ListSegments() const {
   ASSIGN_OR_RETURN(auto names, fs_->ListDir(opts_.dir));
   std::vector<uint32_t> out;
@@ -940,6 +1502,8 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
     AlignedBuffer buf;
     std::shared_ptr<RandomAccessFile> file;
     Status status;
+    std::shared_ptr<const Run> run;  // a reordered run's record where[run_index]
+    uint32_t run_index = 0;
   };
   std::vector<Move> moves;
   std::set<uint32_t> victims;
@@ -951,6 +1515,13 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
       for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
         live[LocationOf(id, layer).segment] +=
             record_bytes(tree_.chunk(id).tokens);
+      }
+    }
+    std::set<const Run*> runs;
+    for (const auto& [c, run] : run_of_) {
+      if (!runs.insert(run.get()).second) continue;
+      for (uint32_t i = 0; i < run->where.size(); ++i) {
+        live[run->where[i].segment] += record_bytes(run->RecordTokens(i % run->records));
       }
     }
     for (size_t i = 0; i < segments.size(); ++i) {
@@ -973,6 +1544,23 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
         if (!file.ok()) return file.status().WithContext("store compact");
         moves.push_back(Move{id, layer, c.prefix_hash, c.first_token, c.tokens, at, Location{},
                              AllocateAligned(record_bytes(c.tokens)), *file, Status::Ok()});
+      }
+    }
+    runs.clear();
+    for (const auto& [c, run] : run_of_) {
+      if (!runs.insert(run.get()).second) continue;
+      for (uint32_t i = 0; i < run->where.size(); ++i) {
+        const Location at = run->where[i];
+        if (!victims.count(at.segment)) continue;
+        auto file = ReaderFor(at.segment);
+        if (!file.ok()) return file.status().WithContext("store compact");
+        const uint32_t n = run->RecordTokens(i % run->records);
+        Move m{run->chunks[0], static_cast<uint16_t>(i / run->records), run->end_hash,
+               run->first_token, n, at, Location{}, AllocateAligned(record_bytes(n)), *file,
+               Status::Ok()};
+        m.run = run;
+        m.run_index = i;
+        moves.push_back(std::move(m));
       }
     }
   }
@@ -999,7 +1587,19 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
     if (m.status.ok() && ops[i].done < ops[i].length) {
       m.status = Status::Corruption("record cut short at end of segment");
     }
-    if (m.status.ok()) m.status = VerifyRecord(m.buf.get(), m.layer, m.prefix_hash, m.first_token, m.tokens);
+    if (m.status.ok() && m.run) {
+      Expect e;
+      e.kind = RecordKind::kReorderedKeyValue;
+      e.layer = m.layer;
+      e.prefix_hash = m.prefix_hash;
+      e.first_token = m.first_token;
+      e.tokens = m.tokens;
+      e.run = m.run.get();
+      e.run_record = m.run_index % m.run->records;
+      m.status = VerifyRecord(m.buf.get(), e);
+    } else if (m.status.ok()) {
+      m.status = VerifyRecord(m.buf.get(), m.layer, m.prefix_hash, m.first_token, m.tokens);
+    }
     if (!m.status.ok()) continue;
     const uint64_t len = ops[i].length;
     const bool chunk_start = i == 0 || moves[i - 1].chunk != m.chunk;
@@ -1024,7 +1624,33 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
   // Switch the index to the copies, then make that durable, then delete.
   {
     std::lock_guard<std::mutex> l(mu_);
+    // Reordered runs: a new Run with the moved locations replaces the old one
+    // (reads in flight keep the old one, whose segments stay open for them).
+    std::map<const Run*, std::shared_ptr<Run>> moved_runs;
     for (Move& m : moves) {
+      if (!m.run) continue;
+      auto it = run_of_.find(m.run->chunks[0]);
+      if (it == run_of_.end() || it->second != m.run) continue;  // dropped meanwhile
+      if (!m.status.ok()) {
+        TIERKV_LOG(kWarn) << "store compact: reordered record: " << m.status.ToString()
+                          << "; the reordered layout is dropped";
+        DropRunLocked(m.run->chunks[0]);
+        moved_runs.erase(m.run.get());
+        continue;
+      }
+      auto& copy = moved_runs[m.run.get()];
+      if (!copy) copy = std::make_shared<Run>(*m.run);
+      copy->where[m.run_index] = m.to;
+      ++out.records_moved;
+    }
+    for (auto& [old_run, copy] : moved_runs) {
+      auto it = run_of_.find(copy->chunks[0]);
+      if (it == run_of_.end() || it->second.get() != old_run) continue;
+      std::shared_ptr<const Run> installed = copy;
+      for (uint32_t c : copy->chunks) run_of_[c] = installed;
+    }
+    for (Move& m : moves) {
+      if (m.run) continue;
       const bool same = tree_.IsLive(m.chunk) && tree_.chunk(m.chunk).prefix_hash == m.prefix_hash;
       if (!m.status.ok()) {
         TIERKV_LOG(kWarn) << "store compact: chunk " << m.chunk << " layer " << m.layer << ": "
@@ -1079,6 +1705,8 @@ StoreStats ChunkStore::stats() const {
   s.nodes = tree_.num_nodes() - 1;
   s.live_bytes = live_bytes_;
   s.dead_bytes = dead_bytes_;
+  s.reordered_chunks = run_chunks_;
+  s.reordered_bytes = run_bytes_;
   s.segments = segment_count_;
   return s;
 }
@@ -1087,6 +1715,14 @@ ChunkStore::Location ChunkStore::TEST_location(uint32_t chunk, uint16_t layer) c
   std::lock_guard<std::mutex> l(mu_);
   if (!tree_.IsLive(chunk)) return Location{};
   return LocationOf(chunk, layer);
+}
+
+ChunkStore::Location ChunkStore::TEST_run_location(uint32_t chunk, uint16_t layer,
+                                                  uint32_t record) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = run_of_.find(chunk);
+  if (it == run_of_.end() || record >= it->second->records || layer >= opts_.layers) return Location{};
+  return it->second->where[size_t{layer} * it->second->records + record];
 }
 
 ChunkStore::Location ChunkStore::LocationOf(uint32_t chunk, uint16_t layer) const {

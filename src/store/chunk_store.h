@@ -34,6 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "index/mapping_list.h"
 #include "index/radix_tree.h"
 #include "store/format.h"
 #include "store/io_backend.h"
@@ -65,6 +66,9 @@ struct StoreOptions {
   // Write the manifest when the store is destroyed (off: tests that model a
   // crash without killing the process).
   bool checkpoint_on_close = true;
+  // How many chunks' importance reports the reordering job keeps (the least
+  // recently reported are forgotten first). 4 bytes per row and layer each.
+  uint32_t reorder_tracked_chunks = 4096;
 };
 
 // The options a cache directory was written with, from its STORE file (for
@@ -98,6 +102,41 @@ struct ChunkRead {
   Status status;      // out: OK, Corruption (a miss), IOError, NotFound
 };
 
+// Some rows of one layer of one chunk (a selective load). `rows` are row
+// indices within the chunk, ascending, each < the chunk's tokens; the outputs
+// receive rows.size() * row_bytes each, in the order of `rows`. Only the
+// header and the 4 KiB pages holding those rows are read and verified; if the
+// chunk belongs to a reordered run, they come from its reordered records.
+struct RowRead {
+  uint32_t chunk = index::kNoChunk;
+  uint64_t prefix_hash = 0;
+  uint16_t layer = 0;
+  std::span<const uint32_t> rows;
+  char* k = nullptr;  // may be null: values only
+  char* v = nullptr;  // may be null: keys only
+  bool prefetch = false;
+  Status status;      // out: OK, Corruption (a miss), IOError, NotFound, InvalidArgument
+};
+
+// What one ReadRows call read from disk.
+struct RowReadStats {
+  uint64_t records = 0;            // distinct records touched (the paper's "chunks read")
+  uint64_t reordered_records = 0;  // of them, reordered copies
+  uint64_t pages = 0;              // payload pages read (plus one header block per record)
+  uint64_t bytes = 0;              // bytes read
+};
+
+struct ReorderOptions {
+  uint32_t max_runs = 16;         // runs rewritten per call (hottest first)
+  uint32_t max_run_chunks = 64;   // chunks of one node reordered together
+};
+
+struct ReorderResult {
+  uint32_t runs = 0;             // runs rewritten and swapped in
+  uint32_t discarded = 0;        // rewritten, but a chunk left meanwhile (the copy is dead)
+  uint64_t bytes_written = 0;
+};
+
 struct StoreStats {
   uint64_t records_written = 0, bytes_written = 0, puts = 0;
   uint64_t records_read = 0, bytes_read = 0;
@@ -108,7 +147,10 @@ struct StoreStats {
   uint64_t manifest_errors = 0;      // a damaged manifest (recovery then scanned every segment)
   uint64_t scanned_segments = 0;     // segments recovery read record by record
   uint64_t compactions = 0, compacted_segments = 0, compacted_records = 0, reclaimed_bytes = 0;
+  uint64_t row_reads = 0, pages_read = 0, reordered_records_read = 0;
+  uint64_t reorders = 0, reordered_runs_dropped = 0;
   uint64_t live_chunks = 0, live_bytes = 0, dead_bytes = 0, segments = 0, nodes = 0;
+  uint64_t reordered_chunks = 0, reordered_bytes = 0;  // live reordered copies (in live_bytes)
 };
 
 struct CompactResult {
@@ -149,6 +191,29 @@ class ChunkStore {
   // IoBackend). Per-read statuses; the call itself fails only on misuse.
   Status Read(std::span<ChunkRead> reads);
 
+  // Reads some rows of chunk layers (selective loading; see RowRead). Like
+  // Read, per-read statuses. A reordered copy that fails verification is
+  // dropped and its rows are read from the chunks' own records instead.
+  Status ReadRows(std::span<RowRead> reads, RowReadStats* stats = nullptr);
+
+  // Reports per-row importance of a looked-up prefix at `layer` (one score
+  // per matched token, token order; e.g. attention column sums). Feeds the
+  // reordering job's per-row averages. Chunks evicted since the lookup are
+  // ignored.
+  void ReportImportance(const LookupResult& prefix, uint16_t layer,
+                        std::span<const float> importance);
+
+  // KV reordering (IMPRESS 4.4.1), one round: for each run of a node's
+  // chunks with new importance reports, writes the run's rows per layer in
+  // descending average importance as extra records with a mapping list, and
+  // swaps the layout in under the index lock. Readers never wait on the I/O
+  // and see either the old or the new layout; the chunks' own records stay
+  // the source of truth. A later split of the node keeps the layout (it is
+  // keyed by chunks, not by node); eviction or loss of any chunk of the run
+  // drops it. Layouts are not in the manifest: after a restart they are
+  // dead bytes until the next round rewrites them.
+  Result<ReorderResult> Reorder(const ReorderOptions& options = {});
+
   // Writes the manifest (a snapshot of the index) after sealing the active
   // segment, so that the next Open reads it plus the segments written after
   // it. Done by the destructor too. InvalidArgument when read-only.
@@ -174,6 +239,9 @@ class ChunkStore {
     uint32_t block = 0;    // offset / kBlockSize
   };
   Location TEST_location(uint32_t chunk, uint16_t layer) const;
+  // Where record `record` of layer `layer` of the reordered run holding
+  // `chunk` is (segment 0: the chunk is not reordered).
+  Location TEST_run_location(uint32_t chunk, uint16_t layer, uint32_t record) const;
   std::string SegmentPath(uint32_t segment) const;
 
  private:
@@ -194,8 +262,35 @@ class ChunkStore {
       const std::vector<uint32_t>& created,
       const std::function<const std::vector<Location>*(uint64_t)>& where_of);
   Status SealLocked();  // REQUIRES: write_mu_
+  // A reordered run: its chunks, the mapping list and where its records are.
+  // Immutable; shared with reads in flight.
+  struct Run {
+    std::vector<uint32_t> chunks;
+    std::vector<uint64_t> hashes;
+    uint32_t first_token = 0, rows = 0;
+    uint64_t end_hash = 0, parent_hash = 0;  // identity of its records
+    index::MappingList map;
+    uint32_t records = 0;         // per layer: ceil(rows / C)
+    std::vector<Location> where;  // layer-major: where[layer * records + i]
+    uint64_t bytes = 0;
+    uint32_t RecordTokens(uint32_t i) const;
+    uint32_t chunk_tokens = 0;
+  };
+  // What a record read must turn out to be.
+  struct Expect {
+    RecordKind kind = RecordKind::kKeyValue;
+    uint16_t layer = 0;
+    uint64_t prefix_hash = 0;
+    uint32_t first_token = 0, tokens = 0;
+    const Run* run = nullptr;  // kReorderedKeyValue: positions must map to record `run_record`
+    uint32_t run_record = 0;
+  };
+  Result<RecordHeader> CheckHeader(const char* block0, const Expect& e) const;
+  Status VerifyRecord(const char* record, const Expect& e) const;  // header and every page
   Status VerifyRecord(const char* record, uint16_t layer, uint64_t prefix_hash,
                       uint32_t first_token, uint32_t tokens) const;
+  void DropRunLocked(uint32_t chunk);  // REQUIRES: mu_; no-op if the chunk is not reordered
+  void ForgetChunkLocked(uint32_t chunk);  // REQUIRES: mu_; a chunk left the index
   Status WriteManifest();  // REQUIRES: write_mu_, not mu_
   Result<std::vector<uint32_t>> ListSegments() const;
 
@@ -217,6 +312,18 @@ class ChunkStore {
   std::vector<Location> LocationsOf(uint32_t chunk) const;          // REQUIRES: mu_
   void SetLocations(uint32_t chunk, std::span<const Location> where);  // REQUIRES: mu_
   void ClearLocations(uint32_t chunk);                              // REQUIRES: mu_
+  // Reordered runs, by each of their chunks (only reordered chunks appear).
+  std::unordered_map<uint32_t, std::shared_ptr<const Run>> run_of_;
+  uint64_t run_bytes_ = 0, run_chunks_ = 0;
+  // Importance reports per chunk for reordering: sums per layer and row.
+  struct Heat {
+    uint64_t prefix_hash = 0;
+    std::vector<float> sum;          // layer-major, chunk_tokens per layer
+    std::vector<uint32_t> reports;   // per layer
+    uint64_t last = 0;
+    bool fresh = false;              // reported since the last reordering
+  };
+  std::unordered_map<uint32_t, Heat> heat_;
   std::vector<uint64_t> last_access_;    // per chunk, for budget eviction
   std::vector<uint16_t> chunk_tokens_;   // per chunk (valid while live)
   size_t segment_count_ = 0;

@@ -36,7 +36,7 @@ size_t VariableBytes(uint32_t tokens, uint32_t pages) {
 
 uint64_t PayloadBytesFor(RecordKind kind, uint32_t tokens, uint32_t row_bytes) {
   uint64_t one = uint64_t{tokens} * row_bytes;
-  return kind == RecordKind::kKeyValue ? 2 * one : one;
+  return kind == RecordKind::kProbeKeys ? one : 2 * one;
 }
 
 Status CheckGeometry(RecordKind kind, uint32_t tokens, uint32_t row_bytes) {
@@ -105,7 +105,7 @@ Result<RecordHeader> DecodeHeader(std::span<const char, kBlockSize> span) {
   }
   RecordHeader h;
   uint8_t kind = Get<uint8_t>(b, 12), dtype = Get<uint8_t>(b, 13);
-  if (kind != 1 && kind != 2) return bad("kind " + std::to_string(kind));
+  if (kind < 1 || kind > 3) return bad("kind " + std::to_string(kind));
   if (dtype != 1 && dtype != 2) return bad("dtype " + std::to_string(dtype));
   h.kind = static_cast<RecordKind>(kind);
   h.dtype = static_cast<KvDtype>(dtype);

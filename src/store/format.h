@@ -33,6 +33,12 @@ enum class RecordKind : uint8_t {
   kKeyValue = 1,
   // The probe heads' keys of a token span of one layer, token-major.
   kProbeKeys = 2,
+  // A reordered run of chunks (IMPRESS 4.4.1): keys then values of one layer
+  // of `token_count` rows stored in descending importance. `tokens` holds the
+  // rows' absolute positions instead of token ids; `first_token` is the run's
+  // first position and `prefix_hash` the hash through the run's last chunk.
+  // An extra copy: the chunks' own kKeyValue records stay the source of truth.
+  kReorderedKeyValue = 3,
 };
 
 enum class KvDtype : uint8_t { kF32 = 1, kF16 = 2 };

@@ -17,26 +17,15 @@ namespace tierkv::store {
 namespace {
 
 using ::tierkv::testing::StatusIs;
+using testing::FlipByte;
 using testing::Prompt;
+using testing::TempDir;
 using testing::PromptKv;
 using Tokens = std::vector<int32_t>;
 
 constexpr uint16_t kLayers = 3;
 constexpr uint32_t kRow = 256;  // 16 tokens of K = one 4 KiB page
 constexpr uint32_t kChunk = 16;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/tierkv_store_XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 StoreOptions Options(const std::string& dir, FileSystem* fs = nullptr) {
   StoreOptions o;
@@ -165,16 +154,6 @@ TEST_P(ChunkStoreTest, BudgetEvictsLeastRecentlyUsedLeafChunks) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, ChunkStoreTest, ::testing::Values("uring", "pread"),
                          [](const auto& info) { return info.param; });
-
-void FlipByte(const std::string& path, uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x10);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
-}
 
 // Failure-semantics rows: a flipped bit in a payload page or in the header,
 // and a record copied over another's place, are Corruption on read; the

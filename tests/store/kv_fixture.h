@@ -3,10 +3,13 @@
 // shared prefix has the same rows in every prompt and any misplaced byte shows.
 #pragma once
 
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <span>
 #include <string>
@@ -56,6 +59,31 @@ inline std::vector<int32_t> Prompt(uint32_t seed, size_t shared, size_t length) 
     t.push_back(static_cast<int32_t>(i < shared ? common() % 500 : own() % 500));
   }
   return t;
+}
+
+// A fresh directory under /tmp, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/tierkv_store_XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Flips one bit of the byte at `offset` of a file (damage for corruption tests).
+inline void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x10);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
 }
 
 }  // namespace tierkv::store::testing

@@ -1,7 +1,8 @@
 // Concurrency stress (issue #4, must-show 6): readers go through the device
-// and host pools to the disk tier while a writer's Puts evict under the disk
-// budget, a compactor rewrites segments and writes manifests, and the pools
-// promote, demote and offload. Every byte served is compared with what the
+// and host pools to the disk tier, or read selected rows straight from it,
+// while a writer's Puts evict under the disk budget, a reorderer reports
+// importance and swaps reordered layouts in, a compactor rewrites segments
+// and writes manifests, and the pools promote, demote and offload. Every byte served is compared with what the
 // prompt's K/V must be. Runs TIERKV_STRESS_SECONDS (default 10) seconds;
 // meant for ThreadSanitizer (ctest label "stress").
 #include <gtest/gtest.h>
@@ -69,7 +70,7 @@ TEST(StoreStressTest, ReadersStayExactWhileEvictionCompactionAndPoolsRun) {
 
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> verified_rows{0}, pool_hits{0}, disk_reads{0}, misses{0}, puts{0},
-      compactions{0}, wrong{0}, unexpected{0};
+      compactions{0}, wrong{0}, unexpected{0}, row_reads{0}, reordered_reads{0}, reorders{0};
   std::string first_problem;
   std::mutex problem_mu;
   auto problem = [&](const std::string& what) {
@@ -106,6 +107,29 @@ TEST(StoreStressTest, ReadersStayExactWhileEvictionCompactionAndPoolsRun) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
+  std::thread reorderer([&] {
+    std::mt19937 rng(2);
+    int n = 0;
+    while (!stop) {
+      const Tokens& p = prompts[rng() % prompts.size()];
+      LookupResult m = store->Lookup(p);
+      for (uint16_t layer = 0; layer < kLayers; ++layer) {
+        std::vector<float> imp(m.matched_tokens);
+        for (float& x : imp) x = static_cast<float>(rng() % 100);
+        store->ReportImportance(m, layer, imp);
+      }
+      if (++n % 8 == 0) {
+        auto r = store->Reorder(ReorderOptions{4, 3});
+        if (!r.ok()) {
+          unexpected++;
+          problem("reorder: " + r.status().ToString());
+        } else {
+          reorders += r->runs;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+  });
   std::vector<std::thread> readers;
   for (int t = 0; t < 3; ++t) {
     readers.emplace_back([&, t] {
@@ -123,6 +147,43 @@ TEST(StoreStressTest, ReadersStayExactWhileEvictionCompactionAndPoolsRun) {
             // The last chunk may match only its first rows; the rest belong to
             // another prompt and are not used.
             const uint32_t used = static_cast<uint32_t>(std::min<size_t>(n, m.matched_tokens - first));
+            if (rng() % 2 == 0) {
+              // A selective load: some rows, from the chunk's records or its
+              // reordered run's, whichever is installed at this moment.
+              std::vector<uint32_t> rows;
+              for (uint32_t i = 0; i < used; ++i) {
+                if (rng() % 3 == 0) rows.push_back(i);
+              }
+              if (rows.empty()) continue;
+              std::vector<char> k(rows.size() * kRow), v(rows.size() * kRow);
+              RowRead rr{m.chunks[c], m.prefix_hashes[c], layer, rows, k.data(), v.data()};
+              RowReadStats rs;
+              Status s = store->ReadRows(std::span<RowRead>(&rr, 1), &rs);
+              if (!s.ok() || !rr.status.ok()) {
+                if (rr.status.IsNotFound()) {
+                  misses++;
+                  break;
+                }
+                unexpected++;
+                problem("row read: " + (s.ok() ? rr.status : s).ToString());
+                break;
+              }
+              row_reads++;
+              if (rs.reordered_records > 0) reordered_reads++;
+              for (size_t j = 0; j < rows.size(); ++j) {
+                const std::span<const int32_t> prefix(p.data(), first + rows[j] + 1);
+                FillRow(prefix, layer, 'K', want.data(), kRow);
+                FillRow(prefix, layer, 'V', want.data() + kRow, kRow);
+                if (std::memcmp(k.data() + j * kRow, want.data(), kRow) != 0 ||
+                    std::memcmp(v.data() + j * kRow, want.data() + kRow, kRow) != 0) {
+                  wrong++;
+                  problem("wrong row from a selective read" +
+                          std::string(rs.reordered_records ? " (reordered)" : ""));
+                }
+              }
+              verified_rows += rows.size();
+              continue;
+            }
             cache::Pin pin = pools->Access(key, rng() % (n + 1), n);
             cache::Buffer data = pin.data();
             const bool from_pool = pin.tier() != cache::Tier::kDisk;
@@ -175,14 +236,18 @@ TEST(StoreStressTest, ReadersStayExactWhileEvictionCompactionAndPoolsRun) {
   stop = true;
   writer.join();
   compactor.join();
+  reorderer.join();
   for (auto& r : readers) r.join();
 
   const StoreStats s = store->stats();
   const cache::CacheStats cs = pools->stats();
-  std::printf("stress: %llu rows verified (%llu pool hits, %llu disk reads, %llu misses), %llu puts, "
+  std::printf("stress: %llu rows verified (%llu pool hits, %llu disk reads, %llu selective reads of "
+              "which %llu reordered, %llu misses), %llu layouts swapped in, %llu dropped, %llu puts, "
               "%llu evictions, %llu compactions moving %llu records, %llu promotions, %llu offloads\n",
               (unsigned long long)verified_rows.load(), (unsigned long long)pool_hits.load(),
-              (unsigned long long)disk_reads.load(), (unsigned long long)misses.load(),
+              (unsigned long long)disk_reads.load(), (unsigned long long)row_reads.load(),
+              (unsigned long long)reordered_reads.load(), (unsigned long long)misses.load(),
+              (unsigned long long)reorders.load(), (unsigned long long)s.reordered_runs_dropped,
               (unsigned long long)puts.load(), (unsigned long long)s.evicted_chunks,
               (unsigned long long)s.compactions, (unsigned long long)s.compacted_records,
               (unsigned long long)cs.promotions, (unsigned long long)cs.offloads);
@@ -192,6 +257,8 @@ TEST(StoreStressTest, ReadersStayExactWhileEvictionCompactionAndPoolsRun) {
   EXPECT_GT(verified_rows.load(), 0u);
   EXPECT_GT(s.evicted_chunks, 0u);
   EXPECT_GT(s.compacted_records, 0u);
+  EXPECT_GT(reorders.load(), 0u);
+  EXPECT_GT(reordered_reads.load(), 0u);
   EXPECT_GT(cs.promotions + cs.demotions, 0u);
   EXPECT_THAT(pools->TEST_Validate(), ::tierkv::testing::IsOk());
   store.reset();
