@@ -50,6 +50,8 @@ std::string StoreIdentity(const StoreOptions& o) {
     << "layers " << o.layers << "\n"
     << "row_bytes " << o.row_bytes << "\n"
     << "dtype " << (o.dtype == KvDtype::kF16 ? "f16" : "f32") << "\n";
+  // Only when set, so that stores written without probe copies keep their identity.
+  if (o.probe_bytes != 0) s << "probe_bytes " << o.probe_bytes << "\n";
   return s.str();
 }
 
@@ -123,6 +125,10 @@ Result<StoreOptions> ReadStoreIdentity(FileSystem* fs, const std::string& dir) {
   } else {
     return Status::InvalidArgument(path + ": bad or missing field 'dtype'");
   }
+  if (!ValueOf(t, "probe_bytes").empty()) {
+    ASSIGN_OR_RETURN(uint64_t probe, number("probe_bytes", o.row_bytes));
+    o.probe_bytes = static_cast<uint32_t>(probe);
+  }
   o.model_description = ValueOf(t, "model");
   return o;
 }
@@ -172,6 +178,12 @@ uint64_t ChunkStore::record_bytes(uint32_t tokens) const {
          (1 + PagesFor(PayloadBytesFor(RecordKind::kKeyValue, tokens, opts_.row_bytes)));
 }
 
+uint64_t ChunkStore::probe_record_bytes(uint32_t tokens) const {
+  if (opts_.probe_bytes == 0) return 0;
+  return uint64_t{kBlockSize} *
+         (1 + PagesFor(PayloadBytesFor(RecordKind::kProbeKeys, tokens, opts_.probe_bytes)));
+}
+
 Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreOptions options) {
   if (options.dir.empty()) return Status::InvalidArgument("store: cache directory not set");
   if (options.chunk_tokens < 1 || options.chunk_tokens > 4096) {
@@ -181,11 +193,22 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreOptions options) {
   if (options.layers < 1) return Status::InvalidArgument("store: layers is 0");
   RETURN_IF_ERROR(CheckGeometry(RecordKind::kKeyValue, options.chunk_tokens, options.row_bytes)
                       .WithContext("store"));
+  if (options.probe_bytes > options.row_bytes) {
+    return Status::InvalidArgument("store: probe_bytes " + std::to_string(options.probe_bytes) +
+                                   " exceeds row_bytes " + std::to_string(options.row_bytes) +
+                                   " (probe keys are the start of a K row)");
+  }
+  if (options.probe_bytes != 0) {
+    RETURN_IF_ERROR(CheckGeometry(RecordKind::kProbeKeys, options.chunk_tokens, options.probe_bytes)
+                        .WithContext("store probe records"));
+  }
   if (options.segment_bytes < (1u << 20)) {
     return Status::InvalidArgument("store: segment_bytes below 1 MiB");
   }
   auto store = std::unique_ptr<ChunkStore>(new ChunkStore(std::move(options)));
-  const uint64_t one_chunk = store->opts_.layers * store->record_bytes(store->opts_.chunk_tokens);
+  const uint64_t one_chunk =
+      store->opts_.layers * (store->record_bytes(store->opts_.chunk_tokens) +
+                             store->probe_record_bytes(store->opts_.chunk_tokens));
   if (store->opts_.disk_budget_bytes != 0 && store->opts_.disk_budget_bytes < one_chunk) {
     return Status::InvalidArgument(
         "store: disk budget " + std::to_string(store->opts_.disk_budget_bytes) +
@@ -288,9 +311,10 @@ Status ChunkStore::Recover() {
     uint32_t first_token = 0, tokens = 0;
     uint64_t parent_hash = 0;
     std::vector<int32_t> token_ids;
-    std::vector<Location> where;
-    std::vector<uint64_t> seq;
-    bool consistent = true;
+    std::vector<Location> where, probe;  // per layer: K/V and probe records
+    std::vector<uint64_t> seq, probe_seq;
+    bool init = false, consistent = true;
+    Placed placed;
   };
   std::unordered_map<uint64_t, Found> found;
   uint64_t skipped = 0, total_bytes = 0;
@@ -340,6 +364,14 @@ Status ChunkStore::Recover() {
         f.where.clear();
         for (const auto& w : c.where) f.where.push_back(Location{w.first, w.second});
         f.seq.assign(opts_.layers, 0);  // any copy in the log is newer
+        f.probe.assign(opts_.layers, Location{});
+        f.probe_seq.assign(opts_.layers, 0);
+        if (c.probe_block != kNoProbe && opts_.probe_bytes != 0) {
+          for (uint16_t l = 0; l < opts_.layers; ++l) {
+            f.probe[l] = Location{f.where[0].segment, c.probe_block + l * uint32_t{c.probe_stride}};
+          }
+        }
+        f.init = true;
         ++manifest_chunks;
       }
     }
@@ -409,8 +441,11 @@ Status ChunkStore::Recover() {
       for (uint32_t p = 0; p < h.page_checksums.size() && pages_ok; ++p) {
         pages_ok = PageChecksumOk(h, p, {block + kBlockSize * (1 + size_t{p}), kBlockSize});
       }
-      bool ours = h.fingerprint == opts_.fingerprint && h.kind == RecordKind::kKeyValue &&
-                  h.layer < opts_.layers && h.row_bytes == opts_.row_bytes &&
+      const bool probe = h.kind == RecordKind::kProbeKeys;
+      bool ours = h.fingerprint == opts_.fingerprint &&
+                  (h.kind == RecordKind::kKeyValue || (probe && opts_.probe_bytes != 0)) &&
+                  h.layer < opts_.layers &&
+                  h.row_bytes == (probe ? opts_.probe_bytes : opts_.row_bytes) &&
                   h.dtype == opts_.dtype && h.token_count <= opts_.chunk_tokens &&
                   h.first_token % opts_.chunk_tokens == 0;
       if (pages_ok && h.fingerprint == opts_.fingerprint &&
@@ -424,20 +459,27 @@ Status ChunkStore::Recover() {
         continue;
       }
       Found& f = found[h.prefix_hash];
-      if (f.where.empty()) {
+      if (!f.init) {
+        f.init = true;
         f.first_token = h.first_token;
         f.tokens = h.token_count;
         f.parent_hash = h.parent_hash;
         f.token_ids = h.tokens;
         f.where.assign(opts_.layers, Location{});
         f.seq.assign(opts_.layers, 0);
+        f.probe.assign(opts_.layers, Location{});
+        f.probe_seq.assign(opts_.layers, 0);
       } else if (f.first_token != h.first_token || f.tokens != h.token_count ||
                  f.parent_hash != h.parent_hash || f.token_ids != h.tokens) {
         f.consistent = false;  // a hash collision or a forged record: use none of it
       }
-      if (h.sequence >= f.seq[h.layer]) {
+      const Location here{seg, static_cast<uint32_t>(cursor / kBlockSize)};
+      if (probe && h.sequence >= f.probe_seq[h.layer]) {
+        f.probe_seq[h.layer] = h.sequence;
+        f.probe[h.layer] = here;
+      } else if (!probe && h.sequence >= f.seq[h.layer]) {
         f.seq[h.layer] = h.sequence;
-        f.where[h.layer] = Location{seg, static_cast<uint32_t>(cursor / kBlockSize)};
+        f.where[h.layer] = here;
       }
       sequence_ = std::max(sequence_, h.sequence);
       cursor += len;
@@ -472,8 +514,24 @@ Status ChunkStore::Recover() {
     return ok;
   };
   std::unordered_map<uint64_t, bool> is_parent;
-  for (const auto& [hash, f] : found) {
+  for (auto& [hash, f] : found) {
     if (chain_ok(hash) && f.parent_hash != 0) is_parent[f.parent_hash] = true;
+    // The probe copy is used when every layer's is there, in layer 0's
+    // segment, at a constant stride (as Put and compaction write them);
+    // otherwise the chunk's probe keys are sliced from its K records.
+    f.placed.where = f.where;
+    if (!f.probe.empty() && !f.where.empty() && opts_.probe_bytes != 0) {
+      const int64_t stride = opts_.layers > 1 ? int64_t{f.probe[1].block} - f.probe[0].block : 0;
+      bool ok = stride >= 0 && stride <= UINT16_MAX;
+      for (uint16_t l = 0; l < opts_.layers && ok; ++l) {
+        ok = f.probe[l].segment != 0 && f.probe[l].segment == f.where[0].segment &&
+             f.probe[l].block == f.probe[0].block + l * stride;
+      }
+      if (ok) {
+        f.placed.probe_block = f.probe[0].block;
+        f.placed.probe_stride = static_cast<uint16_t>(stride);
+      }
+    }
   }
   std::lock_guard<std::mutex> l(mu_);
   uint64_t recovered = 0;
@@ -496,7 +554,7 @@ Status ChunkStore::Recover() {
     index::InsertResult r = tree_.Insert(prompt);
     ASSIGN_OR_RETURN(Published p, PublishLocked(r.created, [&](uint64_t hash) {
                        auto it = found.find(hash);
-                       return it == found.end() ? nullptr : &it->second.where;
+                       return it == found.end() ? nullptr : &it->second.placed;
                      }));
     recovered += p.chunks;
   }
@@ -543,7 +601,7 @@ void ChunkStore::DropLocked(uint32_t chunk, bool corrupt) {
   dirty_ = true;
   for (uint32_t id : *removed) {
     // The bytes stay in their segment (dead) until compaction.
-    const uint64_t bytes = opts_.layers * record_bytes(chunk_tokens_[id]);
+    const uint64_t bytes = ChunkBytesLocked(id);
     live_bytes_ -= bytes;
     dead_bytes_ += bytes;
     ClearLocations(id);
@@ -561,7 +619,7 @@ Status ChunkStore::EvictForLocked(uint64_t bytes) {
     uint32_t victim = *std::min_element(candidates.begin(), candidates.end(), [&](uint32_t a, uint32_t b) {
       return last_access_[a] < last_access_[b];
     });
-    uint64_t freed = opts_.layers * record_bytes(tree_.chunk(victim).tokens);
+    const uint64_t freed = ChunkBytesLocked(victim);
     RETURN_IF_ERROR(tree_.Evict(victim));
     ClearLocations(victim);
     ForgetChunkLocked(victim);
@@ -607,7 +665,8 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
       end = tokens.size();
       uint64_t need = 0;
       for (size_t p = start; p < end; p += C) {
-        need += opts_.layers * record_bytes(static_cast<uint32_t>(std::min<size_t>(C, end - p)));
+        const uint32_t n = static_cast<uint32_t>(std::min<size_t>(C, end - p));
+        need += opts_.layers * (record_bytes(n) + probe_record_bytes(n));
       }
       if (need == 0) break;
       if (EvictForLocked(need).ok()) {
@@ -619,7 +678,8 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
       uint64_t room = opts_.disk_budget_bytes > live_bytes_ ? opts_.disk_budget_bytes - live_bytes_ : 0;
       size_t fit = start;
       while (fit < end) {
-        uint64_t b = opts_.layers * record_bytes(static_cast<uint32_t>(std::min<size_t>(C, end - fit)));
+        const uint32_t n = static_cast<uint32_t>(std::min<size_t>(C, end - fit));
+        const uint64_t b = opts_.layers * (record_bytes(n) + probe_record_bytes(n));
         if (b > room) break;
         room -= b;
         fit = std::min(end, fit + C);
@@ -641,47 +701,100 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
     return out;
   }
 
-  // Write the new chunks' records, then make them durable.
+  // Write the new chunks' records, then make them durable. Chunks go in
+  // batches that fit the active segment: each chunk's K/V layers back to
+  // back, then the batch's probe records layer by layer, so that one layer's
+  // probe keys of consecutive chunks are one contiguous read.
+  constexpr size_t kProbeBatchChunks = 16;
   struct Written {
     uint64_t prefix_hash;
-    std::vector<Location> where;
+    Placed placed;
   };
   std::vector<Written> written;
   std::string record, payload;
   uint64_t hash = parent_hash;
   Status s;
-  for (size_t p = start; p < end && s.ok(); p += C) {
-    const uint32_t n = static_cast<uint32_t>(std::min<size_t>(C, end - p));
-    const uint64_t parent = hash;
-    hash = index::ChainHash(hash, tokens.subspan(p, n));
-    Written wr{hash, std::vector<Location>(opts_.layers)};
-    for (uint16_t layer = 0; layer < opts_.layers && s.ok(); ++layer) {
-      const size_t bytes = size_t{n} * opts_.row_bytes;
-      payload.assign(kv.k[layer].data() + p * opts_.row_bytes, bytes);
-      payload.append(kv.v[layer].data() + p * opts_.row_bytes, bytes);
-      RecordHeader h;
-      h.fingerprint = opts_.fingerprint;
-      h.kind = RecordKind::kKeyValue;
-      h.dtype = opts_.dtype;
-      h.layer = layer;
-      h.first_token = static_cast<uint32_t>(p);
-      h.token_count = n;
-      h.row_bytes = opts_.row_bytes;
-      h.prefix_hash = hash;
-      h.parent_hash = parent;
-      h.sequence = ++sequence_;
-      h.tokens.assign(tokens.begin() + p, tokens.begin() + p + n);
-      EncodeRecord(h, payload, &record);
-      // A chunk's layers go back to back in one segment (one location per chunk).
-      if (layer == 0 && (!active_ || active_->Size() + opts_.layers * record.size() > opts_.segment_bytes)) {
-        s = OpenSegmentForAppend();
-        if (!s.ok()) break;
-      }
-      wr.where[layer] = Location{active_segment_, static_cast<uint32_t>(active_->Size() / kBlockSize)};
-      s = active_->Append(record);
-      out.bytes_written += record.size();
+  auto encode = [&](RecordKind kind, uint16_t layer, size_t p, uint32_t n, uint64_t parent,
+                    uint64_t prefix_hash) {
+    RecordHeader h;
+    h.fingerprint = opts_.fingerprint;
+    h.kind = kind;
+    h.dtype = opts_.dtype;
+    h.layer = layer;
+    h.first_token = static_cast<uint32_t>(p);
+    h.token_count = n;
+    h.row_bytes = kind == RecordKind::kProbeKeys ? opts_.probe_bytes : opts_.row_bytes;
+    h.prefix_hash = prefix_hash;
+    h.parent_hash = parent;
+    h.sequence = ++sequence_;
+    h.tokens.assign(tokens.begin() + p, tokens.begin() + p + n);
+    EncodeRecord(h, payload, &record);
+  };
+  size_t p = start;
+  while (p < end && s.ok()) {
+    if (!active_) {
+      s = OpenSegmentForAppend();
+      if (!s.ok()) break;
     }
-    written.push_back(std::move(wr));
+    // Plan the batch (at least one chunk; a new segment if it does not fit).
+    std::vector<uint32_t> ns;
+    uint64_t batch = 0;
+    for (size_t q = p; q < end && ns.size() < kProbeBatchChunks;) {
+      const uint32_t n = static_cast<uint32_t>(std::min<size_t>(C, end - q));
+      const uint64_t b = opts_.layers * (record_bytes(n) + probe_record_bytes(n));
+      if (!ns.empty() && active_->Size() + batch + b > opts_.segment_bytes) break;
+      ns.push_back(n);
+      batch += b;
+      q += n;
+    }
+    if (active_->Size() > 0 && active_->Size() + batch > opts_.segment_bytes) {
+      s = OpenSegmentForAppend();
+      continue;  // plan again for the empty segment
+    }
+    const size_t batch_start = written.size();
+    std::vector<uint64_t> parents;
+    for (uint32_t n : ns) {
+      const uint64_t parent = hash;
+      hash = index::ChainHash(hash, tokens.subspan(p, n));
+      parents.push_back(parent);
+      Written wr{hash, Placed{std::vector<Location>(opts_.layers)}};
+      for (uint16_t layer = 0; layer < opts_.layers && s.ok(); ++layer) {
+        const size_t bytes = size_t{n} * opts_.row_bytes;
+        payload.assign(kv.k[layer].data() + p * opts_.row_bytes, bytes);
+        payload.append(kv.v[layer].data() + p * opts_.row_bytes, bytes);
+        encode(RecordKind::kKeyValue, layer, p, n, parent, hash);
+        wr.placed.where[layer] =
+            Location{active_segment_, static_cast<uint32_t>(active_->Size() / kBlockSize)};
+        s = active_->Append(record);
+        out.bytes_written += record.size();
+      }
+      written.push_back(std::move(wr));
+      p += n;
+    }
+    if (opts_.probe_bytes != 0 && s.ok()) {
+      uint64_t stride = 0;
+      for (uint32_t n : ns) stride += probe_record_bytes(n) / kBlockSize;
+      for (uint16_t layer = 0; layer < opts_.layers && s.ok(); ++layer) {
+        size_t q = p;
+        for (uint32_t n : ns) q -= n;
+        for (size_t j = 0; j < ns.size() && s.ok(); ++j) {
+          payload.clear();
+          for (uint32_t t = 0; t < ns[j]; ++t) {
+            payload.append(kv.k[layer].data() + (q + t) * opts_.row_bytes, opts_.probe_bytes);
+          }
+          encode(RecordKind::kProbeKeys, layer, q, ns[j], parents[j],
+                 written[batch_start + j].prefix_hash);
+          if (layer == 0) {
+            Placed& pl = written[batch_start + j].placed;
+            pl.probe_block = static_cast<uint32_t>(active_->Size() / kBlockSize);
+            pl.probe_stride = static_cast<uint16_t>(stride);
+          }
+          s = active_->Append(record);
+          out.bytes_written += record.size();
+          q += ns[j];
+        }
+      }
+    }
   }
   if (s.ok()) s = active_->Sync();
   if (!s.ok()) {
@@ -699,17 +812,17 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
   index::InsertResult r = tree_.Insert(tokens.first(end));
   std::unordered_map<uint64_t, const Written*> by_hash;
   for (const Written& wr : written) by_hash[wr.prefix_hash] = &wr;
-  ASSIGN_OR_RETURN(Published p, PublishLocked(r.created, [&](uint64_t hash) {
+  ASSIGN_OR_RETURN(Published pub, PublishLocked(r.created, [&](uint64_t hash) {
                      auto it = by_hash.find(hash);
-                     return it == by_hash.end() ? nullptr : &it->second->where;
+                     return it == by_hash.end() ? nullptr : &it->second->placed;
                    }));
-  out.new_chunks = p.chunks;
-  dead_bytes_ += out.bytes_written - p.bytes;
+  out.new_chunks = pub.chunks;
+  dead_bytes_ += out.bytes_written - pub.bytes;
   dirty_ = true;
   out.stored_tokens = tree_.Lookup(tokens).matched_tokens;
   std::lock_guard<std::mutex> st(stats_mu_);
   ++stats_.puts;
-  stats_.records_written += written.size() * opts_.layers;
+  stats_.records_written += written.size() * opts_.layers * (opts_.probe_bytes != 0 ? 2 : 1);
   stats_.bytes_written += out.bytes_written;
   return out;
 }
@@ -729,10 +842,10 @@ LookupResult ChunkStore::Lookup(std::span<const int32_t> tokens) {
 
 Result<ChunkStore::Published> ChunkStore::PublishLocked(
     const std::vector<uint32_t>& created,
-    const std::function<const std::vector<Location>*(uint64_t)>& where_of) {
+    const std::function<const Placed*(uint64_t)>& where_of) {
   Published out;
   for (uint32_t id : created) {
-    const std::vector<Location>* where = where_of(tree_.chunk(id).prefix_hash);
+    const Placed* where = where_of(tree_.chunk(id).prefix_hash);
     if (where == nullptr) {
       // The tree changed between plan and publish (a concurrent drop), or a
       // recovered chain is short: never leave a chunk without data indexed.
@@ -744,9 +857,15 @@ Result<ChunkStore::Published> ChunkStore::PublishLocked(
       chunk_tokens_.resize(id + 1);
     }
     chunk_tokens_[id] = tree_.chunk(id).tokens;
-    SetLocations(id, *where);
+    SetLocations(id, where->where);
+    if (probe_block_.size() <= id) {
+      probe_block_.resize(size_t{id} + 1, kNoProbe);
+      probe_stride_.resize(size_t{id} + 1, 0);
+    }
+    probe_block_[id] = opts_.probe_bytes != 0 ? where->probe_block : kNoProbe;
+    probe_stride_[id] = where->probe_stride;
     last_access_[id] = ++clock_;
-    const uint64_t bytes = opts_.layers * record_bytes(tree_.chunk(id).tokens);
+    const uint64_t bytes = ChunkBytesLocked(id);
     live_bytes_ += bytes;
     out.bytes += bytes;
     ++out.chunks;
@@ -763,7 +882,9 @@ Result<RecordHeader> ChunkStore::CheckHeader(const char* block0, const Expect& e
   if (!h.ok()) return h.status();
   if (h->fingerprint != opts_.fingerprint || h->kind != e.kind || h->layer != e.layer ||
       h->prefix_hash != e.prefix_hash || h->first_token != e.first_token ||
-      h->token_count != e.tokens || h->row_bytes != opts_.row_bytes || h->dtype != opts_.dtype) {
+      h->token_count != e.tokens ||
+      h->row_bytes != (e.row_bytes != 0 ? e.row_bytes : opts_.row_bytes) ||
+      h->dtype != opts_.dtype) {
     return Status::Corruption("record identity does not match the chunk it was read for");
   }
   if (e.run != nullptr) {
@@ -801,7 +922,7 @@ Status ChunkStore::VerifyRecord(const char* record, uint16_t layer, uint64_t pre
   return VerifyRecord(record, e);
 }
 
-Status ChunkStore::Read(std::span<ChunkRead> reads) {
+Status ChunkStore::Read(std::span<ChunkRead> reads, RowReadStats* out_stats) {
   struct Pending {
     ChunkRead* read;
     Location where;
@@ -880,6 +1001,13 @@ Status ChunkStore::Read(std::span<ChunkRead> reads) {
     } else {
       ++errors;
     }
+  }
+  if (out_stats) {
+    *out_stats = RowReadStats{};
+    out_stats->records = pending.size();
+    out_stats->ios = ops.size();
+    out_stats->bytes = bytes;
+    for (const ReadOp& op : ops) out_stats->pages += op.length / kBlockSize - 1;
   }
   std::lock_guard<std::mutex> st(stats_mu_);
   stats_.records_read += records;
@@ -1105,6 +1233,7 @@ Status ChunkStore::ReadRows(std::span<RowRead> reads, RowReadStats* out_stats) {
   st.reordered_records = reordered;
   st.pages = pages;
   st.bytes = bytes;
+  st.ios = ops.size();
   {
     std::lock_guard<std::mutex> s(stats_mu_);
     stats_.row_reads += reads.size();
@@ -1126,6 +1255,181 @@ Status ChunkStore::ReadRows(std::span<RowRead> reads, RowReadStats* out_stats) {
     st.reordered_records += more.reordered_records;
     st.pages += more.pages;
     st.bytes += more.bytes;
+    st.ios += more.ios;
+  }
+  if (out_stats) *out_stats = st;
+  return Status::Ok();
+}
+
+Status ChunkStore::ReadProbeKeys(std::span<ProbeRead> reads, RowReadStats* out_stats) {
+  if (opts_.probe_bytes == 0) {
+    return Status::InvalidArgument("store probe read: the store was opened without probe_bytes");
+  }
+  const uint64_t pb = opts_.probe_bytes;
+  struct Probe {
+    size_t read;
+    Location where;
+    uint64_t len;
+    Expect expect;
+    std::shared_ptr<RandomAccessFile> file;
+    char* buf = nullptr;
+    Status status;
+  };
+  std::vector<Probe> probes;
+  std::vector<size_t> fallback;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t i = 0; i < reads.size(); ++i) {
+      ProbeRead& r = reads[i];
+      r.status = Status::Ok();
+      r.from_probe_record = false;
+      if (r.layer >= opts_.layers || r.out == nullptr) {
+        r.status = Status::InvalidArgument("store probe read: layer " + std::to_string(r.layer) +
+                                           " of " + std::to_string(opts_.layers) +
+                                           (r.out ? "" : ", no output buffer"));
+        continue;
+      }
+      if (!tree_.IsLive(r.chunk) || tree_.chunk(r.chunk).prefix_hash != r.prefix_hash) {
+        r.status = Status::NotFound("store probe read: chunk " + std::to_string(r.chunk) + " not stored");
+        continue;
+      }
+      const Location at = ProbeLocationOf(r.chunk, r.layer);
+      if (at.segment == 0) {
+        fallback.push_back(i);
+        continue;
+      }
+      auto file = ReaderFor(at.segment);
+      if (!file.ok()) {
+        r.status = file.status();
+        continue;
+      }
+      const index::ChunkInfo& c = tree_.chunk(r.chunk);
+      Probe p{i, at, probe_record_bytes(c.tokens), Expect{}, *file};
+      p.expect.kind = RecordKind::kProbeKeys;
+      p.expect.layer = r.layer;
+      p.expect.prefix_hash = c.prefix_hash;
+      p.expect.first_token = c.first_token;
+      p.expect.tokens = c.tokens;
+      p.expect.row_bytes = opts_.probe_bytes;
+      last_access_[r.chunk] = ++clock_;
+      probes.push_back(std::move(p));
+    }
+  }
+  // Records that sit back to back (one layer of consecutive chunks of one
+  // Put) are fetched with one read.
+  std::sort(probes.begin(), probes.end(), [](const Probe& a, const Probe& b) {
+    return std::tie(a.where.segment, a.where.block) < std::tie(b.where.segment, b.where.block);
+  });
+  std::vector<AlignedBuffer> bufs;
+  std::vector<ReadOp> ops;
+  std::vector<std::pair<size_t, size_t>> op_probes;  // [first, last) of probes per op
+  for (size_t i = 0; i < probes.size();) {
+    size_t j = i + 1;
+    uint64_t len = probes[i].len;
+    while (j < probes.size() && probes[j].where.segment == probes[i].where.segment &&
+           uint64_t{probes[j].where.block} * kBlockSize ==
+               uint64_t{probes[i].where.block} * kBlockSize + len) {
+      len += probes[j].len;
+      ++j;
+    }
+    bufs.push_back(AllocateAligned(len));
+    uint64_t off = 0;
+    bool demand = false;
+    for (size_t k = i; k < j; ++k) {
+      probes[k].buf = bufs.back().get() + off;
+      off += probes[k].len;
+      demand = demand || !reads[probes[k].read].prefetch;
+    }
+    ReadOp op;
+    op.file = probes[i].file.get();
+    op.offset = uint64_t{probes[i].where.block} * kBlockSize;
+    op.length = len;
+    op.buf = bufs.back().get();
+    op.prefetch = !demand;
+    ops.push_back(op);
+    op_probes.emplace_back(i, j);
+    i = j;
+  }
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    RETURN_IF_ERROR(io_->Read(ops));
+  }
+  RowReadStats st;
+  st.ios = ops.size();
+  uint64_t corrupt = 0, errors = 0;
+  for (size_t o = 0; o < ops.size(); ++o) {
+    st.bytes += ops[o].done;
+    for (size_t k = op_probes[o].first; k < op_probes[o].second; ++k) {
+      Probe& p = probes[k];
+      ProbeRead& r = reads[p.read];
+      p.status = ops[o].status;
+      const uint64_t end = static_cast<uint64_t>(p.buf - ops[o].buf) + p.len;
+      if (p.status.ok() && ops[o].done < end) p.status = Status::Corruption("probe record cut short");
+      if (p.status.ok()) p.status = VerifyRecord(p.buf, p.expect);
+      ++st.records;
+      st.pages += p.len / kBlockSize - 1;
+      if (p.status.ok()) {
+        std::memcpy(r.out, p.buf + kBlockSize, size_t{p.expect.tokens} * pb);
+        r.from_probe_record = true;
+        continue;
+      }
+      p.status.IsCorruption() ? ++corrupt : ++errors;
+      TIERKV_LOG(kWarn) << "store: probe record of chunk " << r.chunk << " layer " << r.layer
+                        << " at " << SegmentPath(p.where.segment) << " block " << p.where.block
+                        << ": " << p.status.ToString() << "; reading its K record instead";
+      if (p.status.IsCorruption()) {
+        // Only a copy: drop it for every layer, keep the chunk.
+        std::lock_guard<std::mutex> l(mu_);
+        if (tree_.IsLive(r.chunk) && tree_.chunk(r.chunk).prefix_hash == r.prefix_hash &&
+            probe_block_[r.chunk] != kNoProbe) {
+          const uint64_t bytes = opts_.layers * probe_record_bytes(tree_.chunk(r.chunk).tokens);
+          probe_block_[r.chunk] = kNoProbe;
+          live_bytes_ -= bytes;
+          dead_bytes_ += bytes;
+          dirty_ = true;
+        }
+      }
+      fallback.push_back(p.read);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> s(stats_mu_);
+    stats_.probe_reads += reads.size();
+    stats_.probe_fallbacks += fallback.size();
+    stats_.records_read += st.records;
+    stats_.bytes_read += st.bytes;
+    stats_.pages_read += st.pages;
+    stats_.corrupt_records += corrupt;
+    stats_.read_errors += errors;
+  }
+  if (!fallback.empty()) {
+    // The probe heads' keys are the first probe_bytes of each K row.
+    std::vector<ChunkRead> kreads;
+    std::vector<std::vector<char>> kbufs;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (size_t i : fallback) {
+        const ProbeRead& r = reads[i];
+        const uint32_t n = tree_.IsLive(r.chunk) ? tree_.chunk(r.chunk).tokens : 0;
+        kbufs.emplace_back(size_t{n} * opts_.row_bytes);
+        kreads.push_back(ChunkRead{r.chunk, r.prefix_hash, r.layer, kbufs.back().data(), nullptr});
+      }
+    }
+    RowReadStats more;
+    RETURN_IF_ERROR(Read(kreads, &more));
+    st.records += more.records;
+    st.pages += more.pages;
+    st.bytes += more.bytes;
+    st.ios += more.ios;
+    for (size_t n = 0; n < fallback.size(); ++n) {
+      ProbeRead& r = reads[fallback[n]];
+      r.status = kreads[n].status;
+      if (!r.status.ok()) continue;
+      const size_t tokens = kbufs[n].size() / opts_.row_bytes;
+      for (size_t t = 0; t < tokens; ++t) {
+        std::memcpy(r.out + t * pb, kbufs[n].data() + t * opts_.row_bytes, pb);
+      }
+    }
   }
   if (out_stats) *out_stats = st;
   return Status::Ok();
@@ -1455,6 +1759,10 @@ Status ChunkStore::WriteManifest() {
         mc.where.emplace_back(w.segment, w.block);
         used.insert(w.segment);
       }
+      if (id < probe_block_.size()) {
+        mc.probe_block = probe_block_[id];
+        mc.probe_stride = probe_stride_[id];
+      }
       m.chunks.push_back(std::move(mc));
     }
     m.segments.assign(used.begin(), used.end());
@@ -1504,6 +1812,7 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
     Status status;
     std::shared_ptr<const Run> run;  // a reordered run's record where[run_index]
     uint32_t run_index = 0;
+    bool probe = false;              // the chunk's probe record of `layer`
   };
   std::vector<Move> moves;
   std::set<uint32_t> victims;
@@ -1515,6 +1824,10 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
       for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
         live[LocationOf(id, layer).segment] +=
             record_bytes(tree_.chunk(id).tokens);
+      }
+      const Location probe = ProbeLocationOf(id, 0);
+      if (probe.segment != 0) {
+        live[probe.segment] += opts_.layers * probe_record_bytes(tree_.chunk(id).tokens);
       }
     }
     std::set<const Run*> runs;
@@ -1545,6 +1858,18 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
         moves.push_back(Move{id, layer, c.prefix_hash, c.first_token, c.tokens, at, Location{},
                              AllocateAligned(record_bytes(c.tokens)), *file, Status::Ok()});
       }
+      // The probe records follow the chunk's K/V into the same segment.
+      const Location probe = ProbeLocationOf(id, 0);
+      if (probe.segment != 0 && victims.count(probe.segment)) {
+        auto file = ReaderFor(probe.segment);
+        if (!file.ok()) return file.status().WithContext("store compact");
+        for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+          Move m{id, layer, c.prefix_hash, c.first_token, c.tokens, ProbeLocationOf(id, layer),
+                 Location{}, AllocateAligned(probe_record_bytes(c.tokens)), *file, Status::Ok()};
+          m.probe = true;
+          moves.push_back(std::move(m));
+        }
+      }
     }
     runs.clear();
     for (const auto& [c, run] : run_of_) {
@@ -1571,7 +1896,7 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
     ReadOp op;
     op.file = m.file.get();
     op.offset = uint64_t{m.from.block} * kBlockSize;
-    op.length = record_bytes(m.tokens);
+    op.length = m.probe ? probe_record_bytes(m.tokens) : record_bytes(m.tokens);
     op.buf = m.buf.get();
     ops.push_back(op);
   }
@@ -1597,13 +1922,26 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
       e.run = m.run.get();
       e.run_record = m.run_index % m.run->records;
       m.status = VerifyRecord(m.buf.get(), e);
+    } else if (m.status.ok() && m.probe) {
+      Expect e;
+      e.kind = RecordKind::kProbeKeys;
+      e.layer = m.layer;
+      e.prefix_hash = m.prefix_hash;
+      e.first_token = m.first_token;
+      e.tokens = m.tokens;
+      e.row_bytes = opts_.probe_bytes;
+      m.status = VerifyRecord(m.buf.get(), e);
     } else if (m.status.ok()) {
       m.status = VerifyRecord(m.buf.get(), m.layer, m.prefix_hash, m.first_token, m.tokens);
     }
     if (!m.status.ok()) continue;
     const uint64_t len = ops[i].length;
-    const bool chunk_start = i == 0 || moves[i - 1].chunk != m.chunk;
-    if (!active_ || (chunk_start && active_->Size() + opts_.layers * len > opts_.segment_bytes)) {
+    // A chunk's K/V and probe records, or a run's records, are one unit: a
+    // new segment only between units.
+    const bool unit_start = i == 0 || moves[i - 1].chunk != m.chunk || moves[i - 1].run != m.run;
+    const uint64_t unit = m.run ? opts_.layers * len
+                                : opts_.layers * (record_bytes(m.tokens) + probe_record_bytes(m.tokens));
+    if (!active_ || (unit_start && !m.probe && active_->Size() + unit > opts_.segment_bytes)) {
       s = OpenSegmentForAppend();
       if (!s.ok()) break;
     }
@@ -1650,7 +1988,7 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
       for (uint32_t c : copy->chunks) run_of_[c] = installed;
     }
     for (Move& m : moves) {
-      if (m.run) continue;
+      if (m.run || m.probe) continue;
       const bool same = tree_.IsLive(m.chunk) && tree_.chunk(m.chunk).prefix_hash == m.prefix_hash;
       if (!m.status.ok()) {
         TIERKV_LOG(kWarn) << "store compact: chunk " << m.chunk << " layer " << m.layer << ": "
@@ -1665,6 +2003,31 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
         at = m.to;
         SetLocations(m.chunk, where);
         ++out.records_moved;
+      }
+    }
+    // Probe records, per chunk: all layers' copies, in the segment its K/V now
+    // lives in, or none (the probe keys are then sliced from K).
+    for (size_t i = 0; i < moves.size(); ++i) {
+      if (!moves[i].probe || moves[i].layer != 0) continue;
+      const Move& m0 = moves[i];
+      if (!tree_.IsLive(m0.chunk) || tree_.chunk(m0.chunk).prefix_hash != m0.prefix_hash) continue;
+      if (ProbeLocationOf(m0.chunk, 0).block != m0.from.block) continue;
+      bool ok = i + opts_.layers <= moves.size();
+      for (uint16_t l = 0; l < opts_.layers && ok; ++l) {
+        const Move& m = moves[i + l];
+        ok = m.probe && m.chunk == m0.chunk && m.status.ok() && m.to.segment != 0 &&
+             m.to.segment == LocationOf(m0.chunk, 0).segment;
+      }
+      if (ok) {
+        probe_block_[m0.chunk] = m0.to.block;
+        probe_stride_[m0.chunk] = static_cast<uint16_t>(probe_record_bytes(m0.tokens) / kBlockSize);
+        out.records_moved += opts_.layers;
+      } else {
+        // Not a wrong KV, only a lost copy: the K records still hold these keys.
+        const uint64_t bytes = opts_.layers * probe_record_bytes(m0.tokens);
+        probe_block_[m0.chunk] = kNoProbe;
+        live_bytes_ -= bytes;
+        dead_bytes_ += bytes;
       }
     }
     dirty_ = true;
@@ -1758,7 +2121,20 @@ void ChunkStore::SetLocations(uint32_t chunk, std::span<const Location> where) {
 
 void ChunkStore::ClearLocations(uint32_t chunk) {
   if (chunk < first_location_.size()) first_location_[chunk] = Location{};
+  if (chunk < probe_block_.size()) probe_block_[chunk] = kNoProbe;
   scattered_.erase(chunk);
+}
+
+uint64_t ChunkStore::ChunkBytesLocked(uint32_t chunk) const {
+  const uint32_t n = chunk_tokens_[chunk];
+  const bool probe = chunk < probe_block_.size() && probe_block_[chunk] != kNoProbe;
+  return opts_.layers * (record_bytes(n) + (probe ? probe_record_bytes(n) : 0));
+}
+
+ChunkStore::Location ChunkStore::ProbeLocationOf(uint32_t chunk, uint16_t layer) const {
+  if (chunk >= probe_block_.size() || probe_block_[chunk] == kNoProbe) return Location{};
+  const Location kv = LocationOf(chunk, 0);
+  return Location{kv.segment, probe_block_[chunk] + layer * uint32_t{probe_stride_[chunk]}};
 }
 
 }  // namespace tierkv::store

@@ -52,6 +52,12 @@ struct StoreOptions {
   uint32_t chunk_tokens = 64;
   uint16_t layers = 1;
   uint32_t row_bytes = 0;  // bytes of one token's K (all KV heads) = of its V
+  // Bytes of one token's probe-head keys: the first probe_bytes of its K row
+  // (the probe heads are a layer's first KV heads). Non-zero: every chunk's
+  // probe keys are stored once more per layer, in kProbeKeys records laid
+  // out so that the probe keys of consecutive chunks of one layer are one
+  // contiguous read. 0: no probe records (ReadProbeKeys slices K records).
+  uint32_t probe_bytes = 0;
   KvDtype dtype = KvDtype::kF16;
   // Bytes of records the disk tier may hold; 0 means unlimited. When full,
   // the least recently used leaf chunks are evicted (whole token chunks).
@@ -118,12 +124,25 @@ struct RowRead {
   Status status;      // out: OK, Corruption (a miss), IOError, NotFound, InvalidArgument
 };
 
+// The probe-head keys of one layer of one chunk: tokens * probe_bytes bytes
+// into `out`, token-major.
+struct ProbeRead {
+  uint32_t chunk = index::kNoChunk;
+  uint64_t prefix_hash = 0;
+  uint16_t layer = 0;
+  char* out = nullptr;
+  bool prefetch = false;
+  Status status;              // out
+  bool from_probe_record = false;  // out: read from the probe copy (not sliced from K)
+};
+
 // What one ReadRows call read from disk.
 struct RowReadStats {
   uint64_t records = 0;            // distinct records touched (the paper's "chunks read")
   uint64_t reordered_records = 0;  // of them, reordered copies
   uint64_t pages = 0;              // payload pages read (plus one header block per record)
   uint64_t bytes = 0;              // bytes read
+  uint64_t ios = 0;                // read requests issued (adjacent blocks merged)
 };
 
 struct ReorderOptions {
@@ -148,6 +167,7 @@ struct StoreStats {
   uint64_t scanned_segments = 0;     // segments recovery read record by record
   uint64_t compactions = 0, compacted_segments = 0, compacted_records = 0, reclaimed_bytes = 0;
   uint64_t row_reads = 0, pages_read = 0, reordered_records_read = 0;
+  uint64_t probe_reads = 0, probe_fallbacks = 0;  // probe keys read; of them, sliced from K
   uint64_t reorders = 0, reordered_runs_dropped = 0;
   uint64_t live_chunks = 0, live_bytes = 0, dead_bytes = 0, segments = 0, nodes = 0;
   uint64_t reordered_chunks = 0, reordered_bytes = 0;  // live reordered copies (in live_bytes)
@@ -189,12 +209,19 @@ class ChunkStore {
 
   // Reads and verifies each requested chunk layer (one batch through the
   // IoBackend). Per-read statuses; the call itself fails only on misuse.
-  Status Read(std::span<ChunkRead> reads);
+  Status Read(std::span<ChunkRead> reads, RowReadStats* stats = nullptr);
 
   // Reads some rows of chunk layers (selective loading; see RowRead). Like
   // Read, per-read statuses. A reordered copy that fails verification is
   // dropped and its rows are read from the chunks' own records instead.
   Status ReadRows(std::span<RowRead> reads, RowReadStats* stats = nullptr);
+
+  // Reads the probe-head keys of chunk layers (identification). Adjacent
+  // probe records are fetched with one read. Chunks without a probe copy
+  // (probe_bytes 0, or a copy that was lost or fails verification) get them
+  // sliced from their K records instead; a K record failing verification is
+  // a Corruption miss as in Read.
+  Status ReadProbeKeys(std::span<ProbeRead> reads, RowReadStats* stats = nullptr);
 
   // Reports per-row importance of a looked-up prefix at `layer` (one score
   // per matched token, token order; e.g. attention column sums). Feeds the
@@ -232,6 +259,7 @@ class ChunkStore {
   StoreStats stats() const;
   const StoreOptions& options() const { return opts_; }
   uint64_t record_bytes(uint32_t tokens) const;  // bytes of one chunk layer on disk
+  uint64_t probe_record_bytes(uint32_t tokens) const;  // of its probe copy (0 without)
 
   // Test and inspection hooks: where chunk `chunk`'s layer lives.
   struct Location {
@@ -256,11 +284,21 @@ class ChunkStore {
     size_t chunks = 0;
     uint64_t bytes = 0;
   };
+  static constexpr uint32_t kNoProbe = UINT32_MAX;
+  // Where a chunk's records are: its K/V per layer and, if it has them, its
+  // probe records (layer l at probe_block + l * probe_stride, in the segment
+  // of layer 0's K/V).
+  struct Placed {
+    std::vector<Location> where;
+    uint32_t probe_block = kNoProbe;
+    uint16_t probe_stride = 0;
+  };
   // Gives each newly inserted chunk its records' locations (from `where_of`,
   // by prefix hash) and accounts its bytes as live. REQUIRES: mu_
-  Result<Published> PublishLocked(
-      const std::vector<uint32_t>& created,
-      const std::function<const std::vector<Location>*(uint64_t)>& where_of);
+  Result<Published> PublishLocked(const std::vector<uint32_t>& created,
+                                  const std::function<const Placed*(uint64_t)>& where_of);
+  uint64_t ChunkBytesLocked(uint32_t chunk) const;  // K/V and probe records. REQUIRES: mu_
+  Location ProbeLocationOf(uint32_t chunk, uint16_t layer) const;  // segment 0: none. REQUIRES: mu_
   Status SealLocked();  // REQUIRES: write_mu_
   // A reordered run: its chunks, the mapping list and where its records are.
   // Immutable; shared with reads in flight.
@@ -282,6 +320,7 @@ class ChunkStore {
     uint16_t layer = 0;
     uint64_t prefix_hash = 0;
     uint32_t first_token = 0, tokens = 0;
+    uint32_t row_bytes = 0;  // 0: the store's row_bytes (K/V records)
     const Run* run = nullptr;  // kReorderedKeyValue: positions must map to record `run_record`
     uint32_t run_record = 0;
   };
@@ -308,6 +347,10 @@ class ChunkStore {
   // full list in scattered_. 8 bytes per chunk instead of 8 per layer.
   std::vector<Location> first_location_;
   std::unordered_map<uint32_t, std::vector<Location>> scattered_;
+  // Per chunk: the block of its layer-0 probe record (kNoProbe: none) and the
+  // blocks between its layers' probe records. 6 bytes per chunk.
+  std::vector<uint32_t> probe_block_;
+  std::vector<uint16_t> probe_stride_;
   Location LocationOf(uint32_t chunk, uint16_t layer) const;        // REQUIRES: mu_
   std::vector<Location> LocationsOf(uint32_t chunk) const;          // REQUIRES: mu_
   void SetLocations(uint32_t chunk, std::span<const Location> where);  // REQUIRES: mu_

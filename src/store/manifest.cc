@@ -53,6 +53,8 @@ std::string EncodeManifest(const Manifest& m) {
       Put(&out, seg);
       Put(&out, block);
     }
+    Put(&out, c.probe_block);
+    Put(&out, c.probe_stride);
   }
   Put(&out, static_cast<uint64_t>(XXH3_64bits(out.data(), out.size())));
   return out;
@@ -101,6 +103,7 @@ Result<Manifest> DecodeManifest(const std::string& bytes) {
     for (auto& [seg, block] : c.where) {
       if (!r.Get(&seg) || !r.Get(&block)) return bad("truncated locations");
     }
+    if (!r.Get(&c.probe_block) || !r.Get(&c.probe_stride)) return bad("truncated probe location");
   }
   if (r.pos() != body) return bad("trailing bytes");
   return m;

@@ -17,7 +17,7 @@
 namespace tierkv::store {
 
 inline constexpr char kManifestMagic[8] = {'T', 'K', 'V', 'M', 'A', 'N', '0', '1'};
-inline constexpr uint32_t kManifestVersion = 1;
+inline constexpr uint32_t kManifestVersion = 2;
 
 struct ManifestChunk {
   uint64_t prefix_hash = 0, parent_hash = 0;
@@ -25,6 +25,10 @@ struct ManifestChunk {
   std::vector<int32_t> tokens;
   // Per layer: segment number and 4 KiB block of the record.
   std::vector<std::pair<uint32_t, uint32_t>> where;
+  // The probe records: layer l at block probe_block + l * probe_stride of
+  // layer 0's segment; probe_block UINT32_MAX: none.
+  uint32_t probe_block = UINT32_MAX;
+  uint16_t probe_stride = 0;
 };
 
 struct Manifest {

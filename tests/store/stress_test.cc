@@ -31,6 +31,7 @@ using Tokens = std::vector<int32_t>;
 constexpr uint16_t kLayers = 2;
 constexpr uint32_t kRow = 256;
 constexpr uint32_t kChunk = 16;
+constexpr uint32_t kProbe = 64;
 
 double StressSeconds() {
   const char* s = std::getenv("TIERKV_STRESS_SECONDS");
@@ -47,6 +48,7 @@ TEST(StoreStressTest, ReadersStayExactWhileEvictionCompactionAndPoolsRun) {
   o.chunk_tokens = kChunk;
   o.layers = kLayers;
   o.row_bytes = kRow;
+  o.probe_bytes = kProbe;
   o.segment_bytes = 1 << 20;
   uint64_t record = 0;
   {
@@ -70,7 +72,8 @@ TEST(StoreStressTest, ReadersStayExactWhileEvictionCompactionAndPoolsRun) {
 
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> verified_rows{0}, pool_hits{0}, disk_reads{0}, misses{0}, puts{0},
-      compactions{0}, wrong{0}, unexpected{0}, row_reads{0}, reordered_reads{0}, reorders{0};
+      compactions{0}, wrong{0}, unexpected{0}, row_reads{0}, reordered_reads{0}, reorders{0},
+      probe_reads{0};
   std::string first_problem;
   std::mutex problem_mu;
   auto problem = [&](const std::string& what) {
@@ -147,6 +150,33 @@ TEST(StoreStressTest, ReadersStayExactWhileEvictionCompactionAndPoolsRun) {
             // The last chunk may match only its first rows; the rest belong to
             // another prompt and are not used.
             const uint32_t used = static_cast<uint32_t>(std::min<size_t>(n, m.matched_tokens - first));
+            if (rng() % 4 == 0) {
+              // Identification: the probe heads' keys (the start of each K row).
+              std::vector<char> keys(size_t{n} * kProbe);
+              ProbeRead pr{m.chunks[c], m.prefix_hashes[c], layer, keys.data()};
+              Status s = store->ReadProbeKeys(std::span<ProbeRead>(&pr, 1));
+              if (!s.ok() || !pr.status.ok()) {
+                if (pr.status.IsNotFound()) {
+                  misses++;
+                  break;
+                }
+                unexpected++;
+                problem("probe read: " + (s.ok() ? pr.status : s).ToString());
+                break;
+              }
+              probe_reads++;
+              for (uint32_t i = 0; i < used; ++i) {
+                const std::span<const int32_t> prefix(p.data(), first + i + 1);
+                FillRow(prefix, layer, 'K', want.data(), kRow);
+                if (std::memcmp(keys.data() + size_t{i} * kProbe, want.data(), kProbe) != 0) {
+                  wrong++;
+                  problem(std::string("wrong probe keys") +
+                          (pr.from_probe_record ? " (probe record)" : " (sliced from K)"));
+                }
+              }
+              verified_rows += used;
+              continue;
+            }
             if (rng() % 2 == 0) {
               // A selective load: some rows, from the chunk's records or its
               // reordered run's, whichever is installed at this moment.
@@ -242,11 +272,12 @@ TEST(StoreStressTest, ReadersStayExactWhileEvictionCompactionAndPoolsRun) {
   const StoreStats s = store->stats();
   const cache::CacheStats cs = pools->stats();
   std::printf("stress: %llu rows verified (%llu pool hits, %llu disk reads, %llu selective reads of "
-              "which %llu reordered, %llu misses), %llu layouts swapped in, %llu dropped, %llu puts, "
+              "which %llu reordered, %llu probe-key reads, %llu misses), %llu layouts swapped in, %llu dropped, %llu puts, "
               "%llu evictions, %llu compactions moving %llu records, %llu promotions, %llu offloads\n",
               (unsigned long long)verified_rows.load(), (unsigned long long)pool_hits.load(),
               (unsigned long long)disk_reads.load(), (unsigned long long)row_reads.load(),
-              (unsigned long long)reordered_reads.load(), (unsigned long long)misses.load(),
+              (unsigned long long)reordered_reads.load(), (unsigned long long)probe_reads.load(),
+              (unsigned long long)misses.load(),
               (unsigned long long)reorders.load(), (unsigned long long)s.reordered_runs_dropped,
               (unsigned long long)puts.load(), (unsigned long long)s.evicted_chunks,
               (unsigned long long)s.compactions, (unsigned long long)s.compacted_records,
@@ -259,6 +290,8 @@ TEST(StoreStressTest, ReadersStayExactWhileEvictionCompactionAndPoolsRun) {
   EXPECT_GT(s.compacted_records, 0u);
   EXPECT_GT(reorders.load(), 0u);
   EXPECT_GT(reordered_reads.load(), 0u);
+  EXPECT_GT(probe_reads.load(), 0u);
+  EXPECT_EQ(s.probe_fallbacks, 0u);  // nothing damaged: every probe read used its copy
   EXPECT_GT(cs.promotions + cs.demotions, 0u);
   EXPECT_THAT(pools->TEST_Validate(), ::tierkv::testing::IsOk());
   store.reset();
