@@ -20,8 +20,8 @@ void AddBenchIo(CLI::App& app, Action* run) {
   CLI::App* sub = app.add_subcommand(
       "bench-io",
       "Read path of the disk tier: O_DIRECT reads of chunk records (checksums verified) per "
-      "chunk size, backend and queue depth, next to the disk's sequential read ceiling "
-      "measured in the same run");
+      "chunk size, backend and queue depth, each next to the disk's sequential read ceiling "
+      "measured right before and after it (--read-mib each time)");
   sub->add_option("--dir", a->dir,
                   "Scratch directory on the disk to measure (needs O_DIRECT; tmpfs will not do); "
                   "default: a new directory under $TMPDIR or /var/tmp, removed afterwards");

@@ -89,41 +89,54 @@ Result<std::vector<std::vector<int32_t>>> Fill(const IoBenchOptions& o, int chun
   return prompts;
 }
 
-// Sequential 1 MiB O_DIRECT reads of every segment, 16 in flight, io_uring
-// when available: what the device gives at its best.
-Result<double> Ceiling(const IoBenchOptions& o) {
+// Sequential 1 MiB O_DIRECT reads, 16 in flight, io_uring when available:
+// what the device gives at its best. Reads `mib` of the chunk size's
+// segments starting at *cursor (advanced, wrapping), so that consecutive
+// measurements read different data.
+Result<double> Ceiling(const IoBenchOptions& o, int chunk, uint64_t mib, uint64_t* cursor) {
   FileSystem* fs = FileSystem::Default();
   ASSIGN_OR_RETURN(auto io, store::NewIoBackend("auto", store::IoOptions{16}));
   const size_t piece = 1 << 20;
   store::AlignedBuffer buf = store::AllocateAligned(piece * 16);
+  const std::string dir = o.dir + "/c" + std::to_string(chunk);
+  ASSIGN_OR_RETURN(auto names, fs->ListDir(dir));
+  std::sort(names.begin(), names.end());
+  std::vector<std::unique_ptr<RandomAccessFile>> files;
+  std::vector<uint64_t> sizes;
+  uint64_t total = 0;
+  for (const auto& name : names) {
+    if (name.rfind("seg-", 0) != 0) continue;
+    FileOptions fo;
+    fo.direct_io = true;
+    ASSIGN_OR_RETURN(auto file, fs->NewRandomAccessFile(dir + "/" + name, fo));
+    ASSIGN_OR_RETURN(uint64_t size, file->Size());
+    size = size / piece * piece;
+    if (size == 0) continue;
+    files.push_back(std::move(file));
+    sizes.push_back(size);
+    total += size;
+  }
+  if (total == 0) return Status::Corruption("bench-io: no segment data to measure the ceiling on");
   uint64_t bytes = 0;
   auto t0 = Clock::now();
-  for (int chunk : o.chunk_tokens) {
-    std::string dir = o.dir + "/c" + std::to_string(chunk);
-    ASSIGN_OR_RETURN(auto names, fs->ListDir(dir));
-    std::sort(names.begin(), names.end());
-    for (const auto& name : names) {
-      if (name.rfind("seg-", 0) != 0) continue;
-      FileOptions fo;
-      fo.direct_io = true;
-      ASSIGN_OR_RETURN(auto file, fs->NewRandomAccessFile(dir + "/" + name, fo));
-      ASSIGN_OR_RETURN(uint64_t size, file->Size());
-      for (uint64_t off = 0; off < size; off += piece * 16) {
-        std::vector<store::ReadOp> ops;
-        for (size_t i = 0; i < 16 && off + i * piece < size; ++i) {
-          store::ReadOp op;
-          op.file = file.get();
-          op.offset = off + i * piece;
-          op.length = piece;
-          op.buf = buf.get() + i * piece;
-          ops.push_back(op);
-        }
-        RETURN_IF_ERROR(io->Read(ops));
-        for (auto& op : ops) {
-          RETURN_IF_ERROR(op.status);
-          bytes += op.done;
-        }
-      }
+  while (bytes < (mib << 20)) {
+    std::vector<store::ReadOp> ops;
+    for (size_t i = 0; i < 16; ++i) {
+      uint64_t at = *cursor % total;
+      size_t f = 0;
+      while (at >= sizes[f]) at -= sizes[f++];
+      store::ReadOp op;
+      op.file = files[f].get();
+      op.offset = at;
+      op.length = piece;
+      op.buf = buf.get() + i * piece;
+      ops.push_back(op);
+      *cursor += piece;
+    }
+    RETURN_IF_ERROR(io->Read(ops));
+    for (auto& op : ops) {
+      RETURN_IF_ERROR(op.status);
+      bytes += op.done;
     }
   }
   return bytes / Seconds(t0, Clock::now()) / 1e6;
@@ -145,10 +158,12 @@ Result<IoBenchReport> RunIoBench(const IoBenchOptions& o) {
     ASSIGN_OR_RETURN(auto t, Fill(o, chunk));
     prompts.push_back(std::move(t));
   }
-  say("measuring the sequential read ceiling");
-  ASSIGN_OR_RETURN(rep.ceiling_before, Ceiling(o));
+  std::vector<double> ceilings;
   for (size_t ci = 0; ci < o.chunk_tokens.size(); ++ci) {
     const int chunk = o.chunk_tokens[ci];
+    uint64_t cursor = 0;
+    ASSIGN_OR_RETURN(double ceiling, Ceiling(o, chunk, o.read_mib, &cursor));
+    ceilings.push_back(ceiling);
     for (const std::string& backend : o.backends) {
       for (int depth : o.depths) {
         say("chunk " + std::to_string(chunk) + " " + backend + " depth " + std::to_string(depth));
@@ -182,28 +197,32 @@ Result<IoBenchReport> RunIoBench(const IoBenchOptions& o) {
         p.depth = depth;
         p.mb_per_s = static_cast<double>(st->stats().bytes_read - before) / secs / 1e6;
         p.reads_per_s = static_cast<double>(reads) / secs;
+        // The ceiling right after this point is the one before the next.
+        p.ceiling_before = ceiling;
+        ASSIGN_OR_RETURN(ceiling, Ceiling(o, chunk, o.read_mib, &cursor));
+        ceilings.push_back(ceiling);
+        p.ceiling_after = ceiling;
+        p.fraction_of_ceiling = p.mb_per_s / ((p.ceiling_before + p.ceiling_after) / 2);
         rep.points.push_back(p);
       }
     }
   }
-  say("measuring the sequential read ceiling again");
-  ASSIGN_OR_RETURN(rep.ceiling_after, Ceiling(o));
-  rep.ceiling_mb_per_s = (rep.ceiling_before + rep.ceiling_after) / 2;
-  for (auto& p : rep.points) p.fraction_of_ceiling = p.mb_per_s / rep.ceiling_mb_per_s;
+  rep.ceiling_min = *std::min_element(ceilings.begin(), ceilings.end());
+  rep.ceiling_max = *std::max_element(ceilings.begin(), ceilings.end());
   return rep;
 }
 
 std::string IoReportToJson(const IoBenchReport& r) {
   std::ostringstream s;
-  s << "{\"dir\": " << nlohmann::json(r.dir).dump() << ", \"ceiling_mb_per_s\": " << r.ceiling_mb_per_s
-    << ", \"ceiling_before\": " << r.ceiling_before << ", \"ceiling_after\": " << r.ceiling_after
-    << ", \"points\": [";
+  s << "{\"dir\": " << nlohmann::json(r.dir).dump() << ", \"ceiling_min\": " << r.ceiling_min
+    << ", \"ceiling_max\": " << r.ceiling_max << ", \"points\": [";
   for (size_t i = 0; i < r.points.size(); ++i) {
     const IoPoint& p = r.points[i];
     s << (i ? ", " : "") << "{\"chunk_tokens\": " << p.chunk_tokens
       << ", \"record_bytes\": " << p.record_bytes << ", \"backend\": \"" << p.backend
       << "\", \"depth\": " << p.depth << ", \"mb_per_s\": " << p.mb_per_s
-      << ", \"reads_per_s\": " << p.reads_per_s
+      << ", \"reads_per_s\": " << p.reads_per_s << ", \"ceiling_before\": " << p.ceiling_before
+      << ", \"ceiling_after\": " << p.ceiling_after
       << ", \"fraction_of_ceiling\": " << p.fraction_of_ceiling << "}";
   }
   s << "]}";
@@ -214,16 +233,16 @@ std::string IoReportToText(const IoBenchReport& r) {
   std::ostringstream s;
   char line[256];
   std::snprintf(line, sizeof line,
-                "sequential read ceiling (1 MiB O_DIRECT reads, 16 in flight): %.0f MB/s "
-                "(%.0f before, %.0f after)\n\n",
-                r.ceiling_mb_per_s, r.ceiling_before, r.ceiling_after);
+                "sequential read ceiling (1 MiB O_DIRECT reads, 16 in flight), measured before "
+                "and after every point: %.0f to %.0f MB/s over the run\n\n",
+                r.ceiling_min, r.ceiling_max);
   s << line;
-  s << "| chunk tokens | record KiB | backend | depth | MB/s | reads/s | of ceiling |\n";
-  s << "|---:|---:|---|---:|---:|---:|---:|\n";
+  s << "| chunk tokens | record KiB | backend | depth | MB/s | reads/s | ceiling before/after | of ceiling |\n";
+  s << "|---:|---:|---|---:|---:|---:|---:|---:|\n";
   for (const IoPoint& p : r.points) {
-    std::snprintf(line, sizeof line, "| %d | %.0f | %s | %d | %.0f | %.0f | %.0f%% |\n",
+    std::snprintf(line, sizeof line, "| %d | %.0f | %s | %d | %.0f | %.0f | %.0f / %.0f | %.0f%% |\n",
                   p.chunk_tokens, p.record_bytes / 1024.0, p.backend.c_str(), p.depth, p.mb_per_s,
-                  p.reads_per_s, 100 * p.fraction_of_ceiling);
+                  p.reads_per_s, p.ceiling_before, p.ceiling_after, 100 * p.fraction_of_ceiling);
     s << line;
   }
   return s.str();

@@ -1,7 +1,8 @@
 // The disk tier's read path (issue #4, "bench-io"): O_DIRECT reads of real
 // chunk records through ChunkStore::Read (checksums verified), per chunk size,
-// backend and queue depth, next to the device's sequential read ceiling
-// measured in the same run.
+// backend and queue depth, each next to the device's sequential read ceiling
+// measured right before and right after it (a virtual disk's rate drifts
+// within one run, so one ceiling for the whole run is not a fair yardstick).
 #pragma once
 
 #include <functional>
@@ -31,13 +32,13 @@ struct IoPoint {
   int depth = 0;
   double mb_per_s = 0;        // record bytes read per second (1 MB = 10^6 bytes)
   double reads_per_s = 0;
-  double fraction_of_ceiling = 0;
+  double ceiling_before = 0, ceiling_after = 0;  // sequential MB/s around this point
+  double fraction_of_ceiling = 0;  // of the mean of the two
 };
 
 struct IoBenchReport {
   std::string dir;
-  double ceiling_mb_per_s = 0;               // mean of the two measurements
-  double ceiling_before = 0, ceiling_after = 0;
+  double ceiling_min = 0, ceiling_max = 0;  // over every measurement of the run
   std::vector<IoPoint> points;
 };
 

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <queue>
+#include <cmath>
 #include <set>
 #include <tuple>
 #include <sstream>
@@ -222,6 +224,16 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreOptions options) {
 
 Status ChunkStore::Init() {
   ASSIGN_OR_RETURN(io_, NewIoBackend(opts_.io_backend, IoOptions{opts_.queue_depth}));
+  if (opts_.io_arena_bytes >= kBlockSize) {
+    arena_bytes_ = opts_.io_arena_bytes / kBlockSize * kBlockSize;
+    arena_ = AllocateAligned(arena_bytes_);
+    Status reg = io_->RegisterBuffer(arena_.get(), arena_bytes_);
+    if (!reg.ok()) {
+      // Still correct, only slower: reads then pin pages per request.
+      TIERKV_LOG(kInfo) << "store " << opts_.dir << ": read arena not registered with "
+                        << io_->name() << " (" << reg.ToString() << ")";
+    }
+  }
   if (opts_.read_only) {
     if (!fs_->FileExists(opts_.dir)) {
       return Status::NotFound("cache directory " + opts_.dir + " does not exist");
@@ -611,14 +623,35 @@ void ChunkStore::DropLocked(uint32_t chunk, bool corrupt) {
   if (corrupt) stats_.dropped_chunks += removed->size();
 }
 
+void ChunkStore::TouchLocked(uint32_t chunk) {
+  // value_ holds log2(v) + t / H for a count v that halves every H accesses
+  // (t: the store's access clock); comparing these compares the decayed
+  // counts at any common time without updating every chunk.
+  const double now = static_cast<double>(++clock_);
+  if (opts_.eviction_half_life == 0) {
+    value_[chunk] = now;  // pure recency
+    return;
+  }
+  const double h = static_cast<double>(opts_.eviction_half_life);
+  const double rel = value_[chunk] - now / h;  // log2 of the decayed count now
+  value_[chunk] = (rel < -60 ? 0.0 : std::log2(std::exp2(rel) + 1.0)) + now / h;
+}
+
 Status ChunkStore::EvictForLocked(uint64_t bytes) {
-  if (opts_.disk_budget_bytes == 0) return Status::Ok();
+  if (opts_.disk_budget_bytes == 0 || live_bytes_ + bytes <= opts_.disk_budget_bytes) {
+    return Status::Ok();
+  }
+  // Least valuable evictable leaf tail first. One scan of the tree for the
+  // candidates; each eviction may expose the chunk before it as a new tail.
+  using Entry = std::pair<double, uint32_t>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  for (uint32_t c : tree_.EvictableChunks()) heap.emplace(value_[c], c);
   while (live_bytes_ + bytes > opts_.disk_budget_bytes) {
-    auto candidates = tree_.EvictableChunks();
-    if (candidates.empty()) return Status::ResourceExhausted("store: disk budget full");
-    uint32_t victim = *std::min_element(candidates.begin(), candidates.end(), [&](uint32_t a, uint32_t b) {
-      return last_access_[a] < last_access_[b];
-    });
+    if (heap.empty()) return Status::ResourceExhausted("store: disk budget full");
+    const auto [value, victim] = heap.top();
+    heap.pop();
+    if (!tree_.IsEvictable(victim) || value_[victim] != value) continue;  // stale entry
+    const uint32_t before = tree_.ParentChunk(victim);
     const uint64_t freed = ChunkBytesLocked(victim);
     RETURN_IF_ERROR(tree_.Evict(victim));
     ClearLocations(victim);
@@ -626,6 +659,7 @@ Status ChunkStore::EvictForLocked(uint64_t bytes) {
     live_bytes_ -= freed;
     dead_bytes_ += freed;
     dirty_ = true;
+    if (before != index::kNoChunk && tree_.IsEvictable(before)) heap.emplace(value_[before], before);
     std::lock_guard<std::mutex> s(stats_mu_);
     ++stats_.evicted_chunks;
   }
@@ -656,7 +690,7 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
   {
     std::lock_guard<std::mutex> l(mu_);
     // The prompt's own stored prefix is the most recent: evicted last.
-    for (uint32_t id : tree_.Lookup(tokens).chunks) last_access_[id] = ++clock_;
+    for (uint32_t id : tree_.Lookup(tokens).chunks) TouchLocked(id);
     // Evict until the new chunks fit. Eviction may still take the prompt's
     // own stored tail (when nothing else is left), so plan again after each
     // round until the plan holds.
@@ -852,8 +886,8 @@ Result<ChunkStore::Published> ChunkStore::PublishLocked(
       RETURN_IF_ERROR(tree_.Truncate(id).status());
       break;
     }
-    if (last_access_.size() < size_t{id} + 1) {
-      last_access_.resize(id + 1);
+    if (value_.size() < size_t{id} + 1) {
+      value_.resize(id + 1);
       chunk_tokens_.resize(id + 1);
     }
     chunk_tokens_[id] = tree_.chunk(id).tokens;
@@ -864,7 +898,8 @@ Result<ChunkStore::Published> ChunkStore::PublishLocked(
     }
     probe_block_[id] = opts_.probe_bytes != 0 ? where->probe_block : kNoProbe;
     probe_stride_[id] = where->probe_stride;
-    last_access_[id] = ++clock_;
+    value_[id] = 0;
+    TouchLocked(id);
     const uint64_t bytes = ChunkBytesLocked(id);
     live_bytes_ += bytes;
     out.bytes += bytes;
@@ -928,11 +963,12 @@ Status ChunkStore::Read(std::span<ChunkRead> reads, RowReadStats* out_stats) {
     Location where;
     uint64_t prefix_hash;
     uint32_t first_token, tokens;
-    AlignedBuffer buf;
+    uint64_t len;
     std::shared_ptr<RandomAccessFile> file;
+    Status status;
+    uint64_t done = 0;
   };
   std::vector<Pending> pending;
-  std::vector<ReadOp> ops;
   {
     std::lock_guard<std::mutex> l(mu_);
     for (ChunkRead& r : reads) {
@@ -952,44 +988,82 @@ Status ChunkStore::Read(std::span<ChunkRead> reads, RowReadStats* out_stats) {
         r.status = file.status();
         continue;
       }
-      last_access_[r.chunk] = ++clock_;
-      uint64_t len = record_bytes(c.tokens);
-      pending.push_back(
-          Pending{&r, where, c.prefix_hash, c.first_token, c.tokens, AllocateAligned(len), *file});
-      ReadOp op;
-      op.file = file->get();
-      op.offset = uint64_t{where.block} * kBlockSize;
-      op.length = len;
-      op.buf = pending.back().buf.get();
-      op.prefetch = r.prefetch;
-      ops.push_back(op);
+      TouchLocked(r.chunk);
+      pending.push_back(Pending{&r, where, c.prefix_hash, c.first_token, c.tokens,
+                                record_bytes(c.tokens), *file});
     }
   }
-  {
+  // Demand reads first, then prefetches; in slices that fit the staging
+  // arena (registered with io_uring, so no page pinning per read). Records
+  // are verified and copied out while the arena is ours.
+  std::stable_partition(pending.begin(), pending.end(),
+                        [](const Pending& p) { return !p.read->prefetch; });
+  uint64_t ios = 0, pages = 0;
+  for (size_t i = 0; i < pending.size();) {
     std::lock_guard<std::mutex> io(io_mu_);
+    std::vector<ReadOp> ops;
+    std::vector<AlignedBuffer> own;  // a record larger than the whole arena
+    size_t j = i;
+    uint64_t used = 0;
+    for (; j < pending.size(); ++j) {
+      Pending& p = pending[j];
+      char* buf = nullptr;
+      if (arena_ && used + p.len <= arena_bytes_) {
+        buf = arena_.get() + used;
+        used += p.len;
+      } else if (j == i) {
+        own.push_back(AllocateAligned(p.len));
+        buf = own.back().get();
+      } else {
+        break;
+      }
+      ReadOp op;
+      op.file = p.file.get();
+      op.offset = uint64_t{p.where.block} * kBlockSize;
+      op.length = p.len;
+      op.buf = buf;
+      op.prefetch = p.read->prefetch;
+      ops.push_back(op);
+      if (!own.empty()) {
+        ++j;
+        break;
+      }
+    }
     RETURN_IF_ERROR(io_->Read(ops));
+    ios += ops.size();
+    for (size_t k = 0; k < ops.size(); ++k) {
+      Pending& p = pending[i + k];
+      const ReadOp& op = ops[k];
+      ChunkRead& r = *p.read;
+      p.done = op.done;
+      pages += op.length / kBlockSize - 1;
+      Status s = op.status;
+      if (s.ok() && op.done < op.length) s = Status::Corruption("record cut short at end of segment");
+      if (s.ok()) s = VerifyRecord(op.buf, r.layer, p.prefix_hash, p.first_token, p.tokens);
+      if (s.ok()) {
+        const size_t half = size_t{p.tokens} * opts_.row_bytes;
+        if (r.k) std::memcpy(r.k, op.buf + kBlockSize, half);
+        if (r.v) std::memcpy(r.v, op.buf + kBlockSize + half, half);
+      }
+      p.status = s;
+    }
+    i = j;
   }
+  // Failures are handled after the I/O lock is released (the index lock is
+  // never taken under it).
   uint64_t bytes = 0, records = 0, corrupt = 0, errors = 0;
-  for (size_t i = 0; i < pending.size(); ++i) {
-    Pending& p = pending[i];
-    ReadOp& op = ops[i];
+  for (Pending& p : pending) {
     ChunkRead& r = *p.read;
-    bytes += op.done;
-    Status s = op.status;
-    if (s.ok() && op.done < op.length) s = Status::Corruption("record cut short at end of segment");
-    if (s.ok()) s = VerifyRecord(p.buf.get(), r.layer, p.prefix_hash, p.first_token, p.tokens);
-    if (s.ok()) {
-      const size_t half = size_t{p.tokens} * opts_.row_bytes;
-      if (r.k) std::memcpy(r.k, p.buf.get() + kBlockSize, half);
-      if (r.v) std::memcpy(r.v, p.buf.get() + kBlockSize + half, half);
+    bytes += p.done;
+    if (p.status.ok()) {
       ++records;
       r.status = Status::Ok();
       continue;
     }
     std::string where = SegmentPath(p.where.segment) + " block " + std::to_string(p.where.block);
-    r.status = s.WithContext("chunk " + std::to_string(r.chunk) + " layer " +
-                             std::to_string(r.layer) + " at " + where);
-    if (s.IsCorruption()) {
+    r.status = p.status.WithContext("chunk " + std::to_string(r.chunk) + " layer " +
+                                    std::to_string(r.layer) + " at " + where);
+    if (p.status.IsCorruption()) {
       ++corrupt;
       TIERKV_LOG(kWarn) << "store: " << r.status.ToString()
                         << "; the chunk and its descendants leave the index";
@@ -1005,9 +1079,9 @@ Status ChunkStore::Read(std::span<ChunkRead> reads, RowReadStats* out_stats) {
   if (out_stats) {
     *out_stats = RowReadStats{};
     out_stats->records = pending.size();
-    out_stats->ios = ops.size();
+    out_stats->ios = ios;
+    out_stats->pages = pages;
     out_stats->bytes = bytes;
-    for (const ReadOp& op : ops) out_stats->pages += op.length / kBlockSize - 1;
   }
   std::lock_guard<std::mutex> st(stats_mu_);
   stats_.records_read += records;
@@ -1069,7 +1143,7 @@ Status ChunkStore::ReadRows(std::span<RowRead> reads, RowReadStats* out_stats) {
       if (!r.status.ok()) continue;
       auto run_it = run_of_.find(r.chunk);
       std::shared_ptr<const Run> run = run_it == run_of_.end() ? nullptr : run_it->second;
-      last_access_[r.chunk] = ++clock_;
+      TouchLocked(r.chunk);
       targets[i].reserve(r.rows.size());
       for (uint32_t row : r.rows) {
         Location where;
@@ -1311,7 +1385,7 @@ Status ChunkStore::ReadProbeKeys(std::span<ProbeRead> reads, RowReadStats* out_s
       p.expect.first_token = c.first_token;
       p.expect.tokens = c.tokens;
       p.expect.row_bytes = opts_.probe_bytes;
-      last_access_[r.chunk] = ++clock_;
+      TouchLocked(r.chunk);
       probes.push_back(std::move(p));
     }
   }
@@ -1455,7 +1529,7 @@ void ChunkStore::ReportImportance(const LookupResult& prefix, uint16_t layer,
       }
       for (size_t r = 0; r < used; ++r) h.sum[size_t{layer} * C + r] += importance[pos + r];
       ++h.reports[layer];
-      h.last = ++clock_;
+      h.last = ++heat_clock_;
       h.fresh = true;
     }
     pos += n;

@@ -60,11 +60,19 @@ struct StoreOptions {
   uint32_t probe_bytes = 0;
   KvDtype dtype = KvDtype::kF16;
   // Bytes of records the disk tier may hold; 0 means unlimited. When full,
-  // the least recently used leaf chunks are evicted (whole token chunks).
+  // the least valuable leaf chunks are evicted (whole token chunks): value is
+  // the chunk's access count decayed with this half-life (in accesses to the
+  // store), so both how often and how recently a chunk was used count.
+  // 0: least recently used.
   uint64_t disk_budget_bytes = 0;
+  uint32_t eviction_half_life = 4096;
   uint64_t segment_bytes = kDefaultSegmentBytes;
   std::string io_backend = "auto";
   uint32_t queue_depth = 32;
+  // Staging memory for whole-record reads, registered with io_uring (fixed
+  // buffers: no page pinning per read). Bigger batches go through it in
+  // slices. Registered memory counts against RLIMIT_MEMLOCK (often 8 MiB).
+  uint64_t io_arena_bytes = 4ull << 20;
   // Open record files with O_DIRECT (off only for file systems without it).
   bool direct_io = true;
   // Inspect only: never create or write anything; Put fails.
@@ -336,7 +344,9 @@ class ChunkStore {
   StoreOptions opts_;
   FileSystem* fs_;
   std::unique_ptr<IoBackend> io_;
-  std::mutex io_mu_;     // the backend has one user at a time
+  std::mutex io_mu_;     // the backend and the arena have one user at a time
+  AlignedBuffer arena_;  // guarded by io_mu_
+  uint64_t arena_bytes_ = 0;
   std::mutex write_mu_;  // serialises Put (held across its I/O; readers never take it)
 
   mutable std::mutex mu_;  // index, locations, accounting
@@ -367,7 +377,11 @@ class ChunkStore {
     bool fresh = false;              // reported since the last reordering
   };
   std::unordered_map<uint32_t, Heat> heat_;
-  std::vector<uint64_t> last_access_;    // per chunk, for budget eviction
+  uint64_t heat_clock_ = 0;
+  // Per chunk: its value for disk eviction, log2 of an access count that
+  // halves every eviction_half_life accesses, offset by the clock (TouchLocked).
+  std::vector<double> value_;
+  void TouchLocked(uint32_t chunk);  // an access. REQUIRES: mu_
   std::vector<uint16_t> chunk_tokens_;   // per chunk (valid while live)
   size_t segment_count_ = 0;
   uint64_t clock_ = 0;

@@ -123,7 +123,7 @@ TEST_P(ChunkStoreTest, PutLookupReadRoundTripAndReopen) {
   EXPECT_EQ(r.new_chunks, 0u);
 }
 
-TEST_P(ChunkStoreTest, BudgetEvictsLeastRecentlyUsedLeafChunks) {
+TEST_P(ChunkStoreTest, BudgetEvictsLeafChunksOfTheOldestPrompts) {
   TempDir dir;
   StoreOptions o = Opts(dir.path());
   ChunkStore* raw = nullptr;
@@ -150,6 +150,38 @@ TEST_P(ChunkStoreTest, BudgetEvictsLeastRecentlyUsedLeafChunks) {
   ASSERT_OK_AND_ASSIGN(PutResult r, store->Put(big, kv.input));
   EXPECT_EQ(r.stored_tokens, 160u);
   EXPECT_EQ(VerifyPrompt(*store, big), 160u);
+}
+
+// Eviction takes the least valuable chunk: a prompt read often keeps its
+// chunks over newer prompts read once; with half-life 0 (pure recency) the
+// same trace evicts it first.
+TEST(ChunkStoreEvictionTest, OftenReadPromptOutlivesNewerOnesUnlessRecencyOnly) {
+  for (uint32_t half_life : {4096u, 0u}) {
+    SCOPED_TRACE("half-life " + std::to_string(half_life));
+    TempDir dir;
+    StoreOptions o = Options(dir.path());
+    o.eviction_half_life = half_life;
+    o.disk_budget_bytes = 10 * kLayers * 3 * kBlockSize;  // 10 chunks
+    ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(o));
+    std::vector<Tokens> prompts;
+    for (uint32_t i = 0; i < 4; ++i) prompts.push_back(Prompt(300 + i, 0, 48));  // 3 chunks each
+    PromptKv kv0(prompts[0], kLayers, kRow);
+    ASSERT_OK(store->Put(prompts[0], kv0.input).status());
+    for (int r = 0; r < 20; ++r) EXPECT_EQ(VerifyPrompt(*store, prompts[0]), 48u);
+    for (size_t i = 1; i < 4; ++i) {
+      PromptKv kv(prompts[i], kLayers, kRow);
+      ASSERT_OK(store->Put(prompts[i], kv.input).status());
+    }
+    EXPECT_EQ(store->stats().evicted_chunks, 2u);
+    if (half_life != 0) {
+      EXPECT_EQ(store->Lookup(prompts[0]).matched_tokens, 48u);
+      EXPECT_LT(store->Lookup(prompts[1]).matched_tokens, 48u);
+    } else {
+      EXPECT_EQ(store->Lookup(prompts[0]).matched_tokens, 16u);
+      EXPECT_EQ(store->Lookup(prompts[1]).matched_tokens, 48u);
+    }
+    EXPECT_EQ(store->Lookup(prompts[3]).matched_tokens, 48u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ChunkStoreTest, ::testing::Values("uring", "pread"),
