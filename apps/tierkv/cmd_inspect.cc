@@ -47,7 +47,7 @@ void AddInspect(CLI::App& app, Action* run) {
         // Paths and the model description are the user's: escaped by nlohmann.
         std::printf("{\"cache_dir\": %s, \"fingerprint\": \"%016" PRIx64
                     "\", \"model\": %s, \"chunk_tokens\": %u, \"layers\": %u, "
-                    "\"row_bytes\": %u, \"dtype\": \"%s\", \"nodes\": %" PRIu64
+                    "\"row_bytes\": %u, \"probe_bytes\": %u, \"dtype\": \"%s\", \"nodes\": %" PRIu64
                     ", \"chunks\": %" PRIu64 ", \"bytes\": {\"device\": 0, \"host\": 0, \"disk\": %" PRIu64
                     "}, \"live_bytes\": %" PRIu64 ", \"dead_bytes\": %" PRIu64
                     ", \"skipped_records\": %" PRIu64 ", \"recovery_us\": %" PRIu64
@@ -55,7 +55,8 @@ void AddInspect(CLI::App& app, Action* run) {
                     ", \"scanned_segments\": %" PRIu64 ", \"segments\": [",
                     nlohmann::json(a->dir).dump().c_str(), o.fingerprint,
                     nlohmann::json(o.model_description).dump().c_str(), o.chunk_tokens,
-                    o.layers, o.row_bytes, o.dtype == store::KvDtype::kF16 ? "f16" : "f32", s.nodes,
+                    o.layers, o.row_bytes, o.probe_bytes,
+                    o.dtype == store::KvDtype::kF16 ? "f16" : "f32", s.nodes,
                     s.live_chunks, disk_bytes, s.live_bytes, s.dead_bytes, s.skipped_records,
                     s.recovery_us, s.manifest_chunks, s.manifest_errors, s.scanned_segments);
         for (size_t i = 0; i < segs.size(); ++i) {
@@ -71,6 +72,12 @@ void AddInspect(CLI::App& app, Action* run) {
       std::printf("geometry         %u tokens per chunk, %u layers, %u bytes per token row, %s\n",
                   o.chunk_tokens, o.layers, o.row_bytes,
                   o.dtype == store::KvDtype::kF16 ? "f16" : "f32");
+      if (o.probe_bytes != 0) {
+        std::printf("probe keys       %u bytes per token, one copy per chunk and layer\n",
+                    o.probe_bytes);
+      } else {
+        std::printf("probe keys       none stored (sliced from K records when asked for)\n");
+      }
       std::printf("index            %" PRIu64 " nodes, %" PRIu64 " chunks\n", s.nodes, s.live_chunks);
       std::printf("bytes per tier   device 0, host 0 (pools of running processes), disk %" PRIu64
                   " (%" PRIu64 " live, %" PRIu64 " dead)\n",

@@ -2,12 +2,14 @@
 
 #include <cstdio>
 
+#include "select/identify.h"
 #include "select/importance.h"
 
 namespace tierkv::bench {
 
 using select::CountForFraction;
 using select::Jaccard;
+using select::KvHeadScores;
 using select::MeanPairwiseJaccard;
 using select::TopK;
 using select::TopMassFraction;
@@ -74,12 +76,7 @@ Result<AttentionStudy> RunAttentionStudy(const Model& model, const std::string& 
     std::vector<int32_t> prev_set;
     for (int l = 0; l < c.n_layers; ++l) {
       // Importance per KV head: its query heads' column sums added.
-      std::vector<std::vector<float>> imp(H, std::vector<float>(np, 0.0f));
-      for (int qh = 0; qh < c.n_heads; ++qh) {
-        const auto& cs = r.column_sums[l][qh];
-        auto& dst = imp[qh / c.group()];
-        for (int j = 0; j < np; ++j) dst[j] += cs[j];
-      }
+      const std::vector<std::vector<float>> imp = KvHeadScores(r.column_sums[l], c.group());
       std::vector<float> all(np, 0.0f), probe(np, 0.0f);
       double mass = 0;
       std::vector<std::vector<int32_t>> s10, s40, s25;

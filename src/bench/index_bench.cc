@@ -60,10 +60,9 @@ Result<IndexBenchReport> RunIndexBench(const IndexBenchOptions& o) {
   r.tree_bytes_per_chunk = static_cast<double>(tree_bytes) / n;
   r.token_bytes_per_chunk = static_cast<double>(token_bytes) / n;
   r.structure_bytes_per_chunk = r.tree_bytes_per_chunk - r.token_bytes_per_chunk;
-  // ChunkStore's per-chunk tables: one location (a chunk's layers are back
-  // to back), last access, token count.
-  r.store_bytes_per_chunk = static_cast<double>(sizeof(store::ChunkStore::Location) +
-                                                sizeof(uint64_t) + sizeof(uint16_t));
+  // ChunkStore's per-chunk tables: one K/V location (a chunk's layers are
+  // back to back), eviction value, probe records' block and stride, token count.
+  r.store_bytes_per_chunk = static_cast<double>(store::ChunkStore::kTableBytesPerChunk);
 
   size_t matched = 0, asked = 0;
   const auto t1 = Clock::now();

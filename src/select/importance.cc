@@ -25,8 +25,7 @@ std::vector<int32_t> TopK(std::span<const float> scores, size_t k) {
   return idx;
 }
 
-double Jaccard(std::span<const int32_t> a, std::span<const int32_t> b) {
-  if (a.empty() && b.empty()) return 1.0;
+size_t IntersectionSize(std::span<const int32_t> a, std::span<const int32_t> b) {
   size_t i = 0, j = 0, inter = 0;
   while (i < a.size() && j < b.size()) {
     if (a[i] == b[j]) {
@@ -37,6 +36,12 @@ double Jaccard(std::span<const int32_t> a, std::span<const int32_t> b) {
       ++j;
     }
   }
+  return inter;
+}
+
+double Jaccard(std::span<const int32_t> a, std::span<const int32_t> b) {
+  if (a.empty() && b.empty()) return 1.0;
+  const size_t inter = IntersectionSize(a, b);
   return static_cast<double>(inter) / static_cast<double>(a.size() + b.size() - inter);
 }
 

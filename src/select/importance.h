@@ -17,6 +17,9 @@ size_t CountForFraction(size_t n, double fraction);
 // in ascending index order. k is clamped to scores.size().
 std::vector<int32_t> TopK(std::span<const float> scores, size_t k);
 
+// |a ∩ b| of two ascending index sets.
+size_t IntersectionSize(std::span<const int32_t> a, std::span<const int32_t> b);
+
 // |a ∩ b| / |a ∪ b| of two ascending index sets; 1 if both are empty.
 double Jaccard(std::span<const int32_t> a, std::span<const int32_t> b);
 

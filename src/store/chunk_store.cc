@@ -1163,6 +1163,7 @@ Status ChunkStore::ReadRows(std::span<RowRead> reads, RowReadStats* out_stats) {
           rec.where = where;
           auto file = ReaderFor(where.segment);
           if (!file.ok()) {
+            rec_at.erase(it);
             r.status = file.status();
             break;
           }

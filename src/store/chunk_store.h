@@ -274,6 +274,10 @@ class ChunkStore {
     uint32_t segment = 0;  // 0: none
     uint32_t block = 0;    // offset / kBlockSize
   };
+  // Bytes of the store's own per-chunk tables (beside the radix tree):
+  // first_location_, value_, probe_block_, probe_stride_, chunk_tokens_.
+  static constexpr size_t kTableBytesPerChunk =
+      sizeof(Location) + sizeof(double) + sizeof(uint32_t) + sizeof(uint16_t) + sizeof(uint16_t);
   Location TEST_location(uint32_t chunk, uint16_t layer) const;
   // Where record `record` of layer `layer` of the reordered run holding
   // `chunk` is (segment 0: the chunk is not reordered).

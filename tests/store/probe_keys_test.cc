@@ -229,7 +229,9 @@ TEST(ProbeKeysTest, CrashAtEveryStepOfAPutWithProbes) {
     fs.SetActive(true);
     ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options("/cache", &fs)));
     EXPECT_EQ(store->Lookup(before).matched_tokens, before.size());
-    if (acked) EXPECT_EQ(store->Lookup(inflight).matched_tokens, inflight.size());
+    if (acked) {
+      EXPECT_EQ(store->Lookup(inflight).matched_tokens, inflight.size());
+    }
     for (const Tokens& p : {before, inflight}) {
       for (uint16_t l = 0; l < kLayers; ++l) {
         const ProbeResult r = ReadProbes(*store, p, l);
