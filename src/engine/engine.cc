@@ -1,0 +1,398 @@
+#include "engine/engine.h"
+
+#include <pthread.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "cache/tiered_cache.h"
+#include "store/chunk_store.h"
+#include "store/fingerprint.h"
+#include "tierkv/logging.h"
+
+namespace tierkv::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+constexpr System kAll[] = {System::kRecompute, System::kAsLike,     System::kAsH2oLru,
+                           System::kAsH2oLfu,  System::kImpress,    System::kImpressItf,
+                           System::kImpressRo, System::kSpec,       System::kCar};
+
+// The pools key a chunk layer by the chunk's identity (prefix hash) and layer.
+uint64_t PoolKey(uint64_t prefix_hash, int layer) {
+  return XXH3_64bits_withSeed(&prefix_hash, sizeof prefix_hash, static_cast<uint64_t>(layer) + 1);
+}
+
+}  // namespace
+
+std::string_view SystemName(System s) {
+  switch (s) {
+    case System::kRecompute: return "recompute";
+    case System::kAsLike: return "as-like";
+    case System::kAsH2oLru: return "as-h2o-lru";
+    case System::kAsH2oLfu: return "as-h2o-lfu";
+    case System::kImpress: return "impress";
+    case System::kImpressItf: return "impress-itf";
+    case System::kImpressRo: return "impress-ro";
+    case System::kSpec: return "spec";
+    case System::kCar: return "car";
+  }
+  return "?";
+}
+
+Result<System> ParseSystem(std::string_view name) {
+  std::string known;
+  for (System s : kAll) {
+    if (name == SystemName(s)) return s;
+    known += (known.empty() ? "" : ", ") + std::string(SystemName(s));
+  }
+  return Status::InvalidArgument("unknown system '" + std::string(name) + "' (known: " + known + ")");
+}
+
+bool Implemented(System s) { return s == System::kRecompute || s == System::kAsLike; }
+
+Status EngineOptions::Validate() const {
+  if (!(retention > 0 && retention <= 1)) {
+    return Status::InvalidArgument("retention " + std::to_string(retention) + " is outside (0, 1]");
+  }
+  if (chunk_tokens < 1 || chunk_tokens > 4096) {
+    return Status::InvalidArgument("chunk_tokens " + std::to_string(chunk_tokens) +
+                                   " is outside 1..4096");
+  }
+  if (system != System::kRecompute && cache_dir.empty()) {
+    return Status::InvalidArgument("system " + std::string(SystemName(system)) +
+                                   " needs a cache directory (cache_dir)");
+  }
+  return Status::Ok();
+}
+
+double RequestStats::device_hit_ratio() const {
+  const uint64_t all = device_hits + host_hits + disk_reads;
+  return all == 0 ? 0.0 : static_cast<double>(device_hits) / static_cast<double>(all);
+}
+
+// One request's layer loads, shared by the compute thread and the loader.
+struct LoadState {
+  struct Layer {
+    bool done = false;
+    Status status;
+    std::string k, v;  // rows [0, R) of every KV head, token-major, fp16: the "device" copy
+    double issued_ms = 0, completed_ms = 0;
+    uint64_t device_hits = 0, host_hits = 0, disk_reads = 0, disk_bytes = 0;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Layer> layers;
+  Clock::time_point t0;
+};
+
+struct Engine::Impl {
+  const Model& model;
+  EngineOptions opts;
+  ModelConfig c;
+  uint32_t row_bytes = 0;  // one token's K (all KV heads), fp16
+  std::unique_ptr<store::ChunkStore> store;
+  std::unique_ptr<cache::TieredCache> pools;
+
+  std::mutex q_mu;
+  std::condition_variable q_cv;
+  std::deque<std::function<void()>> queue;  // layer loads, FIFO (layer order)
+  bool stop = false;
+  std::thread loader;
+
+  Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o)), c(m.config()) {}
+
+  void LoaderLoop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> l(q_mu);
+        q_cv.wait(l, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;  // stopping, nothing left
+        job = std::move(queue.front());
+        queue.pop_front();
+      }
+      job();
+    }
+  }
+
+  void Submit(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> l(q_mu);
+      queue.push_back(std::move(job));
+    }
+    q_cv.notify_one();
+  }
+
+  // Loads rows [0, R) of layer `layer` for the chunks of `m` into state.
+  void LoadLayer(const store::LookupResult& m, size_t R, int layer, LoadState& st) {
+    LoadState::Layer out;
+    out.k.assign(R * row_bytes, '\0');
+    out.v.assign(R * row_bytes, '\0');
+    const uint32_t C = opts.chunk_tokens;
+    struct Miss {
+      size_t chunk;
+      std::shared_ptr<std::vector<char>> buf;
+    };
+    std::vector<Miss> misses;
+    std::vector<cache::Pin> pins;
+    auto copy_rows = [&](size_t i, const char* payload) {
+      const size_t first = i * C, tokens = m.chunk_tokens[i];
+      const size_t used = std::min(tokens, R - first);
+      std::memcpy(out.k.data() + first * row_bytes, payload, used * row_bytes);
+      std::memcpy(out.v.data() + first * row_bytes, payload + tokens * row_bytes, used * row_bytes);
+    };
+    const size_t nchunks = (R + C - 1) / C;
+    for (size_t i = 0; i < nchunks; ++i) {
+      const uint32_t rows = m.chunk_tokens[i];
+      cache::Pin pin = pools->Access(PoolKey(m.prefix_hashes[i], layer), rows, rows);
+      if (pin.tier() != cache::Tier::kDisk && pin.data()) {
+        pin.tier() == cache::Tier::kDevice ? ++out.device_hits : ++out.host_hits;
+        copy_rows(i, pin.data()->data());
+        pins.push_back(std::move(pin));
+      } else {
+        misses.push_back(Miss{i, std::make_shared<std::vector<char>>(2 * size_t{rows} * row_bytes)});
+      }
+    }
+    std::vector<store::ChunkRead> reads;
+    for (const Miss& miss : misses) {
+      const size_t rows = m.chunk_tokens[miss.chunk];
+      reads.push_back(store::ChunkRead{m.chunks[miss.chunk], m.prefix_hashes[miss.chunk],
+                                       static_cast<uint16_t>(layer), miss.buf->data(),
+                                       miss.buf->data() + rows * row_bytes});
+    }
+    store::RowReadStats rs;
+    Status s = reads.empty() ? Status::Ok() : store->Read(reads, &rs);
+    out.disk_bytes = rs.bytes;
+    for (size_t j = 0; j < reads.size() && s.ok(); ++j) {
+      const Miss& miss = misses[j];
+      if (!reads[j].status.ok()) {
+        // A chunk that fails here (corrupt, evicted, EIO) makes the request
+        // run again with less reuse; the store has already dropped a
+        // corrupt chunk, so the next lookup stops before it.
+        s = reads[j].status;
+        break;
+      }
+      ++out.disk_reads;
+      copy_rows(miss.chunk, miss.buf->data());
+      pins.push_back(pools->Admit(PoolKey(m.prefix_hashes[miss.chunk], layer), miss.buf->size(),
+                                  miss.buf));
+    }
+    std::lock_guard<std::mutex> l(st.mu);
+    LoadState::Layer& dst = st.layers[layer];
+    out.issued_ms = dst.issued_ms;
+    out.completed_ms = Ms(st.t0, Clock::now());
+    out.status = s;
+    out.done = true;
+    dst = std::move(out);
+    st.cv.notify_all();
+  }
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> l(impl_->q_mu);
+    impl_->stop = true;
+  }
+  impl_->q_cv.notify_all();
+  if (impl_->loader.joinable()) impl_->loader.join();
+}
+
+const EngineOptions& Engine::options() const { return impl_->opts; }
+
+store::ChunkStore* Engine::TEST_store() { return impl_->store.get(); }
+
+Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions options) {
+  RETURN_IF_ERROR(options.Validate());
+  if (!Implemented(options.system)) {
+    return Status::InvalidArgument("system " + std::string(SystemName(options.system)) +
+                                   " is not implemented yet (implemented: recompute, as-like)");
+  }
+  auto impl = std::make_unique<Impl>(model, std::move(options));
+  const ModelConfig& c = impl->c;
+  impl->row_bytes = static_cast<uint32_t>(c.kv_dim() * 2);
+  if (impl->opts.system != System::kRecompute) {
+    store::StoreOptions so;
+    so.dir = impl->opts.cache_dir;
+    so.fingerprint = store::Fingerprint(store::FingerprintInput{
+        model.content_hash(), c.ToString(), impl->opts.tokenizer_hash, store::KvDtype::kF16,
+        impl->opts.chunk_tokens});
+    so.model_description = c.ToString();
+    so.chunk_tokens = impl->opts.chunk_tokens;
+    so.layers = static_cast<uint16_t>(c.n_layers);
+    so.row_bytes = impl->row_bytes;
+    so.probe_bytes = static_cast<uint32_t>(std::min(3, c.n_kv_heads) * c.head_dim() * 2);
+    so.dtype = store::KvDtype::kF16;
+    so.disk_budget_bytes = impl->opts.disk_budget_bytes;
+    so.io_backend = impl->opts.io_backend;
+    so.direct_io = impl->opts.direct_io;
+    ASSIGN_OR_RETURN(impl->store, store::ChunkStore::Open(so));
+    cache::CacheOptions co;
+    co.device_bytes = impl->opts.device_bytes;
+    co.host_bytes = impl->opts.host_bytes;
+    co.policy = cache::PolicyKind::kLru;
+    ASSIGN_OR_RETURN(impl->pools, cache::TieredCache::Create(co));
+    Impl* raw = impl.get();
+    impl->loader = std::thread([raw] {
+      pthread_setname_np(pthread_self(), "tierkv-load");
+      raw->LoaderLoop();
+    });
+  }
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOptions& so) {
+  Impl& im = *impl_;
+  const ModelConfig& c = im.c;
+  const size_t n = tokens.size();
+  if (n == 0) return Status::InvalidArgument("serve: empty prompt");
+  const bool last_only = so.logits_from == std::numeric_limits<size_t>::max();
+  if (!last_only && so.logits_from >= n) {
+    return Status::InvalidArgument("serve: logits_from " + std::to_string(so.logits_from) +
+                                   " is not below the prompt's " + std::to_string(n) + " tokens");
+  }
+  const size_t cap = last_only ? n - 1 : so.logits_from;
+  const auto t0 = Clock::now();
+  for (int attempt = 1;; ++attempt) {
+    ServeResult out;
+    RequestStats& st = out.stats;
+    st.prompt_tokens = n;
+    st.attempts = attempt;
+    store::LookupResult m;
+    size_t R = 0;
+    const bool reuse = im.opts.system != System::kRecompute;
+    if (reuse) {
+      m = im.store->Lookup(tokens);
+      R = std::min(m.matched_tokens, cap);
+    }
+    const auto t_lookup = Clock::now();
+    st.lookup_ms = Ms(t0, t_lookup);
+    st.reused_tokens = R;
+    st.computed_tokens = n - R;
+
+    auto state = std::make_shared<LoadState>();
+    state->t0 = t0;
+    state->layers.resize(c.n_layers);
+    if (R > 0) {
+      // as-like: every layer's load is requested now and consumed in order.
+      for (int l = 0; l < c.n_layers; ++l) {
+        state->layers[l].issued_ms = Ms(t0, Clock::now());
+        im.Submit([&im, m, R, l, state] { im.LoadLayer(m, R, l, *state); });
+      }
+    }
+    st.layers.resize(c.n_layers);
+    double wait_ms = 0;
+    bool failed_load = false;
+    Status load_error;
+    PrefillOptions po;
+    po.start_pos = static_cast<int>(R);
+    po.capture_kv = so.store && reuse;
+    po.kv_dtype = KvDType::kF16;
+    po.logits = last_only ? LogitsMode::kLast : LogitsMode::kAll;
+    if (R > 0) {
+      po.before_attention = [&](const LayerView& v, LayerPrefix* prefix) -> Status {
+        const auto w0 = Clock::now();
+        LoadState::Layer* L = nullptr;
+        {
+          std::unique_lock<std::mutex> l(state->mu);
+          state->cv.wait(l, [&] { return state->layers[v.layer].done; });
+          L = &state->layers[v.layer];
+        }
+        const auto w1 = Clock::now();
+        wait_ms += Ms(w0, w1);
+        LayerTrace& tr = st.layers[v.layer];
+        tr.issued_ms = L->issued_ms;
+        tr.completed_ms = L->completed_ms;
+        tr.consumed_ms = Ms(t0, w1);
+        if (!L->status.ok()) {
+          failed_load = true;
+          load_error = L->status;
+          return Status::Cancelled("layer " + std::to_string(v.layer) + " load failed");
+        }
+        tr.rows = R;
+        tr.retention = 1.0;
+        prefix->heads.resize(c.n_kv_heads);
+        const size_t hb = static_cast<size_t>(c.head_dim()) * 2;
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          prefix->heads[h] = KvRows{L->k.data() + h * hb, L->v.data() + h * hb, KvDType::kF16, R,
+                                    static_cast<size_t>(c.kv_dim()),
+                                    static_cast<size_t>(c.kv_dim()), nullptr};
+        }
+        return Status::Ok();
+      };
+    }
+    const auto t_compute = Clock::now();
+    auto r = im.model.Prefill(tokens.subspan(R), po);
+    const auto t_done = Clock::now();
+    if (!r.ok()) {
+      if (failed_load && attempt < 3) {
+        TIERKV_LOG(kWarn) << "serve: " << load_error.ToString()
+                          << "; computing the request again with what the store still holds";
+        continue;
+      }
+      return failed_load ? load_error.WithContext("serve") : r.status();
+    }
+    st.load_wait_ms = wait_ms;
+    st.compute_ms = Ms(t_compute, t_done) - wait_ms;
+    st.ttft_ms = Ms(t0, t_done);
+    for (const LoadState::Layer& L : state->layers) {
+      st.device_hits += L.device_hits;
+      st.host_hits += L.host_hits;
+      st.disk_reads += L.disk_reads;
+      st.disk_bytes_read += L.disk_bytes;
+    }
+    st.disk_chunks_read = st.disk_reads;
+    if (last_only) {
+      out.logits = std::move(r->logits);
+      out.logits_rows = 1;
+    } else {
+      const size_t V = static_cast<size_t>(c.vocab_size);
+      const size_t from = so.logits_from - R;
+      out.logits.assign(r->logits.begin() + from * V, r->logits.end());
+      out.logits_rows = n - so.logits_from;
+    }
+    if (po.capture_kv) {
+      // The prompt's K/V for the store: R's rows as loaded, then the new ones.
+      const auto s0 = Clock::now();
+      std::vector<std::string> k(c.n_layers), v(c.n_layers);
+      store::KvInput kv;
+      for (int l = 0; l < c.n_layers; ++l) {
+        const auto& nk = r->kv[l].k;
+        const auto& nv = r->kv[l].v;
+        if (R > 0) {
+          k[l] = state->layers[l].k;
+          v[l] = state->layers[l].v;
+        }
+        k[l].append(reinterpret_cast<const char*>(nk.data()), nk.size());
+        v[l].append(reinterpret_cast<const char*>(nv.data()), nv.size());
+        kv.k.emplace_back(k[l]);
+        kv.v.emplace_back(v[l]);
+      }
+      auto put = im.store->Put(tokens, kv);
+      if (!put.ok()) {
+        // The answer stands; only later requests lose this reuse.
+        TIERKV_LOG(kWarn) << "serve: storing the prompt failed: " << put.status().ToString();
+      } else {
+        st.stored_chunks = put->new_chunks;
+      }
+      st.store_ms = Ms(s0, Clock::now());
+    }
+    return out;
+  }
+}
+
+}  // namespace tierkv::engine

@@ -1,0 +1,127 @@
+// The request pipeline (issue #5): a request's stored prefix R is found in
+// the store, its K/V are loaded layer by layer through the device and host
+// pools, the rest (NR + query) is computed over them, and NR's K/V are
+// stored for the next request. Every system of the papers is a
+// configuration of this one engine, so that they run the same work.
+//
+// This first slice runs `recompute` (no reuse) and `as-like` (all of R's
+// K/V, requested at the start and consumed layer by layer); the selective
+// systems (as-h2o-*, impress*, spec, car) parse but are refused by Open
+// until they land.
+//
+// Threads: Serve runs on the caller's thread (the compute thread; the
+// forward pass uses the model's own workers). One `tierkv-load` thread per
+// engine takes layer loads from a FIFO queue, in layer order: for each chunk
+// of R it pins the pool copy or reads the record from disk (verified) and
+// admits it. The compute thread waits for layer l's load inside the model's
+// hook before layer l, so loads of later layers overlap earlier layers'
+// compute. Buffers: pool buffers are immutable and shared (pins keep them
+// alive); the per-request staging copy of layer l's rows (the "device"
+// rows the attention reads) is owned by the request until Serve returns.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tierkv/model.h"
+#include "tierkv/status.h"
+
+namespace tierkv::store {
+class ChunkStore;
+}
+
+namespace tierkv::engine {
+
+enum class System {
+  kRecompute,
+  kAsLike,
+  kAsH2oLru,
+  kAsH2oLfu,
+  kImpress,
+  kImpressItf,
+  kImpressRo,
+  kSpec,
+  kCar,
+};
+std::string_view SystemName(System s);
+// InvalidArgument listing the known names.
+Result<System> ParseSystem(std::string_view name);
+// Whether this build runs the system (the others are refused by Open).
+bool Implemented(System s);
+
+struct EngineOptions {
+  System system = System::kAsLike;
+  double retention = 1.0;          // share of R's rows used per layer (selective systems)
+  uint32_t chunk_tokens = 64;
+  std::string cache_dir;           // the disk tier; required unless system is recompute
+  uint64_t disk_budget_bytes = 0;  // 0: unlimited
+  uint64_t device_bytes = 64ull << 20;
+  uint64_t host_bytes = 256ull << 20;
+  std::string io_backend = "auto";
+  bool direct_io = true;
+  uint64_t tokenizer_hash = 0;     // part of the store's namespace
+  // InvalidArgument naming the bad field.
+  Status Validate() const;
+};
+
+// When one layer's load was issued, finished and consumed, in ms from the
+// request's start: the proof of overlap.
+struct LayerTrace {
+  double issued_ms = 0, completed_ms = 0, consumed_ms = 0;
+  size_t rows = 0;       // prefix rows supplied to the attention
+  double retention = 1;  // rows / |R|
+};
+
+struct RequestStats {
+  size_t prompt_tokens = 0, reused_tokens = 0, computed_tokens = 0;
+  double lookup_ms = 0, identify_ms = 0, load_wait_ms = 0, compute_ms = 0, ttft_ms = 0;
+  double store_ms = 0;  // after the first token (not in ttft)
+  uint64_t disk_bytes_read = 0, disk_chunks_read = 0;
+  uint64_t device_hits = 0, host_hits = 0, disk_reads = 0;  // chunk-layer accesses by tier
+  uint64_t stored_chunks = 0;
+  int attempts = 1;  // > 1: a chunk failed mid-request and the request ran again with less reuse
+  double device_hit_ratio() const;
+  std::vector<LayerTrace> layers;
+};
+
+struct ServeOptions {
+  // Logits of positions [logits_from, n) are returned (row-major, vocab
+  // each); the default: the last position only. Positions from logits_from
+  // on are always computed, never reused.
+  size_t logits_from = std::numeric_limits<size_t>::max();
+  bool store = true;  // store the prompt's K/V for later requests
+};
+
+struct ServeResult {
+  std::vector<float> logits;
+  size_t logits_rows = 0;
+  RequestStats stats;
+};
+
+class Engine {
+ public:
+  // The model must outlive the engine. Opens (or creates) the store in
+  // options.cache_dir, namespaced by the model's fingerprint.
+  static Result<std::unique_ptr<Engine>> Open(const Model& model, EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Result<ServeResult> Serve(std::span<const int32_t> tokens, const ServeOptions& options = {});
+
+  const EngineOptions& options() const;
+  // The disk tier (null for recompute): tests and inspection.
+  store::ChunkStore* TEST_store();
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tierkv::engine

@@ -1,0 +1,224 @@
+// The engine's request pipeline on the default model (shipped in the
+// repository): reuse through the store at retention 1.0 gives the logits of
+// computing the same prompt with the same fp16 prefix K/V in memory, cold
+// (disk) and warm (pools); a chunk that fails its checksum mid-request makes
+// the request run again with less reuse and still answer the same; bad
+// options and requests are clear errors.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "store/chunk_store.h"
+#include "store/kv_fixture.h"
+#include "testing/status_matchers.h"
+#include "tierkv/model.h"
+#include "tierkv/tokenizer.h"
+
+namespace tierkv::engine {
+namespace {
+
+using ::tierkv::testing::StatusIs;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto m = Model::Load(TIERKV_DEFAULT_MODEL);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(m).value().release();
+    auto tok = LoadTokenizerFor(*model_, "");
+    ASSERT_TRUE(tok.ok());
+    std::string path = TIERKV_DEFAULT_MODEL;
+    path = path.substr(0, path.rfind('/')) + "/README.md";
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto ids = (*tok)->Encode(text.str(), true);
+    ASSERT_TRUE(ids.ok());
+    corpus_ = new std::vector<int32_t>(std::move(ids).value());
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete corpus_;
+  }
+
+  // prefix tokens of the corpus, then `query` tokens from offset `q_from`.
+  static std::vector<int32_t> Prompt(size_t prefix, size_t q_from, size_t query) {
+    std::vector<int32_t> t(corpus_->begin(), corpus_->begin() + prefix);
+    t.insert(t.end(), corpus_->begin() + q_from, corpus_->begin() + q_from + query);
+    return t;
+  }
+
+  // The reference: the prompt's first `split` tokens prefilled with their
+  // K/V captured in fp16, the rest computed over them in memory; the logits
+  // of positions [from, n).
+  static std::vector<float> SplitReference(const std::vector<int32_t>& tokens, size_t split,
+                                           size_t from) {
+    const ModelConfig& c = model_->config();
+    PrefillOptions first;
+    first.capture_kv = true;
+    first.kv_dtype = KvDType::kF16;
+    first.logits = LogitsMode::kNone;
+    auto pre = model_->Prefill(std::span(tokens).first(split), first);
+    EXPECT_TRUE(pre.ok());
+    PrefillOptions rest;
+    rest.start_pos = static_cast<int>(split);
+    rest.logits = LogitsMode::kAll;
+    rest.before_attention = [&](const LayerView& v, LayerPrefix* p) {
+      p->heads.resize(c.n_kv_heads);
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const size_t off = static_cast<size_t>(h) * c.head_dim() * 2;
+        p->heads[h] = KvRows{pre->kv[v.layer].k.data() + off, pre->kv[v.layer].v.data() + off,
+                             KvDType::kF16, split, static_cast<size_t>(c.kv_dim()),
+                             static_cast<size_t>(c.kv_dim()), nullptr};
+      }
+      return Status::Ok();
+    };
+    auto r = model_->Prefill(std::span(tokens).subspan(split), rest);
+    EXPECT_TRUE(r.ok());
+    const size_t V = static_cast<size_t>(c.vocab_size);
+    return std::vector<float>(r->logits.begin() + (from - split) * V, r->logits.end());
+  }
+
+  static double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double d = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      d = std::max(d, std::fabs(double(a[i]) - b[i]));
+    }
+    return d;
+  }
+
+  EngineOptions Options(const std::string& dir) {
+    EngineOptions o;
+    o.system = System::kAsLike;
+    o.cache_dir = dir;
+    o.chunk_tokens = 64;
+    return o;
+  }
+
+  static Model* model_;
+  static std::vector<int32_t>* corpus_;
+};
+
+Model* EngineTest::model_ = nullptr;
+std::vector<int32_t>* EngineTest::corpus_ = nullptr;
+
+TEST_F(EngineTest, AsLikeReuseEqualsTheSameComputationInMemoryColdAndWarm) {
+  store::testing::TempDir dir;
+  const size_t P = 300, Q = 40;
+  ASSERT_GE(corpus_->size(), 2000u);
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  const std::vector<float> want = SplitReference(b, P, P);
+  {
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
+    ASSERT_OK_AND_ASSIGN(ServeResult first, eng->Serve(a));
+    EXPECT_EQ(first.stats.reused_tokens, 0u);
+    EXPECT_EQ(first.stats.stored_chunks, (P + Q + 63) / 64);
+    ServeOptions so;
+    so.logits_from = P;
+    // Cold: storing does not fill the pools, so this reads the disk and admits.
+    ASSERT_OK_AND_ASSIGN(ServeResult cold, eng->Serve(b, so));
+    EXPECT_EQ(cold.stats.reused_tokens, P);
+    EXPECT_EQ(cold.logits_rows, Q);
+    EXPECT_GT(cold.stats.disk_reads, 0u);
+    EXPECT_GT(cold.stats.disk_bytes_read, 0u);
+    const double d_cold = MaxDiff(cold.logits, want);
+    // b was stored by that request: its own chunk [256, 320) replaced the
+    // one shared with a (they differ after token 300), so the next request
+    // reads that chunk's 8 layers from disk, and the one after hits only.
+    ASSERT_OK_AND_ASSIGN(ServeResult own, eng->Serve(b, so));
+    EXPECT_EQ(own.stats.disk_reads, 8u);
+    EXPECT_LE(MaxDiff(own.logits, want), 1e-3);
+    ASSERT_OK_AND_ASSIGN(ServeResult warm, eng->Serve(b, so));
+    EXPECT_EQ(warm.stats.reused_tokens, P);  // logits_from caps reuse
+    EXPECT_EQ(warm.stats.disk_reads, 0u);
+    EXPECT_GT(warm.stats.device_hits, 0u);
+    const double d_warm = MaxDiff(warm.logits, want);
+    std::printf("as-like, retention 1.0, %zu reused tokens: max |dlogit| vs in-memory fp16 reuse: "
+                "cold %.3g, warm %.3g\n", P, d_cold, d_warm);
+    EXPECT_LE(d_cold, 1e-3);
+    EXPECT_LE(d_warm, 1e-3);
+    // Every layer's load was issued at the start and consumed in order.
+    for (size_t l = 1; l < cold.stats.layers.size(); ++l) {
+      EXPECT_LE(cold.stats.layers[l].issued_ms, cold.stats.layers[0].consumed_ms + 1e-9);
+      EXPECT_GE(cold.stats.layers[l].consumed_ms, cold.stats.layers[l - 1].consumed_ms);
+    }
+  }
+  // After a restart: the store recovers, the pools are cold.
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
+  ServeOptions so;
+  so.logits_from = P;
+  ASSERT_OK_AND_ASSIGN(ServeResult again, eng->Serve(b, so));
+  EXPECT_EQ(again.stats.reused_tokens, P);
+  EXPECT_LE(MaxDiff(again.logits, want), 1e-3);
+
+  // recompute: no store, fp32 K/V all the way: close, not equal (fp16 rounding).
+  EngineOptions ro;
+  ro.system = System::kRecompute;
+  ASSERT_OK_AND_ASSIGN(auto rec, Engine::Open(*model_, ro));
+  ASSERT_OK_AND_ASSIGN(ServeResult full, rec->Serve(b, so));
+  EXPECT_EQ(full.stats.reused_tokens, 0u);
+  const double d_full = MaxDiff(full.logits, want);
+  std::printf("recompute (fp32 K/V) vs fp16 reuse: max |dlogit| %.3g\n", d_full);
+  EXPECT_LE(d_full, 5e-2);
+}
+
+TEST_F(EngineTest, ACorruptChunkMidRequestIsRecomputedAndTheAnswerStands) {
+  store::testing::TempDir dir;
+  const size_t P = 320, Q = 30;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1600, Q);
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
+  ASSERT_OK(eng->Serve(a).status());
+  store::ChunkStore* st = eng->TEST_store();
+  const store::LookupResult m = st->Lookup(b);
+  ASSERT_GE(m.chunks.size(), 4u);
+  // Damage chunk 2's layer-5 record on disk: the pools are cold, so the
+  // request reads it, fails its checksum, and runs again over chunks 0-1.
+  const auto w = st->TEST_location(m.chunks[2], 5);
+  store::testing::FlipByte(st->SegmentPath(w.segment),
+                           uint64_t{w.block} * store::kBlockSize + store::kBlockSize + 300);
+  ServeOptions so;
+  so.logits_from = P;
+  ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
+  EXPECT_EQ(r.stats.attempts, 2);
+  EXPECT_EQ(r.stats.reused_tokens, 128u);
+  EXPECT_EQ(st->stats().corrupt_records, 1u);
+  EXPECT_LE(MaxDiff(r.logits, SplitReference(b, 128, P)), 1e-3);
+  // It stored the prompt again: the next request reuses all of it.
+  ASSERT_OK_AND_ASSIGN(ServeResult again, eng->Serve(b, so));
+  EXPECT_EQ(again.stats.reused_tokens, P);
+  EXPECT_EQ(again.stats.attempts, 1);
+}
+
+TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
+  EXPECT_THAT(ParseSystem("impres").status(), StatusIs(StatusCode::kInvalidArgument));
+  ASSERT_OK_AND_ASSIGN(System s, ParseSystem("as-h2o-lfu"));
+  EXPECT_EQ(SystemName(s), "as-h2o-lfu");
+  EngineOptions o;
+  o.system = System::kAsLike;
+  EXPECT_THAT(Engine::Open(*model_, o).status(), StatusIs(StatusCode::kInvalidArgument));  // no dir
+  o.cache_dir = "/tmp/unused";
+  o.retention = 0;
+  EXPECT_THAT(Engine::Open(*model_, o).status(), StatusIs(StatusCode::kInvalidArgument));
+  o.retention = 1;
+  o.system = System::kImpress;
+  EXPECT_THAT(Engine::Open(*model_, o).status(), StatusIs(StatusCode::kInvalidArgument));
+  store::testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
+  EXPECT_THAT(eng->Serve({}).status(), StatusIs(StatusCode::kInvalidArgument));
+  const std::vector<int32_t> t = Prompt(10, 100, 5);
+  ServeOptions so;
+  so.logits_from = t.size();
+  EXPECT_THAT(eng->Serve(t, so).status(), StatusIs(StatusCode::kInvalidArgument));
+  const std::vector<int32_t> bad = {1, 5, 999999};
+  EXPECT_THAT(eng->Serve(bad).status(), StatusIs(StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace tierkv::engine
