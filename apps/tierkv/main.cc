@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddSimCache(app, &action);
   tierkv::app::AddBenchIndex(app, &action);
   tierkv::app::AddInspect(app, &action);
+  tierkv::app::AddCheck(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

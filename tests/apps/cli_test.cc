@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "testing/shared.h"
@@ -36,7 +37,7 @@ TEST(CliTest, HelpDocumentsEverySubcommand) {
   CliRun r = Tierkv("--help");
   EXPECT_EQ(r.code, 0);
   for (const char* sub : {"run", "convert", "bench-engine", "eval", "analyze", "bench-io",
-                          "bench-index", "sim-cache", "inspect"}) {
+                          "bench-index", "sim-cache", "inspect", "check"}) {
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub << " missing from:\n" << r.out;
   }
   r = Tierkv("run --help");
@@ -167,6 +168,44 @@ TEST(CliTest, SimCacheAndBenchIndexReport) {
   r = Tierkv("bench-index --chunks 20000 --lookups 100 --json");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("\"matched_fraction\": 1.0000"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, CheckComparesASystemWithRecomputeAndRejectsBadPromptFiles) {
+  char tmpl[] = "/var/tmp/tierkv_check_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    std::ofstream f(dir + "/p.jsonl");
+    const std::string prefix =
+        "The store holds every prefix's keys and values on disk, caches the valuable part in "
+        "bounded host and device pools, finds the longest stored prefix of a request, and never "
+        "serves a wrong KV. It is the storage half of the design, built to the standard of a "
+        "storage engine, with records that carry their own identity and checksums.";
+    f << "{\"prefix\": \"" << prefix << "\", \"query\": \" What does the store hold?\"}\n";
+    f << "\n";
+    f << "{\"prefix\": \"" << prefix << " And more.\", \"query\": \" Why checksums?\"}\n";
+  }
+  CliRun r = Tierkv("check --system as-like --prompt-file " + dir + "/p.jsonl --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* key : {"\"max_abs_logit_diff\"", "\"top1_agree\"", "\"kl_mean\"",
+                          "\"layers\"", "\"requests\":2"}) {
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+  }
+  // as-like reuses every stored row; fp16 storage moves logits only slightly.
+  const size_t at = r.out.find("\"top1_agree\":");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GE(std::atof(r.out.c_str() + at + 13), 0.9) << r.out;
+  {
+    std::ofstream f(dir + "/bad.jsonl");
+    f << "{\"prefix\": \"x\"}\n";
+  }
+  r = Tierkv("check --prompt-file " + dir + "/bad.jsonl");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("line 1: field 'query'"), std::string::npos) << r.out;
+  r = Tierkv("check --system nope --prompt-file " + dir + "/p.jsonl");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("unknown system 'nope'"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,0 +1,199 @@
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "engine/fidelity.h"
+#include "tierkv/commands.h"
+
+namespace tierkv::app {
+namespace {
+
+struct Pair {
+  std::vector<int32_t> prefix, query;
+};
+
+// JSON Lines of {"prefix": "...", "query": "..."}; errors name the line and field.
+Result<std::vector<Pair>> ReadPrompts(const std::string& path, const Tokenizer& tok) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot read prompt file " + path);
+  std::vector<Pair> out;
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + " line " + std::to_string(no);
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      return Status::InvalidArgument(where + ": not a JSON object");
+    }
+    Pair p;
+    for (const char* field : {"prefix", "query"}) {
+      if (!j.contains(field) || !j[field].is_string() || j[field].get<std::string>().empty()) {
+        return Status::InvalidArgument(where + ": field '" + field +
+                                       "' is missing or not a non-empty string");
+      }
+    }
+    ASSIGN_OR_RETURN(p.prefix, tok.Encode(j["prefix"].get<std::string>(), /*add_bos=*/true));
+    ASSIGN_OR_RETURN(p.query, tok.Encode(j["query"].get<std::string>(), /*add_bos=*/false));
+    if (p.query.empty()) return Status::InvalidArgument(where + ": 'query' has no tokens");
+    out.push_back(std::move(p));
+  }
+  if (out.empty()) return Status::InvalidArgument(path + ": no prompts");
+  return out;
+}
+
+}  // namespace
+
+void AddCheck(CLI::App& app, Action* run) {
+  struct Args {
+    std::string model, tokenizer, system = "as-like", prompt_file, cache_dir;
+    double retention = 1.0;
+    uint32_t chunk_tokens = 64;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "check",
+      "Fidelity of a system against recompute: stores each prefix of a JSON Lines file "
+      "({\"prefix\": ..., \"query\": ...}) through a normal request, then serves prefix + query "
+      "with the system from cold pools and compares the query tokens' next-token "
+      "distributions with recompute's");
+  sub->add_option("--model", a->model,
+                  "Model file (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
+  sub->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the model's own)");
+  sub->add_option("--system", a->system,
+                  "The system to check: recompute or as-like (as-h2o-lru, as-h2o-lfu, impress, "
+                  "impress-itf, impress-ro, spec and car are refused until they land)")
+      ->capture_default_str();
+  sub->add_option("--retention", a->retention, "Share of the stored prefix's rows used per layer")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--prompt-file", a->prompt_file, "JSON Lines of {\"prefix\", \"query\"}")
+      ->required();
+  sub->add_option("--cache-dir", a->cache_dir,
+                  "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
+  sub->add_option("--chunk-tokens", a->chunk_tokens, "Tokens per chunk")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  sub->add_flag("--json", a->json, "Print one JSON object");
+  sub->callback([a, run] {
+    *run = [a]() -> int {
+      auto system = engine::ParseSystem(a->system);
+      if (!system.ok()) return Fail("--system: " + system.status().message());
+      if (!(a->retention > 0)) return Fail("--retention must be above 0");
+      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);
+      if (!loaded.ok()) return Fail(loaded.status().ToString());
+      const Model& model = *loaded->model;
+      auto prompts = ReadPrompts(a->prompt_file, *loaded->tokenizer);
+      if (!prompts.ok()) return Fail(prompts.status().ToString());
+
+      std::string dir = a->cache_dir;
+      bool remove = false;
+      if (dir.empty()) {
+        const char* base = std::getenv("TMPDIR");
+        std::string tmpl = std::string(base && *base ? base : "/var/tmp") + "/tierkv-check-XXXXXX";
+        if (::mkdtemp(tmpl.data()) == nullptr) return Fail("cannot create a directory " + tmpl);
+        dir = tmpl;
+        remove = true;
+      }
+      struct Cleanup {
+        std::string dir;
+        bool on;
+        ~Cleanup() {
+          if (on) std::filesystem::remove_all(dir);
+        }
+      } cleanup{dir, remove};
+
+      engine::EngineOptions eo;
+      eo.system = *system;
+      eo.retention = a->retention;
+      eo.chunk_tokens = a->chunk_tokens;
+      eo.cache_dir = dir;
+      if (!a->tokenizer.empty()) {
+        std::ifstream t(a->tokenizer, std::ios::binary);
+        std::stringstream bytes;
+        bytes << t.rdbuf();
+        eo.tokenizer_hash = XXH3_64bits(bytes.str().data(), bytes.str().size());
+      }
+      const bool reuse = *system != engine::System::kRecompute;
+      if (reuse) {
+        // Store every prefix through a normal request.
+        auto writer = engine::Engine::Open(model, eo);
+        if (!writer.ok()) return Fail(writer.status().ToString());
+        for (const Pair& p : *prompts) {
+          auto r = (*writer)->Serve(p.prefix);
+          if (!r.ok()) return Fail("storing a prefix: " + r.status().ToString());
+        }
+      }
+      engine::EngineOptions ro;
+      ro.system = engine::System::kRecompute;
+      auto reference = engine::Engine::Open(model, ro);
+      if (!reference.ok()) return Fail(reference.status().ToString());
+      // A new engine: its pools are cold, every reused chunk comes from disk.
+      auto sys = engine::Engine::Open(model, eo);
+      if (!sys.ok()) return Fail(sys.status().ToString());
+
+      engine::Fidelity fid;
+      const int L = model.config().n_layers;
+      std::vector<double> rows(L, 0), reused(L, 0);
+      uint64_t reused_tokens = 0, prefix_tokens = 0;
+      for (const Pair& p : *prompts) {
+        std::vector<int32_t> tokens = p.prefix;
+        tokens.insert(tokens.end(), p.query.begin(), p.query.end());
+        engine::ServeOptions so;
+        so.logits_from = p.prefix.size();
+        so.store = false;
+        auto ref = (*reference)->Serve(tokens, so);
+        if (!ref.ok()) return Fail(ref.status().ToString());
+        auto got = (*sys)->Serve(tokens, so);
+        if (!got.ok()) return Fail(got.status().ToString());
+        fid.Add(ref->logits, got->logits, static_cast<size_t>(model.config().vocab_size));
+        reused_tokens += got->stats.reused_tokens;
+        prefix_tokens += p.prefix.size();
+        for (int l = 0; l < L && l < static_cast<int>(got->stats.layers.size()); ++l) {
+          rows[l] += static_cast<double>(got->stats.layers[l].rows);
+          reused[l] += static_cast<double>(got->stats.reused_tokens);
+        }
+      }
+      if (a->json) {
+        nlohmann::json j;
+        j["system"] = a->system;
+        j["retention"] = a->retention;
+        j["requests"] = prompts->size();
+        j["query_tokens"] = fid.rows;
+        j["prefix_tokens"] = prefix_tokens;
+        j["reused_tokens"] = reused_tokens;
+        j["max_abs_logit_diff"] = fid.max_abs_logit_diff;
+        j["top1_agree"] = fid.top1_agree();
+        j["kl_mean"] = fid.kl_mean();
+        nlohmann::json layers = nlohmann::json::array();
+        for (int l = 0; l < L; ++l) {
+          nlohmann::json e;
+          e["layer"] = l;
+          e["retention"] = reused[l] > 0 ? rows[l] / reused[l] : 1.0;
+          e["recall"] = nullptr;  // speculation (spec) only
+          layers.push_back(e);
+        }
+        j["layers"] = layers;
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        std::printf("system %s, retention %.2f: %zu requests, %zu query tokens, %llu of %llu "
+                    "prefix tokens reused\n",
+                    a->system.c_str(), a->retention, prompts->size(), fid.rows,
+                    static_cast<unsigned long long>(reused_tokens),
+                    static_cast<unsigned long long>(prefix_tokens));
+        std::printf("max |dlogit| %.4g, top-1 agreement %.4f, mean KL %.4g (against recompute)\n",
+                    fid.max_abs_logit_diff, fid.top1_agree(), fid.kl_mean());
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace tierkv::app
