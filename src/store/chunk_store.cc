@@ -673,7 +673,12 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
                                    std::to_string(kv.v.size()) + " layers, the store has " +
                                    std::to_string(opts_.layers));
   }
-  const size_t want = tokens.size() * opts_.row_bytes;
+  if (kv.first_row > tokens.size()) {
+    return Status::InvalidArgument("store put: first_row " + std::to_string(kv.first_row) +
+                                   " is past the prompt's " + std::to_string(tokens.size()) +
+                                   " tokens");
+  }
+  const size_t want = (tokens.size() - kv.first_row) * opts_.row_bytes;
   for (uint16_t l = 0; l < opts_.layers; ++l) {
     if (kv.k[l].size() != want || kv.v[l].size() != want) {
       return Status::InvalidArgument("store put: layer " + std::to_string(l) + " K/V holds " +
@@ -697,6 +702,12 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
     for (;;) {
       start = tree_.PlanInsert(tokens);
       end = tokens.size();
+      if (start < kv.first_row) {
+        // The rows the plan needs were not given (a caller that loaded only
+        // some of the prefix): store nothing rather than guess them.
+        end = start;
+        break;
+      }
       uint64_t need = 0;
       for (size_t p = start; p < end; p += C) {
         const uint32_t n = static_cast<uint32_t>(std::min<size_t>(C, end - p));
@@ -709,6 +720,10 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
       }
       // Even an empty disk tier cannot hold all of it: store the prefix that fits.
       start = tree_.PlanInsert(tokens);
+      if (start < kv.first_row) {
+        end = start;
+        break;
+      }
       uint64_t room = opts_.disk_budget_bytes > live_bytes_ ? opts_.disk_budget_bytes - live_bytes_ : 0;
       size_t fit = start;
       while (fit < end) {
@@ -794,8 +809,8 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
       Written wr{hash, Placed{std::vector<Location>(opts_.layers)}};
       for (uint16_t layer = 0; layer < opts_.layers && s.ok(); ++layer) {
         const size_t bytes = size_t{n} * opts_.row_bytes;
-        payload.assign(kv.k[layer].data() + p * opts_.row_bytes, bytes);
-        payload.append(kv.v[layer].data() + p * opts_.row_bytes, bytes);
+        payload.assign(kv.k[layer].data() + (p - kv.first_row) * opts_.row_bytes, bytes);
+        payload.append(kv.v[layer].data() + (p - kv.first_row) * opts_.row_bytes, bytes);
         encode(RecordKind::kKeyValue, layer, p, n, parent, hash);
         wr.placed.where[layer] =
             Location{active_segment_, static_cast<uint32_t>(active_->Size() / kBlockSize)};
@@ -814,7 +829,8 @@ Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput
         for (size_t j = 0; j < ns.size() && s.ok(); ++j) {
           payload.clear();
           for (uint32_t t = 0; t < ns[j]; ++t) {
-            payload.append(kv.k[layer].data() + (q + t) * opts_.row_bytes, opts_.probe_bytes);
+            payload.append(kv.k[layer].data() + (q + t - kv.first_row) * opts_.row_bytes,
+                           opts_.probe_bytes);
           }
           encode(RecordKind::kProbeKeys, layer, q, ns[j], parents[j],
                  written[batch_start + j].prefix_hash);

@@ -90,10 +90,14 @@ struct StoreOptions {
 // directory; InvalidArgument: a damaged identity file, naming the field.
 Result<StoreOptions> ReadStoreIdentity(FileSystem* fs, const std::string& dir);
 
-// K and V rows of a prompt, per layer: k[l] and v[l] hold tokens.size() rows
-// of row_bytes each, token-major.
+// K and V rows of a prompt, per layer: k[l] and v[l] hold rows
+// [first_row, tokens.size()) of row_bytes each, token-major. A caller that
+// has only the rows after the stored prefix (it loaded some of it) sets
+// first_row; Put then never writes a chunk that starts before it (if
+// eviction took part of the stored prefix meanwhile, it stores nothing).
 struct KvInput {
   std::vector<std::span<const char>> k, v;
+  size_t first_row = 0;
 };
 
 struct PutResult {

@@ -184,6 +184,46 @@ TEST(ChunkStoreEvictionTest, OftenReadPromptOutlivesNewerOnesUnlessRecencyOnly) 
   }
 }
 
+// A caller that holds only the rows after the stored prefix (first_row):
+// Put writes the new chunks from them, and never a chunk that would need
+// rows it was not given.
+TEST(ChunkStorePutTest, FirstRowStoresOnlyWhatFollowsTheGivenRows) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options(dir.path())));
+  const Tokens a = Prompt(1, 0, 48);
+  PromptKv kva(a, kLayers, kRow);
+  ASSERT_OK(store->Put(a, kva.input).status());
+  Tokens b = a;
+  const Tokens tail = Prompt(2, 0, 40);
+  b.insert(b.end(), tail.begin(), tail.end());
+  PromptKv kvb(b, kLayers, kRow);
+  KvInput only_new;
+  only_new.first_row = 48;
+  for (uint16_t l = 0; l < kLayers; ++l) {
+    only_new.k.push_back(std::span<const char>(kvb.k[l]).subspan(48 * kRow));
+    only_new.v.push_back(std::span<const char>(kvb.v[l]).subspan(48 * kRow));
+  }
+  ASSERT_OK_AND_ASSIGN(PutResult r, store->Put(b, only_new));
+  EXPECT_EQ(r.new_chunks, 3u);
+  EXPECT_EQ(VerifyPrompt(*store, b), b.size());
+  // c diverges from a at token 20: its first new chunk starts at 16 < 48.
+  Tokens c(a.begin(), a.begin() + 20);
+  c.insert(c.end(), tail.begin(), tail.end());
+  PromptKv kvc(c, kLayers, kRow);
+  KvInput late;
+  late.first_row = 48;
+  for (uint16_t l = 0; l < kLayers; ++l) {
+    late.k.push_back(std::span<const char>(kvc.k[l]).subspan(48 * kRow));
+    late.v.push_back(std::span<const char>(kvc.v[l]).subspan(48 * kRow));
+  }
+  ASSERT_OK_AND_ASSIGN(r, store->Put(c, late));
+  EXPECT_EQ(r.new_chunks, 0u);
+  EXPECT_EQ(r.stored_tokens, 20u);
+  EXPECT_EQ(VerifyPrompt(*store, c), 20u);
+  late.first_row = c.size() + 1;
+  EXPECT_THAT(store->Put(c, late).status(), StatusIs(StatusCode::kInvalidArgument));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ChunkStoreTest, ::testing::Values("uring", "pread"),
                          [](const auto& info) { return info.param; });
 
