@@ -13,6 +13,9 @@
 #include <thread>
 
 #include "cache/tiered_cache.h"
+#include "kernels/attention.h"
+#include "select/identify.h"
+#include "select/importance.h"
 #include "store/chunk_store.h"
 #include "store/fingerprint.h"
 #include "tierkv/logging.h"
@@ -61,7 +64,16 @@ Result<System> ParseSystem(std::string_view name) {
   return Status::InvalidArgument("unknown system '" + std::string(name) + "' (known: " + known + ")");
 }
 
-bool Implemented(System s) { return s == System::kRecompute || s == System::kAsLike; }
+bool Implemented(System s) {
+  return s == System::kRecompute || s == System::kAsLike || s == System::kAsH2oLru ||
+         s == System::kAsH2oLfu || s == System::kImpressItf;
+}
+
+namespace {
+bool Selective(System s) {
+  return s != System::kRecompute && s != System::kAsLike;
+}
+}  // namespace
 
 Status EngineOptions::Validate() const {
   if (!(retention > 0 && retention <= 1)) {
@@ -98,6 +110,63 @@ struct LoadState {
   Clock::time_point t0;
 };
 
+// ---- Selective systems: identification and loading of the selected rows ----
+
+// Per-layer state of a selective request; the rows the attention reads live
+// here until the request ends.
+struct SelectiveLayer {
+  std::string k, v;                 // shared set: |S| rows of every KV head, token-major, fp16
+  std::vector<int32_t> positions;   // the shared set's absolute positions
+  std::vector<std::string> hk, hv;  // per-head sets (fallback, H2O): |S_h| rows of head_dim
+  std::vector<std::vector<int32_t>> hpos;
+};
+
+struct SelectiveRequest {
+  const store::LookupResult* m = nullptr;
+  size_t R = 0;  // a multiple of the chunk size; every chunk below it is full
+  std::vector<SelectiveLayer> layers;
+  double identify_ms = 0, load_ms = 0;
+  uint64_t disk_bytes = 0, disk_chunks = 0;
+  int fallbacks = 0;
+  Status failure;  // a read that failed: the request runs again
+};
+
+namespace {
+
+// Column sums of the new tokens' attention over `rows` prefix keys of KV
+// head `head`, given as fp16 rows at keys + j * stride (elements): the
+// engine's own H2O importance for that head, its query group summed.
+std::vector<float> HeadScores(const LayerView& view, const ModelConfig& c, int head,
+                              const uint16_t* keys, size_t stride, size_t rows,
+                              kernels::AttentionScratch* scratch) {
+  const int hd = c.head_dim(), group = c.group();
+  std::vector<float> out(static_cast<size_t>(view.n_new) * group * hd);
+  std::vector<float> colsum(static_cast<size_t>(group) * rows, 0.0f);
+  kernels::AttentionArgs a;
+  a.n_new = view.n_new;
+  a.head_dim = hd;
+  a.group = group;
+  a.q = view.q + static_cast<size_t>(head) * group * hd;
+  a.q_stride = view.q_stride;
+  a.k_new = view.k + static_cast<size_t>(head) * hd;
+  a.v_new = view.v + static_cast<size_t>(head) * hd;
+  a.kv_new_stride = view.kv_stride;
+  // Only the weights matter here: the keys stand in for the values.
+  a.prefix = KvRows{keys, keys, KvDType::kF16, rows, stride, stride, nullptr};
+  a.out = out.data();
+  a.out_stride = static_cast<size_t>(group) * hd;
+  a.colsum = colsum.data();
+  kernels::AttendKvGroup(a, scratch);
+  std::vector<float> score(rows, 0.0f);
+  for (int g = 0; g < group; ++g) {
+    for (size_t j = 0; j < rows; ++j) score[j] += colsum[g * rows + j];
+  }
+  return score;
+}
+
+}  // namespace
+
+
 struct Engine::Impl {
   const Model& model;
   EngineOptions opts;
@@ -113,6 +182,11 @@ struct Engine::Impl {
   std::thread loader;
 
   Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o)), c(m.config()) {}
+
+  Status ReadSelected(SelectiveRequest& rq, int layer, std::span<const int32_t> rows, char* k,
+                      char* v);
+  Status SelectiveHook(SelectiveRequest& rq, const LayerView& view, LayerPrefix* prefix,
+                       LayerTrace* trace);
 
   void LoaderLoop() {
     for (;;) {
@@ -201,6 +275,165 @@ struct Engine::Impl {
   }
 };
 
+// Reads rows `rows` (ascending positions below R) of `layer`, K and/or V,
+// into k/v (|rows| x row_bytes each, in that order).
+Status Engine::Impl::ReadSelected(SelectiveRequest& rq, int layer, std::span<const int32_t> rows,
+                                  char* k, char* v) {
+  const uint32_t C = opts.chunk_tokens;
+  std::vector<store::RowRead> reads;
+  std::vector<std::vector<uint32_t>> per_chunk;
+  std::vector<size_t> first;  // index in `rows` of each read's first row
+  for (size_t i = 0; i < rows.size();) {
+    const size_t chunk = static_cast<size_t>(rows[i]) / C;
+    per_chunk.emplace_back();
+    first.push_back(i);
+    while (i < rows.size() && static_cast<size_t>(rows[i]) / C == chunk) {
+      per_chunk.back().push_back(static_cast<uint32_t>(rows[i] - chunk * C));
+      ++i;
+    }
+    store::RowRead r;
+    r.chunk = rq.m->chunks[chunk];
+    r.prefix_hash = rq.m->prefix_hashes[chunk];
+    r.layer = static_cast<uint16_t>(layer);
+    reads.push_back(r);
+  }
+  for (size_t j = 0; j < reads.size(); ++j) {
+    reads[j].rows = per_chunk[j];
+    reads[j].k = k ? k + first[j] * row_bytes : nullptr;
+    reads[j].v = v ? v + first[j] * row_bytes : nullptr;
+  }
+  store::RowReadStats st;
+  RETURN_IF_ERROR(store->ReadRows(reads, &st));
+  rq.disk_bytes += st.bytes;
+  rq.disk_chunks += st.records;
+  for (const store::RowRead& r : reads) RETURN_IF_ERROR(r.status);
+  return Status::Ok();
+}
+
+Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, LayerPrefix* prefix,
+                                   LayerTrace* trace) {
+  const size_t R = rq.R;
+  const int H = c.n_kv_heads, hd = c.head_dim();
+  const size_t hb = static_cast<size_t>(hd) * 2;
+  const uint32_t C = opts.chunk_tokens;
+  const size_t nchunks = R / C;
+  const size_t k = select::CountForFraction(R, opts.retention);
+  SelectiveLayer& L = rq.layers[view.layer];
+  kernels::AttentionScratch scratch;
+  const bool probes = opts.system == System::kImpress || opts.system == System::kImpressItf ||
+                      opts.system == System::kImpressRo;
+  auto t0 = Clock::now();
+  double io_ms = 0;
+  auto timed = [&](auto&& fn) {
+    const auto a = Clock::now();
+    Status s = fn();
+    io_ms += Ms(a, Clock::now());
+    return s;
+  };
+  std::vector<int32_t> shared;
+  bool use_shared = false;
+  if (probes) {
+    // Identification: the probe heads' keys of R (one read per run of chunks).
+    const int P = std::min(3, H);
+    const size_t pb = static_cast<size_t>(P) * hb;
+    std::string keys(R * pb, '\0');
+    std::vector<store::ProbeRead> reads(nchunks);
+    for (size_t i = 0; i < nchunks; ++i) {
+      reads[i] = store::ProbeRead{rq.m->chunks[i], rq.m->prefix_hashes[i],
+                                  static_cast<uint16_t>(view.layer), keys.data() + i * C * pb};
+    }
+    store::RowReadStats st;
+    Status s = timed([&] {
+      RETURN_IF_ERROR(store->ReadProbeKeys(reads, &st));
+      for (const auto& r : reads) RETURN_IF_ERROR(r.status);
+      return Status::Ok();
+    });
+    rq.disk_bytes += st.bytes;
+    rq.disk_chunks += st.records;
+    if (!s.ok()) return s;
+    std::vector<std::vector<float>> scores;
+    for (int p = 0; p < P; ++p) {
+      scores.push_back(HeadScores(view, c, p,
+                                  reinterpret_cast<const uint16_t*>(keys.data()) + p * hd,
+                                  static_cast<size_t>(P) * hd, R, &scratch));
+    }
+    select::IdentifyOptions io;
+    io.retention = opts.retention;
+    const select::ProbeDecision d = select::DecideWithProbes(scores, io);
+    trace->fallback = !d.use_probes;
+    if (d.use_probes) {
+      shared = d.selected;
+      use_shared = true;
+    } else {
+      ++rq.fallbacks;
+    }
+  }
+  if (use_shared) {
+    rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
+    L.k.assign(shared.size() * row_bytes, '\0');
+    L.v.assign(shared.size() * row_bytes, '\0');
+    RETURN_IF_ERROR(timed([&] { return ReadSelected(rq, view.layer, shared, L.k.data(), L.v.data()); }));
+    L.positions = shared;
+    prefix->heads.resize(H);
+    for (int h = 0; h < H; ++h) {
+      prefix->heads[h] = KvRows{L.k.data() + h * hb, L.v.data() + h * hb, KvDType::kF16,
+                                shared.size(), static_cast<size_t>(c.kv_dim()),
+                                static_cast<size_t>(c.kv_dim()), L.positions.data()};
+    }
+    trace->rows = shared.size();
+  } else {
+    // All of R's keys; per-head H2O top-k; only the selected rows' values.
+    std::vector<int32_t> all(R);
+    for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
+    std::string kall(R * row_bytes, '\0');
+    RETURN_IF_ERROR(timed([&] { return ReadSelected(rq, view.layer, all, kall.data(), nullptr); }));
+    std::vector<std::vector<int32_t>> sets(H);
+    std::vector<bool> in_union(R, false);
+    for (int h = 0; h < H; ++h) {
+      const std::vector<float> s =
+          HeadScores(view, c, h, reinterpret_cast<const uint16_t*>(kall.data()) + h * hd,
+                     static_cast<size_t>(c.kv_dim()), R, &scratch);
+      sets[h] = select::TopK(s, k);
+      for (int32_t j : sets[h]) in_union[j] = true;
+    }
+    std::vector<int32_t> uni;
+    std::vector<size_t> slot(R, 0);
+    for (size_t j = 0; j < R; ++j) {
+      if (in_union[j]) {
+        slot[j] = uni.size();
+        uni.push_back(static_cast<int32_t>(j));
+      }
+    }
+    rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
+    std::string vsel(uni.size() * row_bytes, '\0');
+    RETURN_IF_ERROR(timed([&] { return ReadSelected(rq, view.layer, uni, nullptr, vsel.data()); }));
+    L.hk.assign(H, {});
+    L.hv.assign(H, {});
+    L.hpos.assign(H, {});
+    prefix->heads.resize(H);
+    size_t rows = 0;
+    for (int h = 0; h < H; ++h) {
+      std::string& hk = L.hk[h];
+      std::string& hv = L.hv[h];
+      hk.resize(sets[h].size() * hb);
+      hv.resize(sets[h].size() * hb);
+      for (size_t i = 0; i < sets[h].size(); ++i) {
+        const size_t j = static_cast<size_t>(sets[h][i]);
+        std::memcpy(hk.data() + i * hb, kall.data() + j * row_bytes + h * hb, hb);
+        std::memcpy(hv.data() + i * hb, vsel.data() + slot[j] * row_bytes + h * hb, hb);
+      }
+      L.hpos[h] = sets[h];
+      prefix->heads[h] = KvRows{hk.data(), hv.data(), KvDType::kF16, sets[h].size(), 0, 0,
+                                L.hpos[h].data()};
+      rows += sets[h].size();
+    }
+    trace->rows = rows / static_cast<size_t>(H);
+  }
+  rq.load_ms += io_ms;
+  trace->retention = R ? static_cast<double>(trace->rows) / static_cast<double>(R) : 1.0;
+  return Status::Ok();
+}
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() {
@@ -220,7 +453,8 @@ Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions o
   RETURN_IF_ERROR(options.Validate());
   if (!Implemented(options.system)) {
     return Status::InvalidArgument("system " + std::string(SystemName(options.system)) +
-                                   " is not implemented yet (implemented: recompute, as-like)");
+                                   " is not implemented yet (implemented: recompute, as-like, as-h2o-lru, as-h2o-lfu, "
+                                   "impress-itf)");
   }
   auto impl = std::make_unique<Impl>(model, std::move(options));
   const ModelConfig& c = impl->c;
@@ -275,9 +509,13 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     store::LookupResult m;
     size_t R = 0;
     const bool reuse = im.opts.system != System::kRecompute;
+    const bool selective = Selective(im.opts.system);
     if (reuse) {
       m = im.store->Lookup(tokens);
       R = std::min(m.matched_tokens, cap);
+      // Selective loads work on whole chunks (full ones: only a path's last
+      // chunk can be short, and it is then past R).
+      if (selective) R = R / im.opts.chunk_tokens * im.opts.chunk_tokens;
     }
     const auto t_lookup = Clock::now();
     st.lookup_ms = Ms(t0, t_lookup);
@@ -287,7 +525,11 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     auto state = std::make_shared<LoadState>();
     state->t0 = t0;
     state->layers.resize(c.n_layers);
-    if (R > 0) {
+    SelectiveRequest rq;
+    rq.m = &m;
+    rq.R = R;
+    rq.layers.resize(c.n_layers);
+    if (R > 0 && !selective) {
       // as-like: every layer's load is requested now and consumed in order.
       for (int l = 0; l < c.n_layers; ++l) {
         state->layers[l].issued_ms = Ms(t0, Clock::now());
@@ -303,7 +545,20 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     po.capture_kv = so.store && reuse;
     po.kv_dtype = KvDType::kF16;
     po.logits = last_only ? LogitsMode::kLast : LogitsMode::kAll;
-    if (R > 0) {
+    if (R > 0 && selective) {
+      po.before_attention = [&](const LayerView& v, LayerPrefix* prefix) -> Status {
+        LayerTrace& tr = st.layers[v.layer];
+        tr.issued_ms = tr.completed_ms = tr.consumed_ms = Ms(t0, Clock::now());
+        Status s = im.SelectiveHook(rq, v, prefix, &tr);
+        tr.completed_ms = tr.consumed_ms = Ms(t0, Clock::now());
+        if (!s.ok()) {
+          failed_load = true;
+          load_error = s;
+          return Status::Cancelled("layer " + std::to_string(v.layer) + " load failed");
+        }
+        return Status::Ok();
+      };
+    } else if (R > 0) {
       po.before_attention = [&](const LayerView& v, LayerPrefix* prefix) -> Status {
         const auto w0 = Clock::now();
         LoadState::Layer* L = nullptr;
@@ -346,8 +601,14 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       }
       return failed_load ? load_error.WithContext("serve") : r.status();
     }
+    if (selective) {
+      st.identify_ms = rq.identify_ms;
+      wait_ms = rq.load_ms;
+      st.disk_bytes_read = rq.disk_bytes;
+      st.fallback_layers = rq.fallbacks;
+    }
     st.load_wait_ms = wait_ms;
-    st.compute_ms = Ms(t_compute, t_done) - wait_ms;
+    st.compute_ms = Ms(t_compute, t_done) - wait_ms - st.identify_ms;
     st.ttft_ms = Ms(t0, t_done);
     for (const LoadState::Layer& L : state->layers) {
       st.device_hits += L.device_hits;
@@ -355,7 +616,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       st.disk_reads += L.disk_reads;
       st.disk_bytes_read += L.disk_bytes;
     }
-    st.disk_chunks_read = st.disk_reads;
+    st.disk_chunks_read = selective ? rq.disk_chunks : st.disk_reads;
     if (last_only) {
       out.logits = std::move(r->logits);
       out.logits_rows = 1;
@@ -370,10 +631,13 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       const auto s0 = Clock::now();
       std::vector<std::string> k(c.n_layers), v(c.n_layers);
       store::KvInput kv;
+      // Selective systems hold only some of R's rows: the store gets the new
+      // ones (first_row = R, a chunk boundary) and never guesses the others.
+      if (selective) kv.first_row = R;
       for (int l = 0; l < c.n_layers; ++l) {
         const auto& nk = r->kv[l].k;
         const auto& nv = r->kv[l].v;
-        if (R > 0) {
+        if (R > 0 && !selective) {
           k[l] = state->layers[l].k;
           v[l] = state->layers[l].v;
         }

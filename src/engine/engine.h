@@ -4,10 +4,15 @@
 // stored for the next request. Every system of the papers is a
 // configuration of this one engine, so that they run the same work.
 //
-// This first slice runs `recompute` (no reuse) and `as-like` (all of R's
-// K/V, requested at the start and consumed layer by layer); the selective
-// systems (as-h2o-*, impress*, spec, car) parse but are refused by Open
-// until they land.
+// This slice runs `recompute` (no reuse), `as-like` (all of R's K/V,
+// requested at the start and consumed layer by layer through the pools),
+// `as-h2o-lru`/`as-h2o-lfu` (all of R's keys, per-head H2O top-k, only the
+// selected rows' values) and `impress-itf` (probe-head identification with
+// the per-layer fallback to all keys, then only the selected rows). The
+// selective ones read their rows from disk in the compute thread's hook
+// (pages of the selected rows only): their device/host caching, and with it
+// the difference between -lru and -lfu, and `impress`, `impress-ro`, `spec`
+// and `car` are still to come (refused by Open).
 //
 // Threads: Serve runs on the caller's thread (the compute thread; the
 // forward pass uses the model's own workers). One `tierkv-load` thread per
@@ -73,8 +78,9 @@ struct EngineOptions {
 // request's start: the proof of overlap.
 struct LayerTrace {
   double issued_ms = 0, completed_ms = 0, consumed_ms = 0;
-  size_t rows = 0;       // prefix rows supplied to the attention
+  size_t rows = 0;       // prefix rows supplied to the attention (mean over KV heads)
   double retention = 1;  // rows / |R|
+  bool fallback = false; // impress: the probe heads disagreed; all keys were read
 };
 
 struct RequestStats {
@@ -84,6 +90,7 @@ struct RequestStats {
   uint64_t disk_bytes_read = 0, disk_chunks_read = 0;
   uint64_t device_hits = 0, host_hits = 0, disk_reads = 0;  // chunk-layer accesses by tier
   uint64_t stored_chunks = 0;
+  int fallback_layers = 0;  // impress: layers whose identification fell back to all keys
   int attempts = 1;  // > 1: a chunk failed mid-request and the request ran again with less reuse
   double device_hit_ratio() const;
   std::vector<LayerTrace> layers;

@@ -196,6 +196,73 @@ TEST_F(EngineTest, ACorruptChunkMidRequestIsRecomputedAndTheAnswerStands) {
   EXPECT_EQ(again.stats.attempts, 1);
 }
 
+// Must-show 1 for the selective systems: at retention 1.0 they select every
+// row and give the logits of the same computation in memory.
+TEST_F(EngineTest, SelectiveSystemsAtRetentionOneGiveTheSameLogits) {
+  const size_t P = 320, Q = 40;  // R = 320: whole chunks
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  const std::vector<float> want = SplitReference(b, P, P);
+  for (System sys : {System::kImpressItf, System::kAsH2oLru, System::kAsH2oLfu}) {
+    SCOPED_TRACE(std::string(SystemName(sys)));
+    store::testing::TempDir dir;
+    EngineOptions o = Options(dir.path());
+    o.system = sys;
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+    ASSERT_OK(eng->Serve(a).status());
+    ServeOptions so;
+    so.logits_from = P;
+    ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
+    EXPECT_EQ(r.stats.reused_tokens, P);
+    EXPECT_GT(r.stats.disk_bytes_read, 0u);
+    const double d = MaxDiff(r.logits, want);
+    std::printf("%s, retention 1.0: max |dlogit| %.3g vs in-memory fp16 reuse\n",
+                std::string(SystemName(sys)).c_str(), d);
+    EXPECT_LE(d, 1e-3);
+    for (const LayerTrace& t : r.stats.layers) EXPECT_EQ(t.rows, P);
+  }
+}
+
+// At lower retention the selective systems use fewer rows per layer, read
+// fewer bytes than as-like, and impress counts the layers that fell back.
+TEST_F(EngineTest, SelectiveSystemsReadLessAtLowerRetention) {
+  const size_t P = 640, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  ServeOptions so;
+  so.logits_from = P;
+  uint64_t as_like_bytes = 0;
+  {
+    store::testing::TempDir dir;
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
+    ASSERT_OK(eng->Serve(a).status());
+    ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
+    as_like_bytes = r.stats.disk_bytes_read;
+  }
+  for (System sys : {System::kImpressItf, System::kAsH2oLru}) {
+    store::testing::TempDir dir;
+    EngineOptions o = Options(dir.path());
+    o.system = sys;
+    o.retention = 0.25;
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+    ASSERT_OK(eng->Serve(a).status());
+    ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
+    std::printf("%s, retention 0.25: %d of %zu layers fell back, %llu bytes read (as-like %llu)\n",
+                std::string(SystemName(sys)).c_str(), r.stats.fallback_layers,
+                r.stats.layers.size(), (unsigned long long)r.stats.disk_bytes_read,
+                (unsigned long long)as_like_bytes);
+    for (const LayerTrace& t : r.stats.layers) {
+      EXPECT_EQ(t.rows, P / 4);
+      EXPECT_NEAR(t.retention, 0.25, 1e-9);
+    }
+    if (sys == System::kImpressItf) {
+      int fallbacks = 0;
+      for (const LayerTrace& t : r.stats.layers) fallbacks += t.fallback;
+      EXPECT_EQ(fallbacks, r.stats.fallback_layers);
+    }
+    EXPECT_LT(r.stats.disk_bytes_read, as_like_bytes * 2);
+    for (float x : r.logits) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
 TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
   EXPECT_THAT(ParseSystem("impres").status(), StatusIs(StatusCode::kInvalidArgument));
   ASSERT_OK_AND_ASSIGN(System s, ParseSystem("as-h2o-lfu"));
@@ -207,7 +274,7 @@ TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
   o.retention = 0;
   EXPECT_THAT(Engine::Open(*model_, o).status(), StatusIs(StatusCode::kInvalidArgument));
   o.retention = 1;
-  o.system = System::kImpress;
+  o.system = System::kSpec;
   EXPECT_THAT(Engine::Open(*model_, o).status(), StatusIs(StatusCode::kInvalidArgument));
   store::testing::TempDir dir;
   ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
