@@ -68,8 +68,8 @@ void AddCheck(CLI::App& app, Action* run) {
                   "Model file (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the model's own)");
   sub->add_option("--system", a->system,
-                  "The system to check: recompute or as-like (as-h2o-lru, as-h2o-lfu, impress, "
-                  "impress-itf, impress-ro, spec and car are refused until they land)")
+                  "The system to check: recompute, as-like, as-h2o-lru, as-h2o-lfu, impress-itf or "
+                  "spec (impress, impress-ro and car are refused until they land)")
       ->capture_default_str();
   sub->add_option("--retention", a->retention, "Share of the stored prefix's rows used per layer")
       ->capture_default_str()
@@ -141,7 +141,7 @@ void AddCheck(CLI::App& app, Action* run) {
 
       engine::Fidelity fid;
       const int L = model.config().n_layers;
-      std::vector<double> rows(L, 0), reused(L, 0);
+      std::vector<double> rows(L, 0), reused(L, 0), fallbacks(L, 0), recall(L, 0), recalls(L, 0);
       uint64_t reused_tokens = 0, prefix_tokens = 0;
       for (const Pair& p : *prompts) {
         std::vector<int32_t> tokens = p.prefix;
@@ -159,6 +159,11 @@ void AddCheck(CLI::App& app, Action* run) {
         for (int l = 0; l < L && l < static_cast<int>(got->stats.layers.size()); ++l) {
           rows[l] += static_cast<double>(got->stats.layers[l].rows);
           reused[l] += static_cast<double>(got->stats.reused_tokens);
+          fallbacks[l] += got->stats.layers[l].fallback ? 1 : 0;
+          if (got->stats.layers[l].recall >= 0) {
+            recall[l] += got->stats.layers[l].recall;
+            recalls[l] += 1;
+          }
         }
       }
       if (a->json) {
@@ -177,7 +182,12 @@ void AddCheck(CLI::App& app, Action* run) {
           nlohmann::json e;
           e["layer"] = l;
           e["retention"] = reused[l] > 0 ? rows[l] / reused[l] : 1.0;
-          e["recall"] = nullptr;  // speculation (spec) only
+          e["fallback_share"] = fallbacks[l] / static_cast<double>(prompts->size());
+          if (recalls[l] > 0) {
+            e["recall"] = recall[l] / recalls[l];  // spec: of the set this layer used
+          } else {
+            e["recall"] = nullptr;
+          }
           layers.push_back(e);
         }
         j["layers"] = layers;

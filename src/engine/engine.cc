@@ -66,7 +66,7 @@ Result<System> ParseSystem(std::string_view name) {
 
 bool Implemented(System s) {
   return s == System::kRecompute || s == System::kAsLike || s == System::kAsH2oLru ||
-         s == System::kAsH2oLfu || s == System::kImpressItf;
+         s == System::kAsH2oLfu || s == System::kImpressItf || s == System::kSpec;
 }
 
 namespace {
@@ -121,14 +121,27 @@ struct SelectiveLayer {
   std::vector<std::vector<int32_t>> hpos;
 };
 
+// spec: one layer's speculative reads, filled by the load thread.
+struct Prefetch {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::vector<int32_t> rows;  // the predicted set (the previous layer's)
+  std::string probe_keys, k, v;
+  store::RowReadStats stats;
+  Status status;
+  double issued_ms = 0, completed_ms = 0;
+};
+
 struct SelectiveRequest {
   const store::LookupResult* m = nullptr;
   size_t R = 0;  // a multiple of the chunk size; every chunk below it is full
+  Clock::time_point t0;
   std::vector<SelectiveLayer> layers;
+  std::vector<std::shared_ptr<Prefetch>> prefetch;  // by layer (spec)
   double identify_ms = 0, load_ms = 0;
   uint64_t disk_bytes = 0, disk_chunks = 0;
   int fallbacks = 0;
-  Status failure;  // a read that failed: the request runs again
 };
 
 namespace {
@@ -183,8 +196,13 @@ struct Engine::Impl {
 
   Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o)), c(m.config()) {}
 
-  Status ReadSelected(SelectiveRequest& rq, int layer, std::span<const int32_t> rows, char* k,
-                      char* v);
+  // Rows `rows` (ascending, below R) of `layer`, K and/or V, into k/v
+  // (|rows| x row_bytes each, in that order): only their pages are read.
+  Status ReadSelected(const store::LookupResult& m, int layer, std::span<const int32_t> rows,
+                      char* k, char* v, bool prefetch, store::RowReadStats* stats);
+  // The probe heads' keys of R's chunks at `layer`, R x probe bytes.
+  Status ReadProbes(const store::LookupResult& m, size_t R, int layer, std::string* keys,
+                    store::RowReadStats* stats);
   Status SelectiveHook(SelectiveRequest& rq, const LayerView& view, LayerPrefix* prefix,
                        LayerTrace* trace);
 
@@ -275,10 +293,9 @@ struct Engine::Impl {
   }
 };
 
-// Reads rows `rows` (ascending positions below R) of `layer`, K and/or V,
-// into k/v (|rows| x row_bytes each, in that order).
-Status Engine::Impl::ReadSelected(SelectiveRequest& rq, int layer, std::span<const int32_t> rows,
-                                  char* k, char* v) {
+Status Engine::Impl::ReadSelected(const store::LookupResult& m, int layer,
+                                  std::span<const int32_t> rows, char* k, char* v, bool prefetch,
+                                  store::RowReadStats* stats) {
   const uint32_t C = opts.chunk_tokens;
   std::vector<store::RowRead> reads;
   std::vector<std::vector<uint32_t>> per_chunk;
@@ -292,9 +309,10 @@ Status Engine::Impl::ReadSelected(SelectiveRequest& rq, int layer, std::span<con
       ++i;
     }
     store::RowRead r;
-    r.chunk = rq.m->chunks[chunk];
-    r.prefix_hash = rq.m->prefix_hashes[chunk];
+    r.chunk = m.chunks[chunk];
+    r.prefix_hash = m.prefix_hashes[chunk];
     r.layer = static_cast<uint16_t>(layer);
+    r.prefetch = prefetch;
     reads.push_back(r);
   }
   for (size_t j = 0; j < reads.size(); ++j) {
@@ -304,9 +322,27 @@ Status Engine::Impl::ReadSelected(SelectiveRequest& rq, int layer, std::span<con
   }
   store::RowReadStats st;
   RETURN_IF_ERROR(store->ReadRows(reads, &st));
-  rq.disk_bytes += st.bytes;
-  rq.disk_chunks += st.records;
+  stats->bytes += st.bytes;
+  stats->records += st.records;
   for (const store::RowRead& r : reads) RETURN_IF_ERROR(r.status);
+  return Status::Ok();
+}
+
+Status Engine::Impl::ReadProbes(const store::LookupResult& m, size_t R, int layer, std::string* keys,
+                                store::RowReadStats* stats) {
+  const uint32_t C = opts.chunk_tokens;
+  const size_t pb = static_cast<size_t>(std::min(3, c.n_kv_heads)) * c.head_dim() * 2;
+  keys->assign(R * pb, '\0');
+  std::vector<store::ProbeRead> reads(R / C);
+  for (size_t i = 0; i < reads.size(); ++i) {
+    reads[i] = store::ProbeRead{m.chunks[i], m.prefix_hashes[i], static_cast<uint16_t>(layer),
+                                keys->data() + i * C * pb};
+  }
+  store::RowReadStats st;
+  RETURN_IF_ERROR(store->ReadProbeKeys(reads, &st));
+  stats->bytes += st.bytes;
+  stats->records += st.records;
+  for (const auto& r : reads) RETURN_IF_ERROR(r.status);
   return Status::Ok();
 }
 
@@ -315,14 +351,14 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
   const size_t R = rq.R;
   const int H = c.n_kv_heads, hd = c.head_dim();
   const size_t hb = static_cast<size_t>(hd) * 2;
-  const uint32_t C = opts.chunk_tokens;
-  const size_t nchunks = R / C;
   const size_t k = select::CountForFraction(R, opts.retention);
-  SelectiveLayer& L = rq.layers[view.layer];
+  const int layer = view.layer;
+  SelectiveLayer& L = rq.layers[layer];
   kernels::AttentionScratch scratch;
-  const bool probes = opts.system == System::kImpress || opts.system == System::kImpressItf ||
-                      opts.system == System::kImpressRo;
-  auto t0 = Clock::now();
+  const bool spec = opts.system == System::kSpec;
+  const bool probes = spec || opts.system == System::kImpress ||
+                      opts.system == System::kImpressItf || opts.system == System::kImpressRo;
+  const auto t0 = Clock::now();
   double io_ms = 0;
   auto timed = [&](auto&& fn) {
     const auto a = Clock::now();
@@ -330,31 +366,38 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     io_ms += Ms(a, Clock::now());
     return s;
   };
-  std::vector<int32_t> shared;
+  store::RowReadStats st;
+
+  // spec: what the previous layer prefetched for this one (probe keys and
+  // the predicted rows), waited for here.
+  std::shared_ptr<Prefetch> pre;
+  if (spec && layer > 0 && rq.prefetch[layer]) {
+    pre = rq.prefetch[layer];
+    const auto a = Clock::now();
+    {
+      std::unique_lock<std::mutex> l(pre->mu);
+      pre->cv.wait(l, [&] { return pre->done; });
+    }
+    io_ms += Ms(a, Clock::now());
+    trace->issued_ms = pre->issued_ms;
+    trace->completed_ms = pre->completed_ms;
+    rq.disk_bytes += pre->stats.bytes;
+    rq.disk_chunks += pre->stats.records;
+    if (!pre->status.ok()) return pre->status;
+  }
+
+  std::vector<int32_t> shared;   // the layer's set when the probes agree
+  std::vector<int32_t> predict;  // spec: the set predicted for the next layer
   bool use_shared = false;
   if (probes) {
-    // Identification: the probe heads' keys of R (one read per run of chunks).
+    std::string own;
+    const std::string* keys = pre ? &pre->probe_keys : &own;
+    if (!pre) RETURN_IF_ERROR(timed([&] { return ReadProbes(*rq.m, R, layer, &own, &st); }));
     const int P = std::min(3, H);
-    const size_t pb = static_cast<size_t>(P) * hb;
-    std::string keys(R * pb, '\0');
-    std::vector<store::ProbeRead> reads(nchunks);
-    for (size_t i = 0; i < nchunks; ++i) {
-      reads[i] = store::ProbeRead{rq.m->chunks[i], rq.m->prefix_hashes[i],
-                                  static_cast<uint16_t>(view.layer), keys.data() + i * C * pb};
-    }
-    store::RowReadStats st;
-    Status s = timed([&] {
-      RETURN_IF_ERROR(store->ReadProbeKeys(reads, &st));
-      for (const auto& r : reads) RETURN_IF_ERROR(r.status);
-      return Status::Ok();
-    });
-    rq.disk_bytes += st.bytes;
-    rq.disk_chunks += st.records;
-    if (!s.ok()) return s;
     std::vector<std::vector<float>> scores;
     for (int p = 0; p < P; ++p) {
       scores.push_back(HeadScores(view, c, p,
-                                  reinterpret_cast<const uint16_t*>(keys.data()) + p * hd,
+                                  reinterpret_cast<const uint16_t*>(keys->data()) + p * hd,
                                   static_cast<size_t>(P) * hd, R, &scratch));
     }
     select::IdentifyOptions io;
@@ -369,10 +412,43 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     }
   }
   if (use_shared) {
-    rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
     L.k.assign(shared.size() * row_bytes, '\0');
     L.v.assign(shared.size() * row_bytes, '\0');
-    RETURN_IF_ERROR(timed([&] { return ReadSelected(rq, view.layer, shared, L.k.data(), L.v.data()); }));
+    if (pre) {
+      // Rows the prediction got right come from the prefetch; the rest now.
+      std::vector<int32_t> missing;
+      std::vector<size_t> from_pre(shared.size(), SIZE_MAX);
+      size_t pi = 0;
+      for (size_t i = 0; i < shared.size(); ++i) {
+        while (pi < pre->rows.size() && pre->rows[pi] < shared[i]) ++pi;
+        if (pi < pre->rows.size() && pre->rows[pi] == shared[i]) {
+          from_pre[i] = pi;
+        } else {
+          missing.push_back(shared[i]);
+        }
+      }
+      trace->recall = select::Recall(pre->rows, shared);
+      std::string mk(missing.size() * row_bytes, '\0'), mv(missing.size() * row_bytes, '\0');
+      rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
+      if (!missing.empty()) {
+        RETURN_IF_ERROR(timed([&] {
+          return ReadSelected(*rq.m, layer, missing, mk.data(), mv.data(), false, &st);
+        }));
+      }
+      for (size_t i = 0, mi = 0; i < shared.size(); ++i) {
+        const char* sk = from_pre[i] != SIZE_MAX ? pre->k.data() + from_pre[i] * row_bytes
+                                                 : mk.data() + mi * row_bytes;
+        const char* sv = from_pre[i] != SIZE_MAX ? pre->v.data() + from_pre[i] * row_bytes
+                                                 : mv.data() + (mi++) * row_bytes;
+        std::memcpy(L.k.data() + i * row_bytes, sk, row_bytes);
+        std::memcpy(L.v.data() + i * row_bytes, sv, row_bytes);
+      }
+    } else {
+      rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
+      RETURN_IF_ERROR(timed([&] {
+        return ReadSelected(*rq.m, layer, shared, L.k.data(), L.v.data(), false, &st);
+      }));
+    }
     L.positions = shared;
     prefix->heads.resize(H);
     for (int h = 0; h < H; ++h) {
@@ -381,20 +457,25 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
                                 static_cast<size_t>(c.kv_dim()), L.positions.data()};
     }
     trace->rows = shared.size();
+    predict = shared;
   } else {
     // All of R's keys; per-head H2O top-k; only the selected rows' values.
     std::vector<int32_t> all(R);
     for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
     std::string kall(R * row_bytes, '\0');
-    RETURN_IF_ERROR(timed([&] { return ReadSelected(rq, view.layer, all, kall.data(), nullptr); }));
+    RETURN_IF_ERROR(timed([&] {
+      return ReadSelected(*rq.m, layer, all, kall.data(), nullptr, false, &st);
+    }));
     std::vector<std::vector<int32_t>> sets(H);
     std::vector<bool> in_union(R, false);
+    std::vector<float> summed(R, 0.0f);
     for (int h = 0; h < H; ++h) {
       const std::vector<float> s =
           HeadScores(view, c, h, reinterpret_cast<const uint16_t*>(kall.data()) + h * hd,
                      static_cast<size_t>(c.kv_dim()), R, &scratch);
       sets[h] = select::TopK(s, k);
       for (int32_t j : sets[h]) in_union[j] = true;
+      for (size_t j = 0; j < R; ++j) summed[j] += s[j];
     }
     std::vector<int32_t> uni;
     std::vector<size_t> slot(R, 0);
@@ -404,9 +485,12 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
         uni.push_back(static_cast<int32_t>(j));
       }
     }
+    if (pre) trace->recall = select::Recall(pre->rows, uni);
     rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
     std::string vsel(uni.size() * row_bytes, '\0');
-    RETURN_IF_ERROR(timed([&] { return ReadSelected(rq, view.layer, uni, nullptr, vsel.data()); }));
+    RETURN_IF_ERROR(timed([&] {
+      return ReadSelected(*rq.m, layer, uni, nullptr, vsel.data(), false, &st);
+    }));
     L.hk.assign(H, {});
     L.hv.assign(H, {});
     L.hpos.assign(H, {});
@@ -428,9 +512,42 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
       rows += sets[h].size();
     }
     trace->rows = rows / static_cast<size_t>(H);
+    predict = select::TopK(summed, k);
   }
   rq.load_ms += io_ms;
+  rq.disk_bytes += st.bytes;
+  rq.disk_chunks += st.records;
   trace->retention = R ? static_cast<double>(trace->rows) / static_cast<double>(R) : 1.0;
+
+  if (spec && layer + 1 < c.n_layers) {
+    // SPEC: adjacent layers attend to much the same rows, so the next
+    // layer's probe keys and this layer's set are read for it now, on the
+    // load thread, while this layer computes.
+    auto next = std::make_shared<Prefetch>();
+    next->rows = std::move(predict);
+    next->issued_ms = Ms(rq.t0, Clock::now());
+    rq.prefetch[layer + 1] = next;
+    const store::LookupResult* m = rq.m;
+    const Clock::time_point req_t0 = rq.t0;
+    Submit([this, m, R, layer, next, req_t0] {
+      store::RowReadStats ps;
+      std::string keys, k_rows(next->rows.size() * row_bytes, '\0'),
+          v_rows(next->rows.size() * row_bytes, '\0');
+      Status s = ReadProbes(*m, R, layer + 1, &keys, &ps);
+      if (s.ok() && !next->rows.empty()) {
+        s = ReadSelected(*m, layer + 1, next->rows, k_rows.data(), v_rows.data(), true, &ps);
+      }
+      std::lock_guard<std::mutex> l(next->mu);
+      next->probe_keys = std::move(keys);
+      next->k = std::move(k_rows);
+      next->v = std::move(v_rows);
+      next->stats = ps;
+      next->status = s;
+      next->completed_ms = Ms(req_t0, Clock::now());
+      next->done = true;
+      next->cv.notify_all();
+    });
+  }
   return Status::Ok();
 }
 
@@ -454,7 +571,7 @@ Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions o
   if (!Implemented(options.system)) {
     return Status::InvalidArgument("system " + std::string(SystemName(options.system)) +
                                    " is not implemented yet (implemented: recompute, as-like, as-h2o-lru, as-h2o-lfu, "
-                                   "impress-itf)");
+                                   "impress-itf, spec)");
   }
   auto impl = std::make_unique<Impl>(model, std::move(options));
   const ModelConfig& c = impl->c;
@@ -528,7 +645,9 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     SelectiveRequest rq;
     rq.m = &m;
     rq.R = R;
+    rq.t0 = t0;
     rq.layers.resize(c.n_layers);
+    rq.prefetch.resize(c.n_layers);
     if (R > 0 && !selective) {
       // as-like: every layer's load is requested now and consumed in order.
       for (int l = 0; l < c.n_layers; ++l) {
@@ -548,9 +667,10 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     if (R > 0 && selective) {
       po.before_attention = [&](const LayerView& v, LayerPrefix* prefix) -> Status {
         LayerTrace& tr = st.layers[v.layer];
-        tr.issued_ms = tr.completed_ms = tr.consumed_ms = Ms(t0, Clock::now());
+        tr.issued_ms = tr.completed_ms = Ms(t0, Clock::now());  // reads issued in the hook
         Status s = im.SelectiveHook(rq, v, prefix, &tr);
-        tr.completed_ms = tr.consumed_ms = Ms(t0, Clock::now());
+        tr.consumed_ms = Ms(t0, Clock::now());
+        if (!rq.prefetch[v.layer]) tr.completed_ms = tr.consumed_ms;
         if (!s.ok()) {
           failed_load = true;
           load_error = s;
@@ -593,6 +713,14 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     const auto t_compute = Clock::now();
     auto r = im.model.Prefill(tokens.subspan(R), po);
     const auto t_done = Clock::now();
+    // Speculative reads still in flight point at this attempt's lookup: let
+    // them finish before it goes away (only after a failed layer, or for a
+    // layer the request never reached).
+    for (const auto& p : rq.prefetch) {
+      if (!p) continue;
+      std::unique_lock<std::mutex> l(p->mu);
+      p->cv.wait(l, [&] { return p->done; });
+    }
     if (!r.ok()) {
       if (failed_load && attempt < 3) {
         TIERKV_LOG(kWarn) << "serve: " << load_error.ToString()

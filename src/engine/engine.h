@@ -11,8 +11,12 @@
 // the per-layer fallback to all keys, then only the selected rows). The
 // selective ones read their rows from disk in the compute thread's hook
 // (pages of the selected rows only): their device/host caching, and with it
-// the difference between -lru and -lfu, and `impress`, `impress-ro`, `spec`
-// and `car` are still to come (refused by Open).
+// the difference between -lru and -lfu, and `impress`, `impress-ro` and
+// `car` are still to come (refused by Open). `spec` is impress-itf plus
+// SPEC's speculation: right after layer l's identification the load thread
+// reads layer l+1's probe keys and layer l's set for layer l+1 (as
+// prefetches) while layer l computes; layer l+1 then reads only what the
+// prediction missed. The trace shows when those reads were issued and done.
 //
 // Threads: Serve runs on the caller's thread (the compute thread; the
 // forward pass uses the model's own workers). One `tierkv-load` thread per
@@ -81,6 +85,7 @@ struct LayerTrace {
   size_t rows = 0;       // prefix rows supplied to the attention (mean over KV heads)
   double retention = 1;  // rows / |R|
   bool fallback = false; // impress: the probe heads disagreed; all keys were read
+  double recall = -1;    // spec: share of this layer's set the prediction held (-1: none)
 };
 
 struct RequestStats {

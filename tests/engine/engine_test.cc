@@ -202,7 +202,7 @@ TEST_F(EngineTest, SelectiveSystemsAtRetentionOneGiveTheSameLogits) {
   const size_t P = 320, Q = 40;  // R = 320: whole chunks
   const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
   const std::vector<float> want = SplitReference(b, P, P);
-  for (System sys : {System::kImpressItf, System::kAsH2oLru, System::kAsH2oLfu}) {
+  for (System sys : {System::kImpressItf, System::kSpec, System::kAsH2oLru, System::kAsH2oLfu}) {
     SCOPED_TRACE(std::string(SystemName(sys)));
     store::testing::TempDir dir;
     EngineOptions o = Options(dir.path());
@@ -263,6 +263,37 @@ TEST_F(EngineTest, SelectiveSystemsReadLessAtLowerRetention) {
   }
 }
 
+// spec's reads for layer l+1 are issued inside layer l's hook, before layer
+// l computes, and finish on the load thread; recall is reported per layer.
+TEST_F(EngineTest, SpecIssuesTheNextLayersReadsBeforeThisLayerComputes) {
+  const size_t P = 640, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  store::testing::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  o.system = System::kSpec;
+  o.retention = 0.25;
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+  ASSERT_OK(eng->Serve(a).status());
+  ServeOptions so;
+  so.logits_from = P;
+  ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
+  const auto& L = r.stats.layers;
+  ASSERT_EQ(L.size(), 8u);
+  EXPECT_LT(L[0].recall, 0);  // nothing predicted layer 0
+  for (size_t l = 1; l < L.size(); ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    // Issued before layer l-1's hook returned, i.e. before its compute.
+    EXPECT_LE(L[l].issued_ms, L[l - 1].consumed_ms);
+    EXPECT_LE(L[l].issued_ms, L[l].completed_ms);
+    EXPECT_GE(L[l].recall, 0.0);
+    EXPECT_LE(L[l].recall, 1.0);
+    std::printf("spec layer %zu: issued %.2f ms, completed %.2f, consumed %.2f, recall %.3f%s\n", l,
+                L[l].issued_ms, L[l].completed_ms, L[l].consumed_ms, L[l].recall,
+                L[l].fallback ? " (fell back)" : "");
+  }
+  for (float x : r.logits) ASSERT_TRUE(std::isfinite(x));
+}
+
 TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
   EXPECT_THAT(ParseSystem("impres").status(), StatusIs(StatusCode::kInvalidArgument));
   ASSERT_OK_AND_ASSIGN(System s, ParseSystem("as-h2o-lfu"));
@@ -274,7 +305,7 @@ TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
   o.retention = 0;
   EXPECT_THAT(Engine::Open(*model_, o).status(), StatusIs(StatusCode::kInvalidArgument));
   o.retention = 1;
-  o.system = System::kSpec;
+  o.system = System::kCar;
   EXPECT_THAT(Engine::Open(*model_, o).status(), StatusIs(StatusCode::kInvalidArgument));
   store::testing::TempDir dir;
   ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
