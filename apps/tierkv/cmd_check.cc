@@ -1,5 +1,3 @@
-#include <xxhash.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -10,46 +8,10 @@
 
 #include "engine/engine.h"
 #include "engine/fidelity.h"
+#include "prompt_file.h"
 #include "tierkv/commands.h"
 
 namespace tierkv::app {
-namespace {
-
-struct Pair {
-  std::vector<int32_t> prefix, query;
-};
-
-// JSON Lines of {"prefix": "...", "query": "..."}; errors name the line and field.
-Result<std::vector<Pair>> ReadPrompts(const std::string& path, const Tokenizer& tok) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound("cannot read prompt file " + path);
-  std::vector<Pair> out;
-  std::string line;
-  for (int no = 1; std::getline(in, line); ++no) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + " line " + std::to_string(no);
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-      return Status::InvalidArgument(where + ": not a JSON object");
-    }
-    Pair p;
-    for (const char* field : {"prefix", "query"}) {
-      if (!j.contains(field) || !j[field].is_string() || j[field].get<std::string>().empty()) {
-        return Status::InvalidArgument(where + ": field '" + field +
-                                       "' is missing or not a non-empty string");
-      }
-    }
-    ASSIGN_OR_RETURN(p.prefix, tok.Encode(j["prefix"].get<std::string>(), /*add_bos=*/true));
-    ASSIGN_OR_RETURN(p.query, tok.Encode(j["query"].get<std::string>(), /*add_bos=*/false));
-    if (p.query.empty()) return Status::InvalidArgument(where + ": 'query' has no tokens");
-    out.push_back(std::move(p));
-  }
-  if (out.empty()) return Status::InvalidArgument(path + ": no prompts");
-  return out;
-}
-
-}  // namespace
-
 void AddCheck(CLI::App& app, Action* run) {
   struct Args {
     std::string model, tokenizer, system = "as-like", prompt_file, cache_dir;
@@ -90,43 +52,23 @@ void AddCheck(CLI::App& app, Action* run) {
       auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
-      auto prompts = ReadPrompts(a->prompt_file, *loaded->tokenizer);
+      auto prompts = ReadPromptFile(a->prompt_file, *loaded->tokenizer);
       if (!prompts.ok()) return Fail(prompts.status().ToString());
 
-      std::string dir = a->cache_dir;
-      bool remove = false;
-      if (dir.empty()) {
-        const char* base = std::getenv("TMPDIR");
-        std::string tmpl = std::string(base && *base ? base : "/var/tmp") + "/tierkv-check-XXXXXX";
-        if (::mkdtemp(tmpl.data()) == nullptr) return Fail("cannot create a directory " + tmpl);
-        dir = tmpl;
-        remove = true;
-      }
-      struct Cleanup {
-        std::string dir;
-        bool on;
-        ~Cleanup() {
-          if (on) std::filesystem::remove_all(dir);
-        }
-      } cleanup{dir, remove};
-
+      auto scratch = ScratchDir::Make(a->cache_dir, "check");
+      if (!scratch.ok()) return Fail(scratch.status().ToString());
       engine::EngineOptions eo;
       eo.system = *system;
       eo.retention = a->retention;
       eo.chunk_tokens = a->chunk_tokens;
-      eo.cache_dir = dir;
-      if (!a->tokenizer.empty()) {
-        std::ifstream t(a->tokenizer, std::ios::binary);
-        std::stringstream bytes;
-        bytes << t.rdbuf();
-        eo.tokenizer_hash = XXH3_64bits(bytes.str().data(), bytes.str().size());
-      }
+      eo.cache_dir = scratch->path();
+      eo.tokenizer_hash = TokenizerHash(a->tokenizer);
       const bool reuse = *system != engine::System::kRecompute;
       if (reuse) {
         // Store every prefix through a normal request.
         auto writer = engine::Engine::Open(model, eo);
         if (!writer.ok()) return Fail(writer.status().ToString());
-        for (const Pair& p : *prompts) {
+        for (const PromptPair& p : *prompts) {
           auto r = (*writer)->Serve(p.prefix);
           if (!r.ok()) return Fail("storing a prefix: " + r.status().ToString());
         }
@@ -143,9 +85,8 @@ void AddCheck(CLI::App& app, Action* run) {
       const int L = model.config().n_layers;
       std::vector<double> rows(L, 0), reused(L, 0), fallbacks(L, 0), recall(L, 0), recalls(L, 0);
       uint64_t reused_tokens = 0, prefix_tokens = 0;
-      for (const Pair& p : *prompts) {
-        std::vector<int32_t> tokens = p.prefix;
-        tokens.insert(tokens.end(), p.query.begin(), p.query.end());
+      for (const PromptPair& p : *prompts) {
+        const std::vector<int32_t> tokens = p.Joined();
         engine::ServeOptions so;
         so.logits_from = p.prefix.size();
         so.store = false;

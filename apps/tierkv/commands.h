@@ -24,6 +24,7 @@ void AddSimCache(CLI::App& app, Action* run);
 void AddBenchIndex(CLI::App& app, Action* run);
 void AddInspect(CLI::App& app, Action* run);
 void AddCheck(CLI::App& app, Action* run);
+void AddCompare(CLI::App& app, Action* run);
 
 // Prints "tierkv: error: <message>" to stderr and returns the exit code 1.
 int Fail(const std::string& message);

@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddBenchIndex(app, &action);
   tierkv::app::AddInspect(app, &action);
   tierkv::app::AddCheck(app, &action);
+  tierkv::app::AddCompare(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -37,7 +37,7 @@ TEST(CliTest, HelpDocumentsEverySubcommand) {
   CliRun r = Tierkv("--help");
   EXPECT_EQ(r.code, 0);
   for (const char* sub : {"run", "convert", "bench-engine", "eval", "analyze", "bench-io",
-                          "bench-index", "sim-cache", "inspect", "check"}) {
+                          "bench-index", "sim-cache", "inspect", "check", "compare"}) {
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub << " missing from:\n" << r.out;
   }
   r = Tierkv("run --help");
@@ -202,6 +202,17 @@ TEST(CliTest, CheckComparesASystemWithRecomputeAndRejectsBadPromptFiles) {
   r = Tierkv("check --prompt-file " + dir + "/bad.jsonl");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("line 1: field 'query'"), std::string::npos) << r.out;
+  // compare: the same requests through several systems, side by side.
+  r = Tierkv("compare --systems as-like,impress-itf,spec --prompt-file " + dir + "/p.jsonl --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* key : {"\"as-like\":", "\"impress-itf\":", "\"spec\":", "\"ttft_ms_mean\"",
+                          "\"ttft_ms_p99\"", "\"load_wait_ms_mean\"", "\"disk_bytes_read\"",
+                          "\"disk_chunks_read\"", "\"device_hit_ratio\""}) {
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+  }
+  r = Tierkv("compare --systems as-like,car --prompt-file " + dir + "/p.jsonl");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("car is not implemented yet"), std::string::npos) << r.out;
   r = Tierkv("check --system nope --prompt-file " + dir + "/p.jsonl");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("unknown system 'nope'"), std::string::npos) << r.out;

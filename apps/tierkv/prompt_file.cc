@@ -1,0 +1,72 @@
+#include "prompt_file.h"
+
+#include <xxhash.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tierkv::app {
+
+std::vector<int32_t> PromptPair::Joined() const {
+  std::vector<int32_t> t = prefix;
+  t.insert(t.end(), query.begin(), query.end());
+  return t;
+}
+
+Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot read prompt file " + path);
+  std::vector<PromptPair> out;
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + " line " + std::to_string(no);
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      return Status::InvalidArgument(where + ": not a JSON object");
+    }
+    for (const char* field : {"prefix", "query"}) {
+      if (!j.contains(field) || !j[field].is_string() || j[field].get<std::string>().empty()) {
+        return Status::InvalidArgument(where + ": field '" + field +
+                                       "' is missing or not a non-empty string");
+      }
+    }
+    PromptPair p;
+    ASSIGN_OR_RETURN(p.prefix, tok.Encode(j["prefix"].get<std::string>(), /*add_bos=*/true));
+    ASSIGN_OR_RETURN(p.query, tok.Encode(j["query"].get<std::string>(), /*add_bos=*/false));
+    if (p.query.empty()) return Status::InvalidArgument(where + ": 'query' has no tokens");
+    out.push_back(std::move(p));
+  }
+  if (out.empty()) return Status::InvalidArgument(path + ": no prompts");
+  return out;
+}
+
+Result<ScratchDir> ScratchDir::Make(const std::string& flag, const std::string& name) {
+  if (!flag.empty()) return ScratchDir(flag, false);
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/var/tmp") + "/tierkv-" + name + "-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) return Status::IOError("cannot create a directory " + tmpl);
+  return ScratchDir(tmpl, true);
+}
+
+ScratchDir::~ScratchDir() {
+  if (remove_) {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+}
+
+uint64_t TokenizerHash(const std::string& path) {
+  if (path.empty()) return 0;
+  std::ifstream t(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << t.rdbuf();
+  const std::string s = bytes.str();
+  return XXH3_64bits(s.data(), s.size());
+}
+
+}  // namespace tierkv::app

@@ -1,0 +1,40 @@
+// JSON Lines of {"prefix": "...", "query": "..."}: the input of check and
+// compare. Errors name the file, the line and the field.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tierkv/status.h"
+#include "tierkv/tokenizer.h"
+
+namespace tierkv::app {
+
+struct PromptPair {
+  std::vector<int32_t> prefix;  // BOS + the prefix's tokens
+  std::vector<int32_t> query;   // the query's tokens (at least one)
+  std::vector<int32_t> Joined() const;
+};
+
+Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok);
+
+// A scratch directory for a command's store: `flag` if set (kept), else a
+// new directory under $TMPDIR or /var/tmp, removed when this goes away.
+class ScratchDir {
+ public:
+  static Result<ScratchDir> Make(const std::string& flag, const std::string& name);
+  ScratchDir(ScratchDir&& o) noexcept : path_(std::move(o.path_)), remove_(o.remove_) { o.remove_ = false; }
+  ~ScratchDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  ScratchDir(std::string path, bool remove) : path_(std::move(path)), remove_(remove) {}
+  std::string path_;
+  bool remove_ = false;
+};
+
+// xxh3 of a tokenizer file's bytes (0 without one: the model's own
+// vocabulary is part of its weights hash): part of the store's namespace.
+uint64_t TokenizerHash(const std::string& path);
+
+}  // namespace tierkv::app
