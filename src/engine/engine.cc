@@ -138,7 +138,8 @@ struct SelectiveRequest {
   size_t R = 0;  // a multiple of the chunk size; every chunk below it is full
   Clock::time_point t0;
   std::vector<SelectiveLayer> layers;
-  std::vector<std::shared_ptr<Prefetch>> prefetch;  // by layer (spec)
+  std::vector<std::shared_ptr<Prefetch>> prefetch;     // by layer (spec): predicted rows
+  std::vector<std::shared_ptr<Prefetch>> probe_fetch;  // by layer: probe keys, read at the start
   double identify_ms = 0, load_ms = 0;
   uint64_t disk_bytes = 0, disk_chunks = 0;
   int fallbacks = 0;
@@ -390,9 +391,24 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
   std::vector<int32_t> predict;  // spec: the set predicted for the next layer
   bool use_shared = false;
   if (probes) {
+    // The probe keys do not depend on the request's queries: every layer's
+    // were requested at the start on the load thread.
     std::string own;
-    const std::string* keys = pre ? &pre->probe_keys : &own;
-    if (!pre) RETURN_IF_ERROR(timed([&] { return ReadProbes(*rq.m, R, layer, &own, &st); }));
+    const std::string* keys = &own;
+    if (const auto& pf = rq.probe_fetch[layer]) {
+      const auto a = Clock::now();
+      {
+        std::unique_lock<std::mutex> l(pf->mu);
+        pf->cv.wait(l, [&] { return pf->done; });
+      }
+      io_ms += Ms(a, Clock::now());
+      rq.disk_bytes += pf->stats.bytes;
+      rq.disk_chunks += pf->stats.records;
+      if (!pf->status.ok()) return pf->status;
+      keys = &pf->probe_keys;
+    } else {
+      RETURN_IF_ERROR(timed([&] { return ReadProbes(*rq.m, R, layer, &own, &st); }));
+    }
     const int P = std::min(3, H);
     std::vector<std::vector<float>> scores;
     for (int p = 0; p < P; ++p) {
@@ -519,26 +535,27 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
   rq.disk_chunks += st.records;
   trace->retention = R ? static_cast<double>(trace->rows) / static_cast<double>(R) : 1.0;
 
-  if (spec && layer + 1 < c.n_layers) {
-    // SPEC: adjacent layers attend to much the same rows, so the next
-    // layer's probe keys and this layer's set are read for it now, on the
-    // load thread, while this layer computes.
+  if (spec && layer + 1 < c.n_layers && use_shared) {
+    // SPEC: adjacent layers attend to much the same rows, so this layer's
+    // set is read for the next layer now, on the load thread, while this
+    // layer computes. Only after a layer whose probes agreed: a layer that
+    // fell back is usually followed by another, which reads all keys anyway
+    // (measured: prefetching there doubled the bytes read).
     auto next = std::make_shared<Prefetch>();
     next->rows = std::move(predict);
     next->issued_ms = Ms(rq.t0, Clock::now());
     rq.prefetch[layer + 1] = next;
     const store::LookupResult* m = rq.m;
     const Clock::time_point req_t0 = rq.t0;
-    Submit([this, m, R, layer, next, req_t0] {
+    Submit([this, m, layer, next, req_t0] {
       store::RowReadStats ps;
-      std::string keys, k_rows(next->rows.size() * row_bytes, '\0'),
+      std::string k_rows(next->rows.size() * row_bytes, '\0'),
           v_rows(next->rows.size() * row_bytes, '\0');
-      Status s = ReadProbes(*m, R, layer + 1, &keys, &ps);
-      if (s.ok() && !next->rows.empty()) {
+      Status s;
+      if (!next->rows.empty()) {
         s = ReadSelected(*m, layer + 1, next->rows, k_rows.data(), v_rows.data(), true, &ps);
       }
       std::lock_guard<std::mutex> l(next->mu);
-      next->probe_keys = std::move(keys);
       next->k = std::move(k_rows);
       next->v = std::move(v_rows);
       next->stats = ps;
@@ -648,6 +665,29 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     rq.t0 = t0;
     rq.layers.resize(c.n_layers);
     rq.prefetch.resize(c.n_layers);
+    rq.probe_fetch.resize(c.n_layers);
+    const System sys = im.opts.system;
+    if (R > 0 && (sys == System::kImpressItf || sys == System::kImpress ||
+                  sys == System::kImpressRo || sys == System::kSpec)) {
+      for (int l = 0; l < c.n_layers; ++l) {
+        auto pf = std::make_shared<Prefetch>();
+        pf->issued_ms = Ms(t0, Clock::now());
+        rq.probe_fetch[l] = pf;
+        const store::LookupResult* mp = &m;
+        im.Submit([&im, mp, R, l, pf, t0] {
+          store::RowReadStats ps;
+          std::string keys;
+          Status s = im.ReadProbes(*mp, R, l, &keys, &ps);
+          std::lock_guard<std::mutex> lk(pf->mu);
+          pf->probe_keys = std::move(keys);
+          pf->stats = ps;
+          pf->status = s;
+          pf->completed_ms = Ms(t0, Clock::now());
+          pf->done = true;
+          pf->cv.notify_all();
+        });
+      }
+    }
     if (R > 0 && !selective) {
       // as-like: every layer's load is requested now and consumed in order.
       for (int l = 0; l < c.n_layers; ++l) {
@@ -716,7 +756,9 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     // Speculative reads still in flight point at this attempt's lookup: let
     // them finish before it goes away (only after a failed layer, or for a
     // layer the request never reached).
-    for (const auto& p : rq.prefetch) {
+    std::vector<std::shared_ptr<Prefetch>> pending = rq.prefetch;
+    pending.insert(pending.end(), rq.probe_fetch.begin(), rq.probe_fetch.end());
+    for (const auto& p : pending) {
       if (!p) continue;
       std::unique_lock<std::mutex> l(p->mu);
       p->cv.wait(l, [&] { return p->done; });

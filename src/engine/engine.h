@@ -12,11 +12,13 @@
 // selective ones read their rows from disk in the compute thread's hook
 // (pages of the selected rows only): their device/host caching, and with it
 // the difference between -lru and -lfu, and `impress`, `impress-ro` and
-// `car` are still to come (refused by Open). `spec` is impress-itf plus
-// SPEC's speculation: right after layer l's identification the load thread
-// reads layer l+1's probe keys and layer l's set for layer l+1 (as
-// prefetches) while layer l computes; layer l+1 then reads only what the
-// prediction missed. The trace shows when those reads were issued and done.
+// `car` are still to come (refused by Open). The probe-key systems request
+// every layer's probe keys at the start, on the load thread. `spec` is
+// impress-itf plus SPEC's speculation: right after layer l's identification
+// (when its probes agreed) the load thread reads layer l's set for layer
+// l+1 (as prefetches) while layer l computes; layer l+1 then reads only
+// what the prediction missed. The trace shows when reads were issued and
+// done.
 //
 // Threads: Serve runs on the caller's thread (the compute thread; the
 // forward pass uses the model's own workers). One `tierkv-load` thread per
