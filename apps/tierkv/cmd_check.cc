@@ -16,6 +16,8 @@ void AddCheck(CLI::App& app, Action* run) {
   struct Args {
     std::string model, tokenizer, system = "as-like", prompt_file, cache_dir;
     double retention = 1.0;
+    double alpha = 0.6;
+    std::string aggregation = "sum";
     uint32_t chunk_tokens = 64;
     bool json = false;
   };
@@ -40,6 +42,14 @@ void AddCheck(CLI::App& app, Action* run) {
       ->required();
   sub->add_option("--cache-dir", a->cache_dir,
                   "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
+  sub->add_option("--alpha", a->alpha,
+                  "Probe threshold exponent: the probe heads decide a layer when their mean "
+                  "pairwise Jaccard is at least j^alpha (j: random sets' Jaccard)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 16.0));
+  sub->add_option("--aggregation", a->aggregation, "How the probe heads' sets combine: sum or vote")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sum", "vote"}));
   sub->add_option("--chunk-tokens", a->chunk_tokens, "Tokens per chunk")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -60,6 +70,8 @@ void AddCheck(CLI::App& app, Action* run) {
       engine::EngineOptions eo;
       eo.system = *system;
       eo.retention = a->retention;
+      eo.alpha = a->alpha;
+      eo.aggregation = a->aggregation;
       eo.chunk_tokens = a->chunk_tokens;
       eo.cache_dir = scratch->path();
       eo.tokenizer_hash = TokenizerHash(a->tokenizer);

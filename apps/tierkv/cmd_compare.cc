@@ -30,7 +30,10 @@ void AddCompare(CLI::App& app, Action* run) {
     std::string model, tokenizer, prompt_file, cache_dir;
     std::vector<std::string> systems = {"as-like", "as-h2o-lru", "impress-itf", "spec"};
     double retention = 0.25;
+    double alpha = 0.6;
+    std::string aggregation = "sum";
     int repeat = 1;
+    int warmup = 1;
     uint32_t chunk_tokens = 64;
     double device_share = 0.10, host_share = 0.30;
     bool json = false;
@@ -56,6 +59,11 @@ void AddCompare(CLI::App& app, Action* run) {
   sub->add_option("--repeat", a->repeat, "Passes over the requests per system")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  sub->add_option("--warmup", a->warmup,
+                  "Unmeasured passes per system first (pools warm up, impress-ro reports "
+                  "importance); then one maintenance round (impress-ro: KV reordering)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   sub->add_option("--device-share", a->device_share,
                   "Device pool as a share of the stored K/V bytes")
       ->capture_default_str()
@@ -63,6 +71,14 @@ void AddCompare(CLI::App& app, Action* run) {
   sub->add_option("--host-share", a->host_share, "Host pool as a share of the stored K/V bytes")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--alpha", a->alpha,
+                  "Probe threshold exponent: the probe heads decide a layer when their mean "
+                  "pairwise Jaccard is at least j^alpha (j: random sets' Jaccard)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 16.0));
+  sub->add_option("--aggregation", a->aggregation, "How the probe heads' sets combine: sum or vote")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sum", "vote"}));
   sub->add_option("--chunk-tokens", a->chunk_tokens, "Tokens per chunk")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -90,6 +106,8 @@ void AddCompare(CLI::App& app, Action* run) {
       base.chunk_tokens = a->chunk_tokens;
       base.cache_dir = scratch->path();
       base.retention = a->retention;
+      base.alpha = a->alpha;
+      base.aggregation = a->aggregation;
       base.tokenizer_hash = TokenizerHash(a->tokenizer);
       uint64_t stored = 0;
       {
@@ -118,6 +136,16 @@ void AddCompare(CLI::App& app, Action* run) {
         o.host_bytes = static_cast<uint64_t>(a->host_share * stored);
         auto eng = engine::Engine::Open(model, o);
         if (!eng.ok()) return Fail(eng.status().ToString());
+        for (int pass = 0; pass < a->warmup; ++pass) {
+          for (const PromptPair& r : *reqs) {
+            engine::ServeOptions so;
+            so.store = false;
+            auto s = (*eng)->Serve(r.Joined(), so);
+            if (!s.ok()) return Fail(std::string(engine::SystemName(sys)) + ": " + s.status().ToString());
+          }
+        }
+        auto maint = (*eng)->Maintain();
+        if (!maint.ok()) return Fail(maint.status().ToString());
         std::vector<double> ttft;
         double wait = 0;
         uint64_t bytes = 0, chunks = 0, dev = 0, host = 0, disk = 0;
@@ -148,6 +176,7 @@ void AddCompare(CLI::App& app, Action* run) {
         // Chunk-layer accesses through the pools (as-like); the selective
         // systems read the disk directly for now, so theirs is 0.
         j["device_hit_ratio"] = dev + host + disk ? static_cast<double>(dev) / (dev + host + disk) : 0.0;
+        j["reordered_runs"] = maint->reordered_runs;
         per[std::string(engine::SystemName(sys))] = j;
       }
       out["systems"] = per;

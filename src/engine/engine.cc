@@ -66,7 +66,8 @@ Result<System> ParseSystem(std::string_view name) {
 
 bool Implemented(System s) {
   return s == System::kRecompute || s == System::kAsLike || s == System::kAsH2oLru ||
-         s == System::kAsH2oLfu || s == System::kImpressItf || s == System::kSpec;
+         s == System::kAsH2oLfu || s == System::kImpressItf || s == System::kImpressRo ||
+         s == System::kSpec;
 }
 
 namespace {
@@ -83,6 +84,10 @@ Status EngineOptions::Validate() const {
     return Status::InvalidArgument("chunk_tokens " + std::to_string(chunk_tokens) +
                                    " is outside 1..4096");
   }
+  if (!(alpha >= 0 && alpha <= 16)) {
+    return Status::InvalidArgument("alpha " + std::to_string(alpha) + " is outside [0, 16]");
+  }
+  RETURN_IF_ERROR(select::ParseAggregation(aggregation).status());
   if (system != System::kRecompute && cache_dir.empty()) {
     return Status::InvalidArgument("system " + std::string(SystemName(system)) +
                                    " needs a cache directory (cache_dir)");
@@ -140,6 +145,7 @@ struct SelectiveRequest {
   std::vector<SelectiveLayer> layers;
   std::vector<std::shared_ptr<Prefetch>> prefetch;     // by layer (spec): predicted rows
   std::vector<std::shared_ptr<Prefetch>> probe_fetch;  // by layer: probe keys, read at the start
+  std::vector<std::shared_ptr<Prefetch>> key_fetch;    // by layer: all of R's keys, read at the start
   double identify_ms = 0, load_ms = 0;
   uint64_t disk_bytes = 0, disk_chunks = 0;
   int fallbacks = 0;
@@ -186,8 +192,14 @@ struct Engine::Impl {
   EngineOptions opts;
   ModelConfig c;
   uint32_t row_bytes = 0;  // one token's K (all KV heads), fp16
+  select::Aggregation aggregation = select::Aggregation::kSum;
   std::unique_ptr<store::ChunkStore> store;
   std::unique_ptr<cache::TieredCache> pools;
+
+  // Per layer: whether its identification fell back in the last request
+  // (impress, spec): such layers get all of R's keys requested at the start.
+  std::mutex hint_mu;
+  std::vector<bool> fell_back_last;
 
   std::mutex q_mu;
   std::condition_variable q_cv;
@@ -418,11 +430,21 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     }
     select::IdentifyOptions io;
     io.retention = opts.retention;
+    io.alpha = opts.alpha;
+    io.aggregation = aggregation;
     const select::ProbeDecision d = select::DecideWithProbes(scores, io);
     trace->fallback = !d.use_probes;
     if (d.use_probes) {
       shared = d.selected;
       use_shared = true;
+      if (opts.system == System::kImpressRo) {
+        // What reordering packs by: the rows this layer found important.
+        std::vector<float> summed(R, 0.0f);
+        for (const auto& sc : scores) {
+          for (size_t j = 0; j < R; ++j) summed[j] += sc[j];
+        }
+        store->ReportImportance(*rq.m, static_cast<uint16_t>(layer), summed);
+      }
     } else {
       ++rq.fallbacks;
     }
@@ -476,12 +498,30 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     predict = shared;
   } else {
     // All of R's keys; per-head H2O top-k; only the selected rows' values.
-    std::vector<int32_t> all(R);
-    for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
-    std::string kall(R * row_bytes, '\0');
-    RETURN_IF_ERROR(timed([&] {
-      return ReadSelected(*rq.m, layer, all, kall.data(), nullptr, false, &st);
-    }));
+    std::string own_k;
+    const std::string* kp = &own_k;
+    if (const auto& kf = rq.key_fetch[layer]) {
+      // Requested at the start (H2O always reads all keys; impress when this
+      // layer fell back in the previous request).
+      const auto a = Clock::now();
+      {
+        std::unique_lock<std::mutex> l(kf->mu);
+        kf->cv.wait(l, [&] { return kf->done; });
+      }
+      io_ms += Ms(a, Clock::now());
+      rq.disk_bytes += kf->stats.bytes;
+      rq.disk_chunks += kf->stats.records;
+      if (!kf->status.ok()) return kf->status;
+      kp = &kf->k;
+    } else {
+      std::vector<int32_t> all(R);
+      for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
+      own_k.assign(R * row_bytes, '\0');
+      RETURN_IF_ERROR(timed([&] {
+        return ReadSelected(*rq.m, layer, all, own_k.data(), nullptr, false, &st);
+      }));
+    }
+    const std::string& kall = *kp;
     std::vector<std::vector<int32_t>> sets(H);
     std::vector<bool> in_union(R, false);
     std::vector<float> summed(R, 0.0f);
@@ -529,6 +569,9 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     }
     trace->rows = rows / static_cast<size_t>(H);
     predict = select::TopK(summed, k);
+    if (opts.system == System::kImpressRo) {
+      store->ReportImportance(*rq.m, static_cast<uint16_t>(layer), summed);
+    }
   }
   rq.load_ms += io_ms;
   rq.disk_bytes += st.bytes;
@@ -583,14 +626,26 @@ const EngineOptions& Engine::options() const { return impl_->opts; }
 
 store::ChunkStore* Engine::TEST_store() { return impl_->store.get(); }
 
+Result<MaintainResult> Engine::Maintain() {
+  MaintainResult out;
+  Impl& im = *impl_;
+  if (im.opts.system == System::kImpressRo && im.store) {
+    ASSIGN_OR_RETURN(store::ReorderResult r, im.store->Reorder());
+    out.reordered_runs = r.runs;
+    out.reorder_bytes_written = r.bytes_written;
+  }
+  return out;
+}
+
 Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions options) {
   RETURN_IF_ERROR(options.Validate());
   if (!Implemented(options.system)) {
     return Status::InvalidArgument("system " + std::string(SystemName(options.system)) +
                                    " is not implemented yet (implemented: recompute, as-like, as-h2o-lru, as-h2o-lfu, "
-                                   "impress-itf, spec)");
+                                   "impress-itf, impress-ro, spec)");
   }
   auto impl = std::make_unique<Impl>(model, std::move(options));
+  impl->aggregation = *select::ParseAggregation(impl->opts.aggregation);
   const ModelConfig& c = impl->c;
   impl->row_bytes = static_cast<uint32_t>(c.kv_dim() * 2);
   if (impl->opts.system != System::kRecompute) {
@@ -666,7 +721,37 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     rq.layers.resize(c.n_layers);
     rq.prefetch.resize(c.n_layers);
     rq.probe_fetch.resize(c.n_layers);
+    rq.key_fetch.resize(c.n_layers);
     const System sys = im.opts.system;
+    if (R > 0 && selective) {
+      std::vector<bool> hint;
+      {
+        std::lock_guard<std::mutex> l(im.hint_mu);
+        hint = im.fell_back_last;
+      }
+      const bool h2o = sys == System::kAsH2oLru || sys == System::kAsH2oLfu;
+      for (int l = 0; l < c.n_layers; ++l) {
+        if (!h2o && !(l < static_cast<int>(hint.size()) && hint[l])) continue;
+        auto kf = std::make_shared<Prefetch>();
+        kf->issued_ms = Ms(t0, Clock::now());
+        rq.key_fetch[l] = kf;
+        const store::LookupResult* mp = &m;
+        im.Submit([&im, mp, R, l, kf, t0] {
+          store::RowReadStats ks;
+          std::vector<int32_t> all(R);
+          for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
+          std::string k(R * im.row_bytes, '\0');
+          Status s = im.ReadSelected(*mp, l, all, k.data(), nullptr, true, &ks);
+          std::lock_guard<std::mutex> lk(kf->mu);
+          kf->k = std::move(k);
+          kf->stats = ks;
+          kf->status = s;
+          kf->completed_ms = Ms(t0, Clock::now());
+          kf->done = true;
+          kf->cv.notify_all();
+        });
+      }
+    }
     if (R > 0 && (sys == System::kImpressItf || sys == System::kImpress ||
                   sys == System::kImpressRo || sys == System::kSpec)) {
       for (int l = 0; l < c.n_layers; ++l) {
@@ -758,6 +843,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     // layer the request never reached).
     std::vector<std::shared_ptr<Prefetch>> pending = rq.prefetch;
     pending.insert(pending.end(), rq.probe_fetch.begin(), rq.probe_fetch.end());
+    pending.insert(pending.end(), rq.key_fetch.begin(), rq.key_fetch.end());
     for (const auto& p : pending) {
       if (!p) continue;
       std::unique_lock<std::mutex> l(p->mu);
@@ -772,6 +858,20 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       return failed_load ? load_error.WithContext("serve") : r.status();
     }
     if (selective) {
+      {
+        std::lock_guard<std::mutex> l(im.hint_mu);
+        im.fell_back_last.assign(c.n_layers, false);
+        for (int l = 0; l < c.n_layers; ++l) im.fell_back_last[l] = st.layers[l].fallback;
+      }
+      // Keys requested at the start for a layer that then used its probes
+      // were read for nothing; they still count as read.
+      for (int l = 0; l < c.n_layers; ++l) {
+        const auto& kf = rq.key_fetch[l];
+        if (kf && !st.layers[l].fallback && (sys != System::kAsH2oLru && sys != System::kAsH2oLfu)) {
+          rq.disk_bytes += kf->stats.bytes;
+          rq.disk_chunks += kf->stats.records;
+        }
+      }
       st.identify_ms = rq.identify_ms;
       wait_ms = rq.load_ms;
       st.disk_bytes_read = rq.disk_bytes;

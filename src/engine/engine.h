@@ -12,7 +12,9 @@
 // selective ones read their rows from disk in the compute thread's hook
 // (pages of the selected rows only): their device/host caching, and with it
 // the difference between -lru and -lfu, and `impress`, `impress-ro` and
-// `car` are still to come (refused by Open). The probe-key systems request
+// `car` are still to come (refused by Open). `impress-ro` is impress-itf
+// that reports each layer's importance to the store, whose reordering
+// rounds (Maintain) pack the important rows together. The probe-key systems request
 // every layer's probe keys at the start, on the load thread. `spec` is
 // impress-itf plus SPEC's speculation: right after layer l's identification
 // (when its probes agreed) the load thread reads layer l's set for layer
@@ -68,6 +70,8 @@ bool Implemented(System s);
 struct EngineOptions {
   System system = System::kAsLike;
   double retention = 1.0;          // share of R's rows used per layer (selective systems)
+  double alpha = 0.6;              // impress/spec: probes decide when their Jaccard >= j^alpha
+  std::string aggregation = "sum"; // impress/spec: how the probe heads' sets combine: sum or vote
   uint32_t chunk_tokens = 64;
   std::string cache_dir;           // the disk tier; required unless system is recompute
   uint64_t disk_budget_bytes = 0;  // 0: unlimited
@@ -111,6 +115,12 @@ struct ServeOptions {
   bool store = true;  // store the prompt's K/V for later requests
 };
 
+// What a maintenance round did.
+struct MaintainResult {
+  uint32_t reordered_runs = 0;        // impress-ro: runs of chunks rewritten in importance order
+  uint64_t reorder_bytes_written = 0;
+};
+
 struct ServeResult {
   std::vector<float> logits;
   size_t logits_rows = 0;
@@ -127,6 +137,11 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   Result<ServeResult> Serve(std::span<const int32_t> tokens, const ServeOptions& options = {});
+
+  // Background work, one round: for impress-ro, KV reordering of the runs
+  // whose importance the requests reported (IMPRESS 4.4.1: the paper runs it
+  // every few minutes). Safe while requests run; a no-op for the others.
+  Result<MaintainResult> Maintain();
 
   const EngineOptions& options() const;
   // The disk tier (null for recompute): tests and inspection.

@@ -300,6 +300,38 @@ TEST_F(EngineTest, SpecIssuesTheNextLayersReadsBeforeThisLayerComputes) {
   for (float x : r.logits) ASSERT_TRUE(std::isfinite(x));
 }
 
+// impress-ro: the importance the requests report lets a maintenance round
+// reorder the stored rows; the same request then selects the same rows, gets
+// exactly the same logits, and reads fewer bytes.
+TEST_F(EngineTest, ImpressRoReadsLessAfterReorderingWithTheSameLogits) {
+  const size_t P = 640, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  store::testing::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  o.system = System::kImpressRo;
+  o.retention = 0.25;
+  o.alpha = 1.0;  // every layer decided by its probes (docs/systems.md)
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+  ASSERT_OK(eng->Serve(a).status());
+  ServeOptions so;
+  so.logits_from = P;
+  so.store = false;
+  ASSERT_OK_AND_ASSIGN(ServeResult before, eng->Serve(b, so));
+  ASSERT_OK_AND_ASSIGN(MaintainResult m, eng->Maintain());
+  EXPECT_GT(m.reordered_runs, 0u);
+  ASSERT_OK_AND_ASSIGN(ServeResult after, eng->Serve(b, so));
+  EXPECT_EQ(MaxDiff(after.logits, before.logits), 0.0);
+  std::printf("impress-ro, retention 0.25: %llu bytes read before reordering, %llu after\n",
+              (unsigned long long)before.stats.disk_bytes_read,
+              (unsigned long long)after.stats.disk_bytes_read);
+  EXPECT_LT(after.stats.disk_bytes_read, before.stats.disk_bytes_read * 3 / 4);
+  // Other systems' maintenance is a no-op.
+  store::testing::TempDir dir2;
+  ASSERT_OK_AND_ASSIGN(auto plain, Engine::Open(*model_, Options(dir2.path())));
+  ASSERT_OK_AND_ASSIGN(MaintainResult none, plain->Maintain());
+  EXPECT_EQ(none.reordered_runs, 0u);
+}
+
 TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
   EXPECT_THAT(ParseSystem("impres").status(), StatusIs(StatusCode::kInvalidArgument));
   ASSERT_OK_AND_ASSIGN(System s, ParseSystem("as-h2o-lfu"));
