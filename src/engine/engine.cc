@@ -74,6 +74,9 @@ namespace {
 bool Selective(System s) {
   return s != System::kRecompute && s != System::kAsLike;
 }
+// The systems whose requests report importance for KV reordering: impress's
+// +RO and spec, which builds on impress (DESIGN: "spec adds" speculation).
+bool Reorders(System s) { return s == System::kImpressRo || s == System::kSpec; }
 }  // namespace
 
 Status EngineOptions::Validate() const {
@@ -437,7 +440,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     if (d.use_probes) {
       shared = d.selected;
       use_shared = true;
-      if (opts.system == System::kImpressRo) {
+      if (Reorders(opts.system)) {
         // What reordering packs by: the rows this layer found important.
         std::vector<float> summed(R, 0.0f);
         for (const auto& sc : scores) {
@@ -569,7 +572,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     }
     trace->rows = rows / static_cast<size_t>(H);
     predict = select::TopK(summed, k);
-    if (opts.system == System::kImpressRo) {
+    if (Reorders(opts.system)) {
       store->ReportImportance(*rq.m, static_cast<uint16_t>(layer), summed);
     }
   }
@@ -629,8 +632,10 @@ store::ChunkStore* Engine::TEST_store() { return impl_->store.get(); }
 Result<MaintainResult> Engine::Maintain() {
   MaintainResult out;
   Impl& im = *impl_;
-  if (im.opts.system == System::kImpressRo && im.store) {
-    ASSIGN_OR_RETURN(store::ReorderResult r, im.store->Reorder());
+  if (Reorders(im.opts.system) && im.store) {
+    store::ReorderOptions ro;
+    ro.max_runs = UINT32_MAX;  // a round covers every run with new reports
+    ASSIGN_OR_RETURN(store::ReorderResult r, im.store->Reorder(ro));
     out.reordered_runs = r.runs;
     out.reorder_bytes_written = r.bytes_written;
   }

@@ -14,7 +14,7 @@
 // the difference between -lru and -lfu, and `impress`, `impress-ro` and
 // `car` are still to come (refused by Open). `impress-ro` is impress-itf
 // that reports each layer's importance to the store, whose reordering
-// rounds (Maintain) pack the important rows together. The probe-key systems request
+// rounds (Maintain) pack the important rows together; `spec` builds on it. The probe-key systems request
 // every layer's probe keys at the start, on the load thread. `spec` is
 // impress-itf plus SPEC's speculation: right after layer l's identification
 // (when its probes agreed) the load thread reads layer l's set for layer
@@ -138,7 +138,7 @@ class Engine {
 
   Result<ServeResult> Serve(std::span<const int32_t> tokens, const ServeOptions& options = {});
 
-  // Background work, one round: for impress-ro, KV reordering of the runs
+  // Background work, one round: for impress-ro and spec, KV reordering of the runs
   // whose importance the requests reported (IMPRESS 4.4.1: the paper runs it
   // every few minutes). Safe while requests run; a no-op for the others.
   Result<MaintainResult> Maintain();
