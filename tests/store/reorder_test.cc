@@ -165,7 +165,7 @@ TEST(ReorderTest, PacksImportantRowsIntoFewerRecords) {
   EXPECT_EQ(store->stats().live_bytes, 4u * kLayers * store->record_bytes(kChunk) * 2);
 }
 
-TEST(ReorderTest, LayoutSurvivesASplitAndLeavesWithAnEvictedChunk) {
+TEST(ReorderTest, LayoutSurvivesASplitAndARestartDropsIt) {
   TempDir dir;
   StoreOptions o = Options(dir.path());
   ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(o));
