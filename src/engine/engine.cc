@@ -209,6 +209,8 @@ struct Engine::Impl {
   std::deque<std::function<void()>> queue;  // layer loads, FIFO (layer order)
   bool stop = false;
   std::thread loader;
+  std::thread maint;  // maintain_interval_ms > 0; sleeps on its own cv, stops with `stop`
+  std::condition_variable maint_cv;  // not q_cv: a Submit's notify_one must reach the loader
 
   Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o)), c(m.config()) {}
 
@@ -622,6 +624,8 @@ Engine::~Engine() {
     impl_->stop = true;
   }
   impl_->q_cv.notify_all();
+  impl_->maint_cv.notify_all();
+  if (impl_->maint.joinable()) impl_->maint.join();
   if (impl_->loader.joinable()) impl_->loader.join();
 }
 
@@ -680,7 +684,24 @@ Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions o
       raw->LoaderLoop();
     });
   }
-  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+  auto engine = std::unique_ptr<Engine>(new Engine(std::move(impl)));
+  if (engine->impl_->opts.maintain_interval_ms > 0 && engine->impl_->store) {
+    Engine* e = engine.get();
+    engine->impl_->maint = std::thread([e] {
+      pthread_setname_np(pthread_self(), "tierkv-maint");
+      Impl& im = *e->impl_;
+      const auto every = std::chrono::milliseconds(im.opts.maintain_interval_ms);
+      for (;;) {
+        {
+          std::unique_lock<std::mutex> l(im.q_mu);
+          if (im.maint_cv.wait_for(l, every, [&] { return im.stop; })) return;
+        }
+        auto r = e->Maintain();
+        if (!r.ok()) TIERKV_LOG(kWarn) << "engine maintenance: " << r.status().ToString();
+      }
+    });
+  }
+  return engine;
 }
 
 Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOptions& so) {

@@ -80,6 +80,9 @@ struct EngineOptions {
   std::string io_backend = "auto";
   bool direct_io = true;
   uint64_t tokenizer_hash = 0;     // part of the store's namespace
+  // Run Maintain() on a `tierkv-maint` thread every this many ms (0: only
+  // when called). IMPRESS reorders every few minutes.
+  uint32_t maintain_interval_ms = 0;
   // InvalidArgument naming the bad field.
   Status Validate() const;
 };
