@@ -14,11 +14,9 @@
 namespace tierkv::app {
 void AddCheck(CLI::App& app, Action* run) {
   struct Args {
-    std::string model, tokenizer, system = "as-like", prompt_file, cache_dir;
+    EngineFlags f;
+    std::string system = "as-like";
     double retention = 1.0;
-    double alpha = 0.6;
-    std::string aggregation = "sum";
-    uint32_t chunk_tokens = 64;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -28,53 +26,36 @@ void AddCheck(CLI::App& app, Action* run) {
       "({\"prefix\": ..., \"query\": ...}) through a normal request, then serves prefix + query "
       "with the system from cold pools and compares the query tokens' next-token "
       "distributions with recompute's");
-  sub->add_option("--model", a->model,
-                  "Model file (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
-  sub->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the model's own)");
   sub->add_option("--system", a->system,
-                  "The system to check: recompute, as-like, as-h2o-lru, as-h2o-lfu, impress-itf or "
-                  "spec (impress, impress-ro and car are refused until they land)")
+                  "The system to check: recompute, as-like, as-h2o-lru, as-h2o-lfu, impress-itf, "
+                  "impress-ro or spec (impress and car are refused until they land)")
       ->capture_default_str();
   sub->add_option("--retention", a->retention, "Share of the stored prefix's rows used per layer")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--prompt-file", a->prompt_file, "JSON Lines of {\"prefix\", \"query\"}")
-      ->required();
-  sub->add_option("--cache-dir", a->cache_dir,
-                  "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
-  sub->add_option("--alpha", a->alpha,
-                  "Probe threshold exponent: the probe heads decide a layer when their mean "
-                  "pairwise Jaccard is at least j^alpha (j: random sets' Jaccard)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 16.0));
-  sub->add_option("--aggregation", a->aggregation, "How the probe heads' sets combine: sum or vote")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sum", "vote"}));
-  sub->add_option("--chunk-tokens", a->chunk_tokens, "Tokens per chunk")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+  AddEngineFlags(sub, &a->f);
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->callback([a, run] {
     *run = [a]() -> int {
       auto system = engine::ParseSystem(a->system);
       if (!system.ok()) return Fail("--system: " + system.status().message());
       if (!(a->retention > 0)) return Fail("--retention must be above 0");
-      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);
+      auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
-      auto prompts = ReadPromptFile(a->prompt_file, *loaded->tokenizer);
+      auto prompts = ReadPromptFile(a->f.prompt_file, *loaded->tokenizer);
       if (!prompts.ok()) return Fail(prompts.status().ToString());
 
-      auto scratch = ScratchDir::Make(a->cache_dir, "check");
+      auto scratch = ScratchDir::Make(a->f.cache_dir, "check");
       if (!scratch.ok()) return Fail(scratch.status().ToString());
       engine::EngineOptions eo;
       eo.system = *system;
       eo.retention = a->retention;
-      eo.alpha = a->alpha;
-      eo.aggregation = a->aggregation;
-      eo.chunk_tokens = a->chunk_tokens;
+      eo.alpha = a->f.alpha;
+      eo.aggregation = a->f.aggregation;
+      eo.chunk_tokens = a->f.chunk_tokens;
       eo.cache_dir = scratch->path();
-      eo.tokenizer_hash = TokenizerHash(a->tokenizer);
+      eo.tokenizer_hash = TokenizerHash(a->f.tokenizer);
       const bool reuse = *system != engine::System::kRecompute;
       if (reuse) {
         // Store every prefix through a normal request.

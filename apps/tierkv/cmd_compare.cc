@@ -27,14 +27,11 @@ double Percentile(std::vector<double> v, double p) {
 
 void AddCompare(CLI::App& app, Action* run) {
   struct Args {
-    std::string model, tokenizer, prompt_file, cache_dir;
+    EngineFlags f;
     std::vector<std::string> systems = {"as-like", "as-h2o-lru", "impress-itf", "spec"};
     double retention = 0.25;
-    double alpha = 0.6;
-    std::string aggregation = "sum";
     int repeat = 1;
     int warmup = 1;
-    uint32_t chunk_tokens = 64;
     double device_share = 0.10, host_share = 0.30;
     bool json = false;
   };
@@ -45,14 +42,9 @@ void AddCompare(CLI::App& app, Action* run) {
       "JSON Lines file ({\"prefix\": ..., \"query\": ...}), then runs each system on every "
       "prefix + query with device and host pools sized to a share of the stored K/V (most of "
       "it stays on disk, read with O_DIRECT)");
-  sub->add_option("--model", a->model,
-                  "Model file (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
-  sub->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the model's own)");
   sub->add_option("--systems", a->systems, "Systems to compare (comma-separated)")
       ->delimiter(',')
       ->capture_default_str();
-  sub->add_option("--prompt-file", a->prompt_file, "JSON Lines of {\"prefix\", \"query\"}")
-      ->required();
   sub->add_option("--retention", a->retention, "Share of R's rows used by the selective systems")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
@@ -71,19 +63,7 @@ void AddCompare(CLI::App& app, Action* run) {
   sub->add_option("--host-share", a->host_share, "Host pool as a share of the stored K/V bytes")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--alpha", a->alpha,
-                  "Probe threshold exponent: the probe heads decide a layer when their mean "
-                  "pairwise Jaccard is at least j^alpha (j: random sets' Jaccard)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 16.0));
-  sub->add_option("--aggregation", a->aggregation, "How the probe heads' sets combine: sum or vote")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sum", "vote"}));
-  sub->add_option("--chunk-tokens", a->chunk_tokens, "Tokens per chunk")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  sub->add_option("--cache-dir", a->cache_dir,
-                  "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
+  AddEngineFlags(sub, &a->f);
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->callback([a, run] {
     *run = [a]() -> int {
@@ -95,20 +75,20 @@ void AddCompare(CLI::App& app, Action* run) {
         systems.push_back(*s);
       }
       if (!(a->retention > 0)) return Fail("--retention must be above 0");
-      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);
+      auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
-      auto reqs = ReadPromptFile(a->prompt_file, *loaded->tokenizer);
+      auto reqs = ReadPromptFile(a->f.prompt_file, *loaded->tokenizer);
       if (!reqs.ok()) return Fail(reqs.status().ToString());
-      auto scratch = ScratchDir::Make(a->cache_dir, "compare");
+      auto scratch = ScratchDir::Make(a->f.cache_dir, "compare");
       if (!scratch.ok()) return Fail(scratch.status().ToString());
       engine::EngineOptions base;
-      base.chunk_tokens = a->chunk_tokens;
+      base.chunk_tokens = a->f.chunk_tokens;
       base.cache_dir = scratch->path();
       base.retention = a->retention;
-      base.alpha = a->alpha;
-      base.aggregation = a->aggregation;
-      base.tokenizer_hash = TokenizerHash(a->tokenizer);
+      base.alpha = a->f.alpha;
+      base.aggregation = a->f.aggregation;
+      base.tokenizer_hash = TokenizerHash(a->f.tokenizer);
       uint64_t stored = 0;
       {
         engine::EngineOptions w = base;

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tierkv/commands.h"
+
 namespace tierkv::app {
 
 std::vector<int32_t> PromptPair::Joined() const {
@@ -58,6 +60,27 @@ ScratchDir::~ScratchDir() {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
+}
+
+void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
+  sub->add_option("--model", f->model,
+                  "Model file (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
+  sub->add_option("--tokenizer", f->tokenizer, "Tokenizer (default: the model's own)");
+  sub->add_option("--prompt-file", f->prompt_file, "JSON Lines of {\"prefix\", \"query\"}")
+      ->required();
+  sub->add_option("--cache-dir", f->cache_dir,
+                  "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
+  sub->add_option("--alpha", f->alpha,
+                  "Probe threshold exponent: the probe heads decide a layer when their mean "
+                  "pairwise Jaccard is at least j^alpha (j: random sets' Jaccard)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 16.0));
+  sub->add_option("--aggregation", f->aggregation, "How the probe heads' sets combine: sum or vote")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sum", "vote"}));
+  sub->add_option("--chunk-tokens", f->chunk_tokens, "Tokens per chunk")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
 }
 
 uint64_t TokenizerHash(const std::string& path) {

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "tierkv/status.h"
 #include "tierkv/tokenizer.h"
 
@@ -32,6 +34,16 @@ class ScratchDir {
   std::string path_;
   bool remove_ = false;
 };
+
+// The flags check and compare share: the model, the request file, the store
+// and the identification parameters.
+struct EngineFlags {
+  std::string model, tokenizer, prompt_file, cache_dir;
+  double alpha = 0.6;
+  std::string aggregation = "sum";
+  uint32_t chunk_tokens = 64;
+};
+void AddEngineFlags(CLI::App* sub, EngineFlags* f);
 
 // xxh3 of a tokenizer file's bytes (0 without one: the model's own
 // vocabulary is part of its weights hash): part of the store's namespace.

@@ -156,6 +156,20 @@ struct SelectiveRequest {
 
 namespace {
 
+// Waits for a load-thread job, counts its reads as the request's, adds the
+// wait to *io_ms, and returns the job's status.
+Status Await(Prefetch& p, SelectiveRequest& rq, double* io_ms) {
+  const auto a = Clock::now();
+  {
+    std::unique_lock<std::mutex> l(p.mu);
+    p.cv.wait(l, [&] { return p.done; });
+  }
+  *io_ms += Ms(a, Clock::now());
+  rq.disk_bytes += p.stats.bytes;
+  rq.disk_chunks += p.stats.records;
+  return p.status;
+}
+
 // Column sums of the new tokens' attention over `rows` prefix keys of KV
 // head `head`, given as fp16 rows at keys + j * stride (elements): the
 // engine's own H2O importance for that head, its query group summed.
@@ -391,17 +405,9 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
   std::shared_ptr<Prefetch> pre;
   if (spec && layer > 0 && rq.prefetch[layer]) {
     pre = rq.prefetch[layer];
-    const auto a = Clock::now();
-    {
-      std::unique_lock<std::mutex> l(pre->mu);
-      pre->cv.wait(l, [&] { return pre->done; });
-    }
-    io_ms += Ms(a, Clock::now());
+    RETURN_IF_ERROR(Await(*pre, rq, &io_ms));
     trace->issued_ms = pre->issued_ms;
     trace->completed_ms = pre->completed_ms;
-    rq.disk_bytes += pre->stats.bytes;
-    rq.disk_chunks += pre->stats.records;
-    if (!pre->status.ok()) return pre->status;
   }
 
   std::vector<int32_t> shared;   // the layer's set when the probes agree
@@ -413,15 +419,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     std::string own;
     const std::string* keys = &own;
     if (const auto& pf = rq.probe_fetch[layer]) {
-      const auto a = Clock::now();
-      {
-        std::unique_lock<std::mutex> l(pf->mu);
-        pf->cv.wait(l, [&] { return pf->done; });
-      }
-      io_ms += Ms(a, Clock::now());
-      rq.disk_bytes += pf->stats.bytes;
-      rq.disk_chunks += pf->stats.records;
-      if (!pf->status.ok()) return pf->status;
+      RETURN_IF_ERROR(Await(*pf, rq, &io_ms));
       keys = &pf->probe_keys;
     } else {
       RETURN_IF_ERROR(timed([&] { return ReadProbes(*rq.m, R, layer, &own, &st); }));
@@ -508,15 +506,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     if (const auto& kf = rq.key_fetch[layer]) {
       // Requested at the start (H2O always reads all keys; impress when this
       // layer fell back in the previous request).
-      const auto a = Clock::now();
-      {
-        std::unique_lock<std::mutex> l(kf->mu);
-        kf->cv.wait(l, [&] { return kf->done; });
-      }
-      io_ms += Ms(a, Clock::now());
-      rq.disk_bytes += kf->stats.bytes;
-      rq.disk_chunks += kf->stats.records;
-      if (!kf->status.ok()) return kf->status;
+      RETURN_IF_ERROR(Await(*kf, rq, &io_ms));
       kp = &kf->k;
     } else {
       std::vector<int32_t> all(R);
