@@ -252,6 +252,28 @@ struct Engine::Impl {
     }
   }
 
+  // A read on the load thread into a Prefetch: `read` fills the Prefetch's
+  // buffers (nobody looks at them before `done`), then the result is
+  // published under its mutex and waiters are woken.
+  std::shared_ptr<Prefetch> Fetch(Clock::time_point t0,
+                                  std::function<Status(Prefetch&, store::RowReadStats*)> read,
+                                  std::vector<int32_t> rows = {}) {
+    auto p = std::make_shared<Prefetch>();
+    p->rows = std::move(rows);
+    p->issued_ms = Ms(t0, Clock::now());
+    Submit([p, t0, read = std::move(read)] {
+      store::RowReadStats st;
+      Status s = read(*p, &st);
+      std::lock_guard<std::mutex> l(p->mu);
+      p->stats = st;
+      p->status = s;
+      p->completed_ms = Ms(t0, Clock::now());
+      p->done = true;
+      p->cv.notify_all();
+    });
+    return p;
+  }
+
   void Submit(std::function<void()> job) {
     {
       std::lock_guard<std::mutex> l(q_mu);
@@ -579,29 +601,16 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     // layer computes. Only after a layer whose probes agreed: a layer that
     // fell back is usually followed by another, which reads all keys anyway
     // (measured: prefetching there doubled the bytes read).
-    auto next = std::make_shared<Prefetch>();
-    next->rows = std::move(predict);
-    next->issued_ms = Ms(rq.t0, Clock::now());
-    rq.prefetch[layer + 1] = next;
     const store::LookupResult* m = rq.m;
-    const Clock::time_point req_t0 = rq.t0;
-    Submit([this, m, layer, next, req_t0] {
-      store::RowReadStats ps;
-      std::string k_rows(next->rows.size() * row_bytes, '\0'),
-          v_rows(next->rows.size() * row_bytes, '\0');
-      Status s;
-      if (!next->rows.empty()) {
-        s = ReadSelected(*m, layer + 1, next->rows, k_rows.data(), v_rows.data(), true, &ps);
-      }
-      std::lock_guard<std::mutex> l(next->mu);
-      next->k = std::move(k_rows);
-      next->v = std::move(v_rows);
-      next->stats = ps;
-      next->status = s;
-      next->completed_ms = Ms(req_t0, Clock::now());
-      next->done = true;
-      next->cv.notify_all();
-    });
+    rq.prefetch[layer + 1] = Fetch(
+        rq.t0,
+        [this, m, layer](Prefetch& p, store::RowReadStats* st) {
+          p.k.assign(p.rows.size() * row_bytes, '\0');
+          p.v.assign(p.rows.size() * row_bytes, '\0');
+          if (p.rows.empty()) return Status::Ok();
+          return ReadSelected(*m, layer + 1, p.rows, p.k.data(), p.v.data(), true, st);
+        },
+        std::move(predict));
   }
   return Status::Ok();
 }
@@ -748,44 +757,21 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       const bool h2o = sys == System::kAsH2oLru || sys == System::kAsH2oLfu;
       for (int l = 0; l < c.n_layers; ++l) {
         if (!h2o && !(l < static_cast<int>(hint.size()) && hint[l])) continue;
-        auto kf = std::make_shared<Prefetch>();
-        kf->issued_ms = Ms(t0, Clock::now());
-        rq.key_fetch[l] = kf;
         const store::LookupResult* mp = &m;
-        im.Submit([&im, mp, R, l, kf, t0] {
-          store::RowReadStats ks;
+        rq.key_fetch[l] = im.Fetch(t0, [&im, mp, R, l](Prefetch& p, store::RowReadStats* st) {
           std::vector<int32_t> all(R);
           for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
-          std::string k(R * im.row_bytes, '\0');
-          Status s = im.ReadSelected(*mp, l, all, k.data(), nullptr, true, &ks);
-          std::lock_guard<std::mutex> lk(kf->mu);
-          kf->k = std::move(k);
-          kf->stats = ks;
-          kf->status = s;
-          kf->completed_ms = Ms(t0, Clock::now());
-          kf->done = true;
-          kf->cv.notify_all();
+          p.k.assign(R * im.row_bytes, '\0');
+          return im.ReadSelected(*mp, l, all, p.k.data(), nullptr, true, st);
         });
       }
     }
     if (R > 0 && (sys == System::kImpressItf || sys == System::kImpress ||
                   sys == System::kImpressRo || sys == System::kSpec)) {
       for (int l = 0; l < c.n_layers; ++l) {
-        auto pf = std::make_shared<Prefetch>();
-        pf->issued_ms = Ms(t0, Clock::now());
-        rq.probe_fetch[l] = pf;
         const store::LookupResult* mp = &m;
-        im.Submit([&im, mp, R, l, pf, t0] {
-          store::RowReadStats ps;
-          std::string keys;
-          Status s = im.ReadProbes(*mp, R, l, &keys, &ps);
-          std::lock_guard<std::mutex> lk(pf->mu);
-          pf->probe_keys = std::move(keys);
-          pf->stats = ps;
-          pf->status = s;
-          pf->completed_ms = Ms(t0, Clock::now());
-          pf->done = true;
-          pf->cv.notify_all();
+        rq.probe_fetch[l] = im.Fetch(t0, [&im, mp, R, l](Prefetch& p, store::RowReadStats* st) {
+          return im.ReadProbes(*mp, R, l, &p.probe_keys, st);
         });
       }
     }

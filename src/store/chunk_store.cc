@@ -1921,9 +1921,15 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
         live[probe.segment] += opts_.layers * probe_record_bytes(tree_.chunk(id).tokens);
       }
     }
-    std::set<const Run*> runs;
-    for (const auto& [c, run] : run_of_) {
-      if (!runs.insert(run.get()).second) continue;
+    // Each reordered run once (run_of_ lists it under every one of its chunks).
+    std::vector<std::shared_ptr<const Run>> runs;
+    {
+      std::set<const Run*> seen;
+      for (const auto& [c, run] : run_of_) {
+        if (seen.insert(run.get()).second) runs.push_back(run);
+      }
+    }
+    for (const auto& run : runs) {
       for (uint32_t i = 0; i < run->where.size(); ++i) {
         live[run->where[i].segment] += record_bytes(run->RecordTokens(i % run->records));
       }
@@ -1962,9 +1968,7 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
         }
       }
     }
-    runs.clear();
-    for (const auto& [c, run] : run_of_) {
-      if (!runs.insert(run.get()).second) continue;
+    for (const auto& run : runs) {
       for (uint32_t i = 0; i < run->where.size(); ++i) {
         const Location at = run->where[i];
         if (!victims.count(at.segment)) continue;
@@ -2003,27 +2007,21 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
     if (m.status.ok() && ops[i].done < ops[i].length) {
       m.status = Status::Corruption("record cut short at end of segment");
     }
-    if (m.status.ok() && m.run) {
+    if (m.status.ok()) {
       Expect e;
-      e.kind = RecordKind::kReorderedKeyValue;
       e.layer = m.layer;
       e.prefix_hash = m.prefix_hash;
       e.first_token = m.first_token;
       e.tokens = m.tokens;
-      e.run = m.run.get();
-      e.run_record = m.run_index % m.run->records;
+      if (m.run) {
+        e.kind = RecordKind::kReorderedKeyValue;
+        e.run = m.run.get();
+        e.run_record = m.run_index % m.run->records;
+      } else if (m.probe) {
+        e.kind = RecordKind::kProbeKeys;
+        e.row_bytes = opts_.probe_bytes;
+      }
       m.status = VerifyRecord(m.buf.get(), e);
-    } else if (m.status.ok() && m.probe) {
-      Expect e;
-      e.kind = RecordKind::kProbeKeys;
-      e.layer = m.layer;
-      e.prefix_hash = m.prefix_hash;
-      e.first_token = m.first_token;
-      e.tokens = m.tokens;
-      e.row_bytes = opts_.probe_bytes;
-      m.status = VerifyRecord(m.buf.get(), e);
-    } else if (m.status.ok()) {
-      m.status = VerifyRecord(m.buf.get(), m.layer, m.prefix_hash, m.first_token, m.tokens);
     }
     if (!m.status.ok()) continue;
     const uint64_t len = ops[i].length;
