@@ -27,8 +27,8 @@ void AddCheck(CLI::App& app, Action* run) {
       "with the system from cold pools and compares the query tokens' next-token "
       "distributions with recompute's");
   sub->add_option("--system", a->system,
-                  "The system to check: recompute, as-like, as-h2o-lru, as-h2o-lfu, impress-itf, "
-                  "impress-ro or spec (impress and car are refused until they land)")
+                  "The system to check: recompute, as-like, as-h2o-lru, as-h2o-lfu, impress, impress-itf, "
+                  "impress-ro or spec (car is refused until it lands)")
       ->capture_default_str();
   sub->add_option("--retention", a->retention, "Share of the stored prefix's rows used per layer")
       ->capture_default_str()
@@ -53,6 +53,8 @@ void AddCheck(CLI::App& app, Action* run) {
       eo.retention = a->retention;
       eo.alpha = a->f.alpha;
       eo.aggregation = a->f.aggregation;
+      eo.policy = a->f.policy;
+      eo.maintain_interval_ms = a->f.maintain_interval_ms;
       eo.chunk_tokens = a->f.chunk_tokens;
       eo.cache_dir = scratch->path();
       eo.tokenizer_hash = TokenizerHash(a->f.tokenizer);

@@ -28,7 +28,7 @@ double Percentile(std::vector<double> v, double p) {
 void AddCompare(CLI::App& app, Action* run) {
   struct Args {
     EngineFlags f;
-    std::vector<std::string> systems = {"as-like", "as-h2o-lru", "impress-itf", "spec"};
+    std::vector<std::string> systems = {"as-like", "as-h2o-lfu", "impress", "spec"};
     double retention = 0.25;
     int repeat = 1;
     int warmup = 1;
@@ -52,8 +52,9 @@ void AddCompare(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   sub->add_option("--warmup", a->warmup,
-                  "Unmeasured passes per system first (pools warm up, impress-ro reports "
-                  "importance); then one maintenance round (impress-ro: KV reordering)")
+                  "Unmeasured passes per system first (pools warm up, impress reports "
+                  "importance); then one maintenance round (impress, impress-ro, spec: KV "
+                  "reordering)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
   sub->add_option("--device-share", a->device_share,
@@ -88,6 +89,8 @@ void AddCompare(CLI::App& app, Action* run) {
       base.retention = a->retention;
       base.alpha = a->f.alpha;
       base.aggregation = a->f.aggregation;
+      base.policy = a->f.policy;
+      base.maintain_interval_ms = a->f.maintain_interval_ms;
       base.tokenizer_hash = TokenizerHash(a->f.tokenizer);
       uint64_t stored = 0;
       {
@@ -153,8 +156,8 @@ void AddCompare(CLI::App& app, Action* run) {
         j["load_wait_ms_mean"] = wait / static_cast<double>(ttft.size());
         j["disk_bytes_read"] = bytes;
         j["disk_chunks_read"] = chunks;
-        // Chunk-layer accesses through the pools (as-like); the selective
-        // systems read the disk directly for now, so theirs is 0.
+        // Chunk-layer accesses through the pools: a selective system's
+        // access is a device hit when the pool had every row it needed.
         j["device_hit_ratio"] = dev + host + disk ? static_cast<double>(dev) / (dev + host + disk) : 0.0;
         j["reordered_runs"] = maint->reordered_runs;
         per[std::string(engine::SystemName(sys))] = j;

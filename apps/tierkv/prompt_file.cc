@@ -81,6 +81,14 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option("--chunk-tokens", f->chunk_tokens, "Tokens per chunk")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  sub->add_option("--policy", f->policy,
+                  "Device/host pool policy: lru, lfu, score or car (default: each system's own: "
+                  "lfu for as-h2o-lfu, score for impress and spec, car for car, else lru)")
+      ->check(CLI::IsMember({"lru", "lfu", "score", "car"}));
+  sub->add_option("--maintain-interval-ms", f->maintain_interval_ms,
+                  "Run background maintenance (impress, impress-ro, spec: KV reordering) every "
+                  "this many ms on its own thread (0: off)")
+      ->capture_default_str();
 }
 
 uint64_t TokenizerHash(const std::string& path) {

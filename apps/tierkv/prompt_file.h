@@ -41,7 +41,9 @@ struct EngineFlags {
   std::string model, tokenizer, prompt_file, cache_dir;
   double alpha = 0.6;
   std::string aggregation = "sum";
+  std::string policy;  // empty: each system's own
   uint32_t chunk_tokens = 64;
+  uint32_t maintain_interval_ms = 0;
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
 

@@ -230,6 +230,19 @@ Pin TieredCache::Admit(uint64_t key, uint64_t bytes, Buffer data) {
   Entry& e = it->second;
   if (fresh) e.generation = next_generation_++;
   if (e.tier != Tier::kDisk) return MakePinLocked(key, e);  // admitted by another thread
+  return PlaceLocked(key, e, bytes, std::move(data));
+}
+
+Pin TieredCache::Replace(uint64_t key, uint64_t bytes, Buffer data) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto [it, fresh] = entries_.try_emplace(key);
+  Entry& e = it->second;
+  if (fresh) e.generation = next_generation_++;
+  RemoveLocked(key, e);  // its pins stay counted: they still hold this generation
+  return PlaceLocked(key, e, bytes, std::move(data));
+}
+
+Pin TieredCache::PlaceLocked(uint64_t key, Entry& e, uint64_t bytes, Buffer data) {
   e.bytes = bytes;
   e.data = std::move(data);
   const Rank rank = RankOf(key, e);

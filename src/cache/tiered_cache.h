@@ -125,6 +125,11 @@ class TieredCache {
   // that copy. The Pin is in the tier chosen, or kDisk holding `data`.
   Pin Admit(uint64_t key, uint64_t bytes, Buffer data);
 
+  // The chunk's cached bytes changed (a chunk cached in part gained rows):
+  // the old copy leaves its pool and the new one is placed as Admit places
+  // a miss. Pins taken before keep the old buffer. Statistics are kept.
+  Pin Replace(uint64_t key, uint64_t bytes, Buffer data);
+
   // The chunk left the disk tier (evicted or corrupt): forget it everywhere.
   // Pins already taken keep their data.
   void Erase(uint64_t key);
@@ -182,6 +187,8 @@ class TieredCache {
   void DemoteLocked(uint64_t key, Entry& e);           // device -> host or disk. REQUIRES: mu_
   void RekeyLocked(uint64_t key, Entry& e);            // priority changed. REQUIRES: mu_
   Pin MakePinLocked(uint64_t key, Entry& e);           // REQUIRES: mu_
+  // Places an entry that is in no pool, as a miss. REQUIRES: mu_
+  Pin PlaceLocked(uint64_t key, Entry& e, uint64_t bytes, Buffer data);
   void MaybeWakeOffloaderLocked();                     // REQUIRES: mu_
   bool OffloadPendingLocked() const;                   // REQUIRES: mu_
   void OffloadLoop();

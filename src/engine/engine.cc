@@ -37,6 +37,74 @@ constexpr System kAll[] = {System::kRecompute, System::kAsLike,     System::kAsH
 uint64_t PoolKey(uint64_t prefix_hash, int layer) {
   return XXH3_64bits_withSeed(&prefix_hash, sizeof prefix_hash, static_cast<uint64_t>(layer) + 1);
 }
+// The selective systems' pool entries: some rows of one chunk layer, and
+// the probe heads' keys of one chunk layer (other seeds: other keys).
+uint64_t RowsKey(uint64_t prefix_hash, int layer) {
+  return XXH3_64bits_withSeed(&prefix_hash, sizeof prefix_hash, (uint64_t{1} << 32) + layer);
+}
+uint64_t ProbeKey(uint64_t prefix_hash, int layer) {
+  return XXH3_64bits_withSeed(&prefix_hash, sizeof prefix_hash, (uint64_t{2} << 32) + layer);
+}
+
+// A selective system's pool entry: the K rows and the V rows of one chunk
+// layer that requests have read so far (selection reads only some rows, so
+// the pools cache what was read, and a later request that needs other rows
+// reads only those). Layout: u32 nk, u32 nv, nk + nv u16 row numbers
+// (ascending), padded to 8 bytes, then nk K rows and nv V rows.
+struct RowEntryView {
+  std::span<const uint16_t> krows, vrows;
+  const char* k = nullptr;
+  const char* v = nullptr;
+  // Where row r's K (or V) is in the entry, or null.
+  const char* K(uint32_t r, size_t row_bytes) const { return Find(krows, k, r, row_bytes); }
+  const char* V(uint32_t r, size_t row_bytes) const { return Find(vrows, v, r, row_bytes); }
+  static const char* Find(std::span<const uint16_t> rows, const char* base, uint32_t r,
+                          size_t row_bytes) {
+    auto it = std::lower_bound(rows.begin(), rows.end(), r);
+    if (it == rows.end() || *it != r) return nullptr;
+    return base + static_cast<size_t>(it - rows.begin()) * row_bytes;
+  }
+};
+
+size_t RowEntryHeader(size_t nk, size_t nv) { return (8 + 2 * (nk + nv) + 7) / 8 * 8; }
+
+RowEntryView ParseRowEntry(const std::vector<char>& e, size_t row_bytes) {
+  RowEntryView out;
+  uint32_t nk = 0, nv = 0;
+  std::memcpy(&nk, e.data(), 4);
+  std::memcpy(&nv, e.data() + 4, 4);
+  const auto* rows = reinterpret_cast<const uint16_t*>(e.data() + 8);
+  out.krows = {rows, nk};
+  out.vrows = {rows + nk, nv};
+  out.k = e.data() + RowEntryHeader(nk, nv);
+  out.v = out.k + nk * row_bytes;
+  return out;
+}
+
+// An entry holding `krows` and `vrows` (ascending); `kof(r)`/`vof(r)` give
+// row r's bytes.
+template <typename KOf, typename VOf>
+cache::Buffer BuildRowEntry(const std::vector<uint16_t>& krows, const std::vector<uint16_t>& vrows,
+                            size_t row_bytes, KOf kof, VOf vof) {
+  const size_t nk = krows.size(), nv = vrows.size();
+  auto e = std::make_shared<std::vector<char>>(RowEntryHeader(nk, nv) + (nk + nv) * row_bytes);
+  const uint32_t n32[2] = {static_cast<uint32_t>(nk), static_cast<uint32_t>(nv)};
+  std::memcpy(e->data(), n32, 8);
+  std::memcpy(e->data() + 8, krows.data(), 2 * nk);
+  std::memcpy(e->data() + 8 + 2 * nk, vrows.data(), 2 * nv);
+  char* k = e->data() + RowEntryHeader(nk, nv);
+  char* v = k + nk * row_bytes;
+  for (size_t i = 0; i < nk; ++i) std::memcpy(k + i * row_bytes, kof(krows[i]), row_bytes);
+  for (size_t i = 0; i < nv; ++i) std::memcpy(v + i * row_bytes, vof(vrows[i]), row_bytes);
+  return e;
+}
+
+// The union of two ascending row lists.
+std::vector<uint16_t> Union(std::span<const uint16_t> a, std::span<const uint16_t> b) {
+  std::vector<uint16_t> out;
+  std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
 
 }  // namespace
 
@@ -66,7 +134,8 @@ Result<System> ParseSystem(std::string_view name) {
 
 bool Implemented(System s) {
   return s == System::kRecompute || s == System::kAsLike || s == System::kAsH2oLru ||
-         s == System::kAsH2oLfu || s == System::kImpressItf || s == System::kImpressRo ||
+         s == System::kAsH2oLfu || s == System::kImpress || s == System::kImpressItf ||
+         s == System::kImpressRo ||
          s == System::kSpec;
 }
 
@@ -76,7 +145,20 @@ bool Selective(System s) {
 }
 // The systems whose requests report importance for KV reordering: impress's
 // +RO and spec, which builds on impress (DESIGN: "spec adds" speculation).
-bool Reorders(System s) { return s == System::kImpressRo || s == System::kSpec; }
+bool Reorders(System s) {
+  return s == System::kImpressRo || s == System::kImpress || s == System::kSpec;
+}
+// The pools' policy when the options name none: the papers' configuration
+// of each system.
+cache::PolicyKind DefaultPolicy(System s) {
+  switch (s) {
+    case System::kAsH2oLfu: return cache::PolicyKind::kLfu;
+    case System::kImpress:
+    case System::kSpec: return cache::PolicyKind::kScore;
+    case System::kCar: return cache::PolicyKind::kCar;
+    default: return cache::PolicyKind::kLru;
+  }
+}
 }  // namespace
 
 Status EngineOptions::Validate() const {
@@ -91,6 +173,7 @@ Status EngineOptions::Validate() const {
     return Status::InvalidArgument("alpha " + std::to_string(alpha) + " is outside [0, 16]");
   }
   RETURN_IF_ERROR(select::ParseAggregation(aggregation).status());
+  if (!policy.empty()) RETURN_IF_ERROR(cache::ParsePolicy(policy).status().WithContext("policy"));
   if (system != System::kRecompute && cache_dir.empty()) {
     return Status::InvalidArgument("system " + std::string(SystemName(system)) +
                                    " needs a cache directory (cache_dir)");
@@ -120,6 +203,20 @@ struct LoadState {
 
 // ---- Selective systems: identification and loading of the selected rows ----
 
+// What a selective read cost: disk bytes and records, and where each chunk
+// layer it touched was found.
+struct IoCounts {
+  uint64_t bytes = 0, records = 0;  // from the disk
+  uint64_t device_hits = 0, host_hits = 0, disk_reads = 0;  // chunk-layer accesses by tier
+  void Add(const IoCounts& o) {
+    bytes += o.bytes;
+    records += o.records;
+    device_hits += o.device_hits;
+    host_hits += o.host_hits;
+    disk_reads += o.disk_reads;
+  }
+};
+
 // Per-layer state of a selective request; the rows the attention reads live
 // here until the request ends.
 struct SelectiveLayer {
@@ -136,7 +233,7 @@ struct Prefetch {
   bool done = false;
   std::vector<int32_t> rows;  // the predicted set (the previous layer's)
   std::string probe_keys, k, v;
-  store::RowReadStats stats;
+  IoCounts io;
   Status status;
   double issued_ms = 0, completed_ms = 0;
 };
@@ -150,7 +247,7 @@ struct SelectiveRequest {
   std::vector<std::shared_ptr<Prefetch>> probe_fetch;  // by layer: probe keys, read at the start
   std::vector<std::shared_ptr<Prefetch>> key_fetch;    // by layer: all of R's keys, read at the start
   double identify_ms = 0, load_ms = 0;
-  uint64_t disk_bytes = 0, disk_chunks = 0;
+  IoCounts io;
   int fallbacks = 0;
 };
 
@@ -165,8 +262,7 @@ Status Await(Prefetch& p, SelectiveRequest& rq, double* io_ms) {
     p.cv.wait(l, [&] { return p.done; });
   }
   *io_ms += Ms(a, Clock::now());
-  rq.disk_bytes += p.stats.bytes;
-  rq.disk_chunks += p.stats.records;
+  rq.io.Add(p.io);
   return p.status;
 }
 
@@ -231,10 +327,10 @@ struct Engine::Impl {
   // Rows `rows` (ascending, below R) of `layer`, K and/or V, into k/v
   // (|rows| x row_bytes each, in that order): only their pages are read.
   Status ReadSelected(const store::LookupResult& m, int layer, std::span<const int32_t> rows,
-                      char* k, char* v, bool prefetch, store::RowReadStats* stats);
+                      char* k, char* v, bool prefetch, IoCounts* io);
   // The probe heads' keys of R's chunks at `layer`, R x probe bytes.
   Status ReadProbes(const store::LookupResult& m, size_t R, int layer, std::string* keys,
-                    store::RowReadStats* stats);
+                    IoCounts* io);
   Status SelectiveHook(SelectiveRequest& rq, const LayerView& view, LayerPrefix* prefix,
                        LayerTrace* trace);
 
@@ -256,16 +352,16 @@ struct Engine::Impl {
   // buffers (nobody looks at them before `done`), then the result is
   // published under its mutex and waiters are woken.
   std::shared_ptr<Prefetch> Fetch(Clock::time_point t0,
-                                  std::function<Status(Prefetch&, store::RowReadStats*)> read,
+                                  std::function<Status(Prefetch&, IoCounts*)> read,
                                   std::vector<int32_t> rows = {}) {
     auto p = std::make_shared<Prefetch>();
     p->rows = std::move(rows);
     p->issued_ms = Ms(t0, Clock::now());
     Submit([p, t0, read = std::move(read)] {
-      store::RowReadStats st;
-      Status s = read(*p, &st);
+      IoCounts io;
+      Status s = read(*p, &io);
       std::lock_guard<std::mutex> l(p->mu);
-      p->stats = st;
+      p->io = io;
       p->status = s;
       p->completed_ms = Ms(t0, Clock::now());
       p->done = true;
@@ -349,54 +445,128 @@ struct Engine::Impl {
 
 Status Engine::Impl::ReadSelected(const store::LookupResult& m, int layer,
                                   std::span<const int32_t> rows, char* k, char* v, bool prefetch,
-                                  store::RowReadStats* stats) {
+                                  IoCounts* io) {
   const uint32_t C = opts.chunk_tokens;
-  std::vector<store::RowRead> reads;
-  std::vector<std::vector<uint32_t>> per_chunk;
-  std::vector<size_t> first;  // index in `rows` of each read's first row
+  const size_t rb = row_bytes;
+  // One group per chunk: its rows (chunk-local) and where they go in k/v.
+  struct Group {
+    size_t chunk = 0, first = 0;  // first: index in `rows` of the group's first row
+    std::vector<uint16_t> local;
+    uint64_t key = 0;
+    cache::Pin pin;
+    RowEntryView have;
+    std::vector<uint16_t> missing;  // rows (K and/or V) the pool entry lacks
+    std::string mk, mv;             // their bytes, read from disk
+  };
+  std::vector<Group> groups;
   for (size_t i = 0; i < rows.size();) {
-    const size_t chunk = static_cast<size_t>(rows[i]) / C;
-    per_chunk.emplace_back();
-    first.push_back(i);
-    while (i < rows.size() && static_cast<size_t>(rows[i]) / C == chunk) {
-      per_chunk.back().push_back(static_cast<uint32_t>(rows[i] - chunk * C));
+    Group g;
+    g.chunk = static_cast<size_t>(rows[i]) / C;
+    g.first = i;
+    while (i < rows.size() && static_cast<size_t>(rows[i]) / C == g.chunk) {
+      g.local.push_back(static_cast<uint16_t>(rows[i] - g.chunk * C));
       ++i;
     }
+    groups.push_back(std::move(g));
+  }
+  std::vector<store::RowRead> reads;
+  std::vector<std::vector<uint32_t>> read_rows;
+  std::vector<size_t> read_group;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    Group& g = groups[gi];
+    g.key = RowsKey(m.prefix_hashes[g.chunk], layer);
+    // The chunk's importance for the score policy: the share of its rows
+    // this read needs.
+    g.pin = pools->Access(g.key, static_cast<uint32_t>(g.local.size()), m.chunk_tokens[g.chunk]);
+    if (g.pin.tier() != cache::Tier::kDisk && g.pin.data()) g.have = ParseRowEntry(*g.pin.data(), rb);
+    for (uint16_t r : g.local) {
+      if ((k && !g.have.K(r, rb)) || (v && !g.have.V(r, rb))) g.missing.push_back(r);
+    }
+    if (g.missing.empty()) {
+      g.pin.tier() == cache::Tier::kDevice ? ++io->device_hits : ++io->host_hits;
+      continue;
+    }
+    ++io->disk_reads;
+    g.mk.assign(k ? g.missing.size() * rb : 0, '\0');
+    g.mv.assign(v ? g.missing.size() * rb : 0, '\0');
     store::RowRead r;
-    r.chunk = m.chunks[chunk];
-    r.prefix_hash = m.prefix_hashes[chunk];
+    r.chunk = m.chunks[g.chunk];
+    r.prefix_hash = m.prefix_hashes[g.chunk];
     r.layer = static_cast<uint16_t>(layer);
     r.prefetch = prefetch;
+    r.k = k ? g.mk.data() : nullptr;
+    r.v = v ? g.mv.data() : nullptr;
     reads.push_back(r);
+    read_rows.emplace_back(g.missing.begin(), g.missing.end());
+    read_group.push_back(gi);
   }
-  for (size_t j = 0; j < reads.size(); ++j) {
-    reads[j].rows = per_chunk[j];
-    reads[j].k = k ? k + first[j] * row_bytes : nullptr;
-    reads[j].v = v ? v + first[j] * row_bytes : nullptr;
+  if (!reads.empty()) {
+    for (size_t j = 0; j < reads.size(); ++j) reads[j].rows = read_rows[j];
+    store::RowReadStats st;
+    RETURN_IF_ERROR(store->ReadRows(reads, &st));
+    io->bytes += st.bytes;
+    io->records += st.records;
+    for (const store::RowRead& r : reads) RETURN_IF_ERROR(r.status);
   }
-  store::RowReadStats st;
-  RETURN_IF_ERROR(store->ReadRows(reads, &st));
-  stats->bytes += st.bytes;
-  stats->records += st.records;
-  for (const store::RowRead& r : reads) RETURN_IF_ERROR(r.status);
+  for (Group& g : groups) {
+    auto read_k = [&](uint16_t r) -> const char* {
+      auto it = std::lower_bound(g.missing.begin(), g.missing.end(), r);
+      return it != g.missing.end() && *it == r && k ? g.mk.data() + (it - g.missing.begin()) * rb
+                                                    : g.have.K(r, rb);
+    };
+    auto read_v = [&](uint16_t r) -> const char* {
+      auto it = std::lower_bound(g.missing.begin(), g.missing.end(), r);
+      return it != g.missing.end() && *it == r && v ? g.mv.data() + (it - g.missing.begin()) * rb
+                                                    : g.have.V(r, rb);
+    };
+    for (size_t i = 0; i < g.local.size(); ++i) {
+      if (k) std::memcpy(k + (g.first + i) * rb, read_k(g.local[i]), rb);
+      if (v) std::memcpy(v + (g.first + i) * rb, read_v(g.local[i]), rb);
+    }
+    if (g.missing.empty()) continue;
+    // The pool entry grows by what was read (verified by the store).
+    const std::vector<uint16_t> krows = k ? Union(g.have.krows, g.missing)
+                                          : std::vector<uint16_t>(g.have.krows.begin(), g.have.krows.end());
+    const std::vector<uint16_t> vrows = v ? Union(g.have.vrows, g.missing)
+                                          : std::vector<uint16_t>(g.have.vrows.begin(), g.have.vrows.end());
+    cache::Buffer e = BuildRowEntry(krows, vrows, rb, read_k, read_v);
+    const uint64_t bytes = e->size();
+    g.pin = pools->Replace(g.key, bytes, std::move(e));
+  }
   return Status::Ok();
 }
 
 Status Engine::Impl::ReadProbes(const store::LookupResult& m, size_t R, int layer, std::string* keys,
-                                store::RowReadStats* stats) {
+                                IoCounts* io) {
   const uint32_t C = opts.chunk_tokens;
   const size_t pb = static_cast<size_t>(std::min(3, c.n_kv_heads)) * c.head_dim() * 2;
   keys->assign(R * pb, '\0');
-  std::vector<store::ProbeRead> reads(R / C);
-  for (size_t i = 0; i < reads.size(); ++i) {
-    reads[i] = store::ProbeRead{m.chunks[i], m.prefix_hashes[i], static_cast<uint16_t>(layer),
-                                keys->data() + i * C * pb};
+  std::vector<store::ProbeRead> reads;
+  std::vector<size_t> read_chunk;
+  std::vector<cache::Pin> pins;
+  for (size_t i = 0; i < R / C; ++i) {
+    cache::Pin pin = pools->Access(ProbeKey(m.prefix_hashes[i], layer), C, C);
+    if (pin.tier() != cache::Tier::kDisk && pin.data()) {
+      pin.tier() == cache::Tier::kDevice ? ++io->device_hits : ++io->host_hits;
+      std::memcpy(keys->data() + i * C * pb, pin.data()->data(), C * pb);
+      continue;
+    }
+    ++io->disk_reads;
+    reads.push_back(store::ProbeRead{m.chunks[i], m.prefix_hashes[i], static_cast<uint16_t>(layer),
+                                     keys->data() + i * C * pb});
+    read_chunk.push_back(i);
   }
+  if (reads.empty()) return Status::Ok();
   store::RowReadStats st;
   RETURN_IF_ERROR(store->ReadProbeKeys(reads, &st));
-  stats->bytes += st.bytes;
-  stats->records += st.records;
+  io->bytes += st.bytes;
+  io->records += st.records;
   for (const auto& r : reads) RETURN_IF_ERROR(r.status);
+  for (size_t j = 0; j < reads.size(); ++j) {
+    const char* src = keys->data() + read_chunk[j] * C * pb;
+    pools->Admit(ProbeKey(m.prefix_hashes[read_chunk[j]], layer), C * pb,
+                 std::make_shared<std::vector<char>>(src, src + C * pb));
+  }
   return Status::Ok();
 }
 
@@ -420,7 +590,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     io_ms += Ms(a, Clock::now());
     return s;
   };
-  store::RowReadStats st;
+  IoCounts st;
 
   // spec: what the previous layer prefetched for this one (probe keys and
   // the predicted rows), waited for here.
@@ -591,8 +761,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     }
   }
   rq.load_ms += io_ms;
-  rq.disk_bytes += st.bytes;
-  rq.disk_chunks += st.records;
+  rq.io.Add(st);
   trace->retention = R ? static_cast<double>(trace->rows) / static_cast<double>(R) : 1.0;
 
   if (spec && layer + 1 < c.n_layers && use_shared) {
@@ -604,7 +773,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     const store::LookupResult* m = rq.m;
     rq.prefetch[layer + 1] = Fetch(
         rq.t0,
-        [this, m, layer](Prefetch& p, store::RowReadStats* st) {
+        [this, m, layer](Prefetch& p, IoCounts* st) {
           p.k.assign(p.rows.size() * row_bytes, '\0');
           p.v.assign(p.rows.size() * row_bytes, '\0');
           if (p.rows.empty()) return Status::Ok();
@@ -650,7 +819,7 @@ Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions o
   if (!Implemented(options.system)) {
     return Status::InvalidArgument("system " + std::string(SystemName(options.system)) +
                                    " is not implemented yet (implemented: recompute, as-like, as-h2o-lru, as-h2o-lfu, "
-                                   "impress-itf, impress-ro, spec)");
+                                   "impress, impress-itf, impress-ro, spec)");
   }
   auto impl = std::make_unique<Impl>(model, std::move(options));
   impl->aggregation = *select::ParseAggregation(impl->opts.aggregation);
@@ -675,7 +844,8 @@ Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions o
     cache::CacheOptions co;
     co.device_bytes = impl->opts.device_bytes;
     co.host_bytes = impl->opts.host_bytes;
-    co.policy = cache::PolicyKind::kLru;
+    co.policy = impl->opts.policy.empty() ? DefaultPolicy(impl->opts.system)
+                                          : *cache::ParsePolicy(impl->opts.policy);
     ASSIGN_OR_RETURN(impl->pools, cache::TieredCache::Create(co));
     Impl* raw = impl.get();
     impl->loader = std::thread([raw] {
@@ -696,7 +866,9 @@ Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions o
           if (im.maint_cv.wait_for(l, every, [&] { return im.stop; })) return;
         }
         auto r = e->Maintain();
-        if (!r.ok()) TIERKV_LOG(kWarn) << "engine maintenance: " << r.status().ToString();
+        if (!r.ok()) {
+          TIERKV_LOG(kWarn) << "engine maintenance: " << r.status().ToString();
+        }
       }
     });
   }
@@ -758,7 +930,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       for (int l = 0; l < c.n_layers; ++l) {
         if (!h2o && !(l < static_cast<int>(hint.size()) && hint[l])) continue;
         const store::LookupResult* mp = &m;
-        rq.key_fetch[l] = im.Fetch(t0, [&im, mp, R, l](Prefetch& p, store::RowReadStats* st) {
+        rq.key_fetch[l] = im.Fetch(t0, [&im, mp, R, l](Prefetch& p, IoCounts* st) {
           std::vector<int32_t> all(R);
           for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
           p.k.assign(R * im.row_bytes, '\0');
@@ -770,7 +942,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
                   sys == System::kImpressRo || sys == System::kSpec)) {
       for (int l = 0; l < c.n_layers; ++l) {
         const store::LookupResult* mp = &m;
-        rq.probe_fetch[l] = im.Fetch(t0, [&im, mp, R, l](Prefetch& p, store::RowReadStats* st) {
+        rq.probe_fetch[l] = im.Fetch(t0, [&im, mp, R, l](Prefetch& p, IoCounts* st) {
           return im.ReadProbes(*mp, R, l, &p.probe_keys, st);
         });
       }
@@ -870,25 +1042,27 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       for (int l = 0; l < c.n_layers; ++l) {
         const auto& kf = rq.key_fetch[l];
         if (kf && !st.layers[l].fallback && (sys != System::kAsH2oLru && sys != System::kAsH2oLfu)) {
-          rq.disk_bytes += kf->stats.bytes;
-          rq.disk_chunks += kf->stats.records;
+          rq.io.Add(kf->io);
         }
       }
       st.identify_ms = rq.identify_ms;
       wait_ms = rq.load_ms;
-      st.disk_bytes_read = rq.disk_bytes;
+      st.disk_bytes_read = rq.io.bytes;
+      st.device_hits = rq.io.device_hits;
+      st.host_hits = rq.io.host_hits;
+      st.disk_reads = rq.io.disk_reads;
       st.fallback_layers = rq.fallbacks;
     }
     st.load_wait_ms = wait_ms;
     st.compute_ms = Ms(t_compute, t_done) - wait_ms - st.identify_ms;
     st.ttft_ms = Ms(t0, t_done);
-    for (const LoadState::Layer& L : state->layers) {
+    for (const LoadState::Layer& L : state->layers) {  // as-like
       st.device_hits += L.device_hits;
       st.host_hits += L.host_hits;
       st.disk_reads += L.disk_reads;
       st.disk_bytes_read += L.disk_bytes;
     }
-    st.disk_chunks_read = selective ? rq.disk_chunks : st.disk_reads;
+    st.disk_chunks_read = selective ? rq.io.records : st.disk_reads;
     if (last_only) {
       out.logits = std::move(r->logits);
       out.logits_rows = 1;

@@ -72,6 +72,10 @@ struct EngineOptions {
   double retention = 1.0;          // share of R's rows used per layer (selective systems)
   double alpha = 0.6;              // impress/spec: probes decide when their Jaccard >= j^alpha
   std::string aggregation = "sum"; // impress/spec: how the probe heads' sets combine: sum or vote
+  // The device and host pools' policy: lru, lfu, score or car; empty: the
+  // system's own (lfu for as-h2o-lfu, score for impress and spec, car for
+  // car, lru for the others).
+  std::string policy;
   uint32_t chunk_tokens = 64;
   std::string cache_dir;           // the disk tier; required unless system is recompute
   uint64_t disk_budget_bytes = 0;  // 0: unlimited

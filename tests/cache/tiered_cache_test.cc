@@ -301,5 +301,37 @@ TEST(PolicyTraceTest, RejectsBadOptions) {
   EXPECT_THAT(sim::RunPolicyTrace(o), StatusIs(StatusCode::kInvalidArgument, "device_fraction"));
 }
 
+TEST(TieredCacheTest, ReplaceSwapsTheBytesKeepsStatisticsAndOldPinsKeepTheirCopy) {
+  auto c = Make(PolicyKind::kLfu, 100, 200);
+  Pin old = c->Access(1, 1, 4);
+  old = c->Admit(1, 40, Bytes(40, 'a'));
+  ASSERT_EQ(old.tier(), Tier::kDevice);
+  { Pin p = c->Access(1, 2, 4); }  // two accesses now
+  // The chunk gained rows: 90 bytes still fit the device.
+  Pin grown = c->Replace(1, 90, Bytes(90, 'b'));
+  EXPECT_EQ(grown.tier(), Tier::kDevice);
+  EXPECT_EQ(grown.data()->size(), 90u);
+  EXPECT_EQ(old.data()->size(), 40u);  // the pin taken before keeps its buffer
+  EXPECT_EQ((*old.data())[0], 'a');
+  EXPECT_EQ(c->stats().device_used, 90u);
+  EXPECT_THAT(c->TEST_Validate(), IsOk());
+  old.Release();
+  grown.Release();
+  // Too large for the device now: it goes to the host, its LFU count intact
+  // (a chunk accessed once cannot displace it from the host).
+  Pin big = c->Replace(1, 150, Bytes(150, 'c'));
+  EXPECT_EQ(big.tier(), Tier::kHost);
+  big.Release();
+  EXPECT_EQ(c->stats().device_used, 0u);
+  { Pin p = c->Access(2, 1, 1); p = c->Admit(2, 100, Bytes(100, 'd')); }
+  EXPECT_EQ(c->TierOf(2), Tier::kDevice);
+  { Pin p = c->Access(3, 1, 1); p = c->Admit(3, 100, Bytes(100, 'e')); }
+  EXPECT_EQ(c->TierOf(3), Tier::kDevice);
+  // 2, demoted, could not displace 1 from the host: 1 kept its three accesses.
+  EXPECT_EQ(c->TierOf(1), Tier::kHost);
+  EXPECT_EQ(c->TierOf(2), Tier::kDisk);
+  EXPECT_THAT(c->TEST_Validate(), IsOk());
+}
+
 }  // namespace
 }  // namespace tierkv::cache

@@ -203,7 +203,8 @@ TEST_F(EngineTest, SelectiveSystemsAtRetentionOneGiveTheSameLogits) {
   const size_t P = 320, Q = 40;  // R = 320: whole chunks
   const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
   const std::vector<float> want = SplitReference(b, P, P);
-  for (System sys : {System::kImpressItf, System::kSpec, System::kAsH2oLru, System::kAsH2oLfu}) {
+  for (System sys : {System::kImpress, System::kImpressItf, System::kSpec, System::kAsH2oLru,
+                     System::kAsH2oLfu}) {
     SCOPED_TRACE(std::string(SystemName(sys)));
     store::testing::TempDir dir;
     EngineOptions o = Options(dir.path());
@@ -312,6 +313,7 @@ TEST_F(EngineTest, ImpressRoReadsLessAfterReorderingWithTheSameLogits) {
   o.system = System::kImpressRo;
   o.retention = 0.25;
   o.alpha = 1.0;  // every layer decided by its probes (docs/systems.md)
+  o.device_bytes = o.host_bytes = 0;  // every read from disk: the layout is what changes
   ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
   ASSERT_OK(eng->Serve(a).status());
   ServeOptions so;
@@ -348,6 +350,51 @@ TEST_F(EngineTest, ImpressRoReadsLessAfterReorderingWithTheSameLogits) {
   EXPECT_EQ(none.reordered_runs, 0u);
 }
 
+// impress: the pools cache the rows a request read (per chunk layer), so the
+// same request again is served from the device pool with the same logits,
+// another query over the same prefix reads only the rows the pools lack,
+// and without pools every request reads the disk again.
+TEST_F(EngineTest, ImpressServesRepeatedRowsFromThePools) {
+  const size_t P = 640, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q),
+                             c = Prompt(P, 2000, Q);
+  ServeOptions so;
+  so.logits_from = P;
+  so.store = false;
+  for (bool pools : {true, false}) {
+    SCOPED_TRACE(pools ? "pools" : "no pools");
+    store::testing::TempDir dir;
+    EngineOptions o = Options(dir.path());
+    o.system = System::kImpress;
+    o.retention = 0.25;
+    o.alpha = 1.0;
+    if (!pools) o.device_bytes = o.host_bytes = 0;
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+    ASSERT_OK(eng->Serve(a).status());
+    ASSERT_OK_AND_ASSIGN(ServeResult cold, eng->Serve(b, so));
+    ASSERT_OK_AND_ASSIGN(ServeResult warm, eng->Serve(b, so));
+    ASSERT_OK_AND_ASSIGN(ServeResult other, eng->Serve(c, so));
+    std::printf("impress (%s): bytes read cold %llu, warm %llu, other query %llu; device hit ratio "
+                "%.2f / %.2f / %.2f\n",
+                pools ? "pools" : "no pools", (unsigned long long)cold.stats.disk_bytes_read,
+                (unsigned long long)warm.stats.disk_bytes_read,
+                (unsigned long long)other.stats.disk_bytes_read, cold.stats.device_hit_ratio(),
+                warm.stats.device_hit_ratio(), other.stats.device_hit_ratio());
+    EXPECT_EQ(MaxDiff(warm.logits, cold.logits), 0.0);
+    EXPECT_GT(cold.stats.disk_bytes_read, 0u);
+    EXPECT_EQ(cold.stats.device_hits, 0u);
+    if (pools) {
+      EXPECT_EQ(warm.stats.disk_bytes_read, 0u);
+      EXPECT_EQ(warm.stats.device_hit_ratio(), 1.0);
+      EXPECT_GT(other.stats.device_hits, 0u);
+      EXPECT_LT(other.stats.disk_bytes_read, cold.stats.disk_bytes_read);
+    } else {
+      EXPECT_EQ(warm.stats.disk_bytes_read, cold.stats.disk_bytes_read);
+      EXPECT_EQ(warm.stats.device_hits, 0u);
+    }
+  }
+}
+
 TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
   EXPECT_THAT(ParseSystem("impres").status(), StatusIs(StatusCode::kInvalidArgument));
   ASSERT_OK_AND_ASSIGN(System s, ParseSystem("as-h2o-lfu"));
@@ -359,8 +406,10 @@ TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
   o.retention = 0;
   EXPECT_THAT(Engine::Open(*model_, o).status(), StatusIs(StatusCode::kInvalidArgument));
   o.retention = 1;
-  o.system = System::kCar;
-  EXPECT_THAT(Engine::Open(*model_, o).status(), StatusIs(StatusCode::kInvalidArgument));
+  o.policy = "mru";
+  EXPECT_THAT(Engine::Open(*model_, o).status(),
+              StatusIs(StatusCode::kInvalidArgument, "policy"));
+  o.policy = "";
   store::testing::TempDir dir;
   ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
   EXPECT_THAT(eng->Serve({}).status(), StatusIs(StatusCode::kInvalidArgument));
