@@ -119,6 +119,15 @@ void AddCompare(CLI::App& app, Action* run) {
         o.host_bytes = static_cast<uint64_t>(a->host_share * stored);
         auto eng = engine::Engine::Open(model, o);
         if (!eng.ok()) return Fail(eng.status().ToString());
+        if (sys == engine::System::kCar) {
+          // CaR's profiling prompts: the file's first prefixes, unmeasured.
+          std::vector<std::vector<int32_t>> profiling;
+          for (size_t i = 0; i < std::min<size_t>(8, reqs->size()); ++i) {
+            profiling.push_back((*reqs)[i].prefix);
+          }
+          auto p = (*eng)->Profile(profiling);
+          if (!p.ok()) return Fail("car: " + p.status().ToString());
+        }
         for (int pass = 0; pass < a->warmup; ++pass) {
           for (const PromptPair& r : *reqs) {
             engine::ServeOptions so;

@@ -90,6 +90,8 @@ struct PrefillOptions {
   bool capture_kv = false;
   KvDType kv_dtype = KvDType::kF32;
   bool column_sums = false;
+  // Measure each layer's attention sparsity (PrefillResult::sparsity).
+  bool attention_sparsity = false;
   LogitsMode logits = LogitsMode::kLast;
 };
 
@@ -107,6 +109,10 @@ struct PrefillResult {
   // column_sums[layer][q_head][j]: importance of the j-th supplied row of
   // that head's KV head, in the order the rows were supplied.
   std::vector<std::vector<std::vector<float>>> column_sums;
+  // attention_sparsity: per layer, the share of the causal attention weights
+  // (all heads, all new rows, over supplied and new rows) below 1% of their
+  // row's maximum (CaR's profile).
+  std::vector<double> sparsity;
 };
 
 class Model {

@@ -16,6 +16,9 @@
 #include "kernels/attention.h"
 #include "select/identify.h"
 #include "select/importance.h"
+#include "select/profile.h"
+#include "tierkv/filesystem.h"
+#include <nlohmann/json.hpp>
 #include "store/chunk_store.h"
 #include "store/fingerprint.h"
 #include "tierkv/logging.h"
@@ -135,7 +138,7 @@ Result<System> ParseSystem(std::string_view name) {
 bool Implemented(System s) {
   return s == System::kRecompute || s == System::kAsLike || s == System::kAsH2oLru ||
          s == System::kAsH2oLfu || s == System::kImpress || s == System::kImpressItf ||
-         s == System::kImpressRo ||
+         s == System::kImpressRo || s == System::kCar ||
          s == System::kSpec;
 }
 
@@ -147,6 +150,11 @@ bool Selective(System s) {
 // +RO and spec, which builds on impress (DESIGN: "spec adds" speculation).
 bool Reorders(System s) {
   return s == System::kImpressRo || s == System::kImpress || s == System::kSpec;
+}
+// The systems that read all of R's keys and keep each head's top-k (H2O):
+// the as-h2o baselines, and car with its per-layer retention.
+bool ReadsAllKeys(System s) {
+  return s == System::kAsH2oLru || s == System::kAsH2oLfu || s == System::kCar;
 }
 // The pools' policy when the options name none: the papers' configuration
 // of each system.
@@ -249,6 +257,7 @@ struct SelectiveRequest {
   double identify_ms = 0, load_ms = 0;
   IoCounts io;
   int fallbacks = 0;
+  std::vector<double> layer_retention;  // car
 };
 
 namespace {
@@ -313,6 +322,52 @@ struct Engine::Impl {
   // (impress, spec): such layers get all of R's keys requested at the start.
   std::mutex hint_mu;
   std::vector<bool> fell_back_last;
+
+  // A saved profile of this model (the store's fingerprint), if any; a
+  // missing, damaged or foreign one is measured again on first use.
+  void LoadProfile() {
+    auto text = ReadFileToString(FileSystem::Default(), ProfilePath());
+    if (!text.ok()) return;
+    const auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    std::string bad;
+    if (j.is_discarded() || !j.is_object()) {
+      bad = "not a JSON object";
+    } else if (!j.contains("fingerprint") || !j["fingerprint"].is_number_unsigned()) {
+      bad = "field 'fingerprint' missing or not a number";
+    } else if (j["fingerprint"].get<uint64_t>() != fingerprint) {
+      bad = "field 'fingerprint' names another model";
+    } else if (!j.contains("sparsity") || !j["sparsity"].is_array() ||
+               j["sparsity"].size() != static_cast<size_t>(c.n_layers)) {
+      bad = "field 'sparsity' is not an array of " + std::to_string(c.n_layers) + " numbers";
+    } else {
+      std::vector<double> s;
+      for (const auto& x : j["sparsity"]) {
+        if (!x.is_number() || !(x.get<double>() >= 0 && x.get<double>() <= 1)) {
+          bad = "field 'sparsity' holds a value outside [0, 1]";
+          break;
+        }
+        s.push_back(x.get<double>());
+      }
+      if (bad.empty()) {
+        std::lock_guard<std::mutex> l(profile_mu);
+        sparsity = s;
+        layer_retention = select::LayerRetention(s, opts.retention);
+        return;
+      }
+    }
+    TIERKV_LOG(kWarn) << "car: ignoring " << ProfilePath() << ": " << bad
+                      << "; the profile is measured again";
+  }
+
+  // car: per-layer retention from the sparsity profile (empty until profiled).
+  std::mutex profile_mu;
+  std::vector<double> sparsity, layer_retention;
+  uint64_t fingerprint = 0;
+  std::string ProfilePath() const { return opts.cache_dir + "/car-profile.json"; }  // see Open
+  std::vector<double> LayerRetention() {
+    std::lock_guard<std::mutex> l(profile_mu);
+    return layer_retention;
+  }
 
   std::mutex q_mu;
   std::condition_variable q_cv;
@@ -575,8 +630,12 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
   const size_t R = rq.R;
   const int H = c.n_kv_heads, hd = c.head_dim();
   const size_t hb = static_cast<size_t>(hd) * 2;
-  const size_t k = select::CountForFraction(R, opts.retention);
   const int layer = view.layer;
+  // car keeps a share of each layer by its profile; the others, the same share everywhere.
+  const size_t k = select::CountForFraction(
+      R, opts.system == System::kCar && layer < static_cast<int>(rq.layer_retention.size())
+             ? rq.layer_retention[layer]
+             : opts.retention);
   SelectiveLayer& L = rq.layers[layer];
   kernels::AttentionScratch scratch;
   const bool spec = opts.system == System::kSpec;
@@ -801,6 +860,43 @@ const EngineOptions& Engine::options() const { return impl_->opts; }
 
 store::ChunkStore* Engine::TEST_store() { return impl_->store.get(); }
 
+Result<std::vector<double>> Engine::Profile(std::span<const std::vector<int32_t>> prompts) {
+  Impl& im = *impl_;
+  if (im.opts.system != System::kCar) {
+    return Status::InvalidArgument("profile: only car uses a sparsity profile");
+  }
+  if (prompts.empty()) return Status::InvalidArgument("profile: no profiling prompts");
+  const int L = im.c.n_layers;
+  std::vector<double> sum(L, 0.0);
+  size_t used = 0, tokens = 0;
+  for (const auto& p : prompts) {
+    if (p.empty()) continue;
+    PrefillOptions po;
+    po.attention_sparsity = true;
+    po.logits = LogitsMode::kNone;
+    ASSIGN_OR_RETURN(PrefillResult r, im.model.Prefill(p, po));
+    for (int l = 0; l < L; ++l) sum[l] += r.sparsity[l];
+    ++used;
+    tokens += p.size();
+  }
+  if (used == 0) return Status::InvalidArgument("profile: every profiling prompt is empty");
+  for (double& x : sum) x /= static_cast<double>(used);
+  nlohmann::json j;
+  j["fingerprint"] = im.fingerprint;
+  j["prompts"] = used;
+  j["tokens"] = tokens;
+  j["sparsity"] = sum;
+  Status saved = WriteFileAtomically(FileSystem::Default(), im.ProfilePath(), j.dump(1));
+  if (!saved.ok()) {
+    // The profile still serves this engine; the next one measures again.
+    TIERKV_LOG(kWarn) << "car: saving the sparsity profile: " << saved.ToString();
+  }
+  std::lock_guard<std::mutex> l(im.profile_mu);
+  im.sparsity = sum;
+  im.layer_retention = select::LayerRetention(sum, im.opts.retention);
+  return sum;
+}
+
 Result<MaintainResult> Engine::Maintain() {
   MaintainResult out;
   Impl& im = *impl_;
@@ -819,7 +915,7 @@ Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions o
   if (!Implemented(options.system)) {
     return Status::InvalidArgument("system " + std::string(SystemName(options.system)) +
                                    " is not implemented yet (implemented: recompute, as-like, as-h2o-lru, as-h2o-lfu, "
-                                   "impress, impress-itf, impress-ro, spec)");
+                                   "impress, impress-itf, impress-ro, spec, car)");
   }
   auto impl = std::make_unique<Impl>(model, std::move(options));
   impl->aggregation = *select::ParseAggregation(impl->opts.aggregation);
@@ -828,9 +924,11 @@ Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions o
   if (impl->opts.system != System::kRecompute) {
     store::StoreOptions so;
     so.dir = impl->opts.cache_dir;
+    so.owner_files = {"car-profile.json"};
     so.fingerprint = store::Fingerprint(store::FingerprintInput{
         model.content_hash(), c.ToString(), impl->opts.tokenizer_hash, store::KvDtype::kF16,
         impl->opts.chunk_tokens});
+    impl->fingerprint = so.fingerprint;
     so.model_description = c.ToString();
     so.chunk_tokens = impl->opts.chunk_tokens;
     so.layers = static_cast<uint16_t>(c.n_layers);
@@ -847,6 +945,7 @@ Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions o
     co.policy = impl->opts.policy.empty() ? DefaultPolicy(impl->opts.system)
                                           : *cache::ParsePolicy(impl->opts.policy);
     ASSIGN_OR_RETURN(impl->pools, cache::TieredCache::Create(co));
+    if (impl->opts.system == System::kCar) impl->LoadProfile();
     Impl* raw = impl.get();
     impl->loader = std::thread([raw] {
       pthread_setname_np(pthread_self(), "tierkv-load");
@@ -886,6 +985,16 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
                                    " is not below the prompt's " + std::to_string(n) + " tokens");
   }
   const size_t cap = last_only ? n - 1 : so.logits_from;
+  std::vector<double> layer_retention;
+  if (im.opts.system == System::kCar) {
+    layer_retention = im.LayerRetention();
+    if (layer_retention.empty()) {
+      // No profile yet: this request's prompt is the profiling prompt.
+      const std::vector<int32_t> own(tokens.begin(), tokens.end());
+      RETURN_IF_ERROR(Profile(std::span(&own, 1)).status());
+      layer_retention = im.LayerRetention();
+    }
+  }
   const auto t0 = Clock::now();
   for (int attempt = 1;; ++attempt) {
     ServeResult out;
@@ -920,13 +1029,32 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     rq.probe_fetch.resize(c.n_layers);
     rq.key_fetch.resize(c.n_layers);
     const System sys = im.opts.system;
+    rq.layer_retention = layer_retention;
+    // car: the cache's score rules follow the request (CaR III-B3): +1 when
+    // it enters the scheduler's window, +1 when it starts (the same moment
+    // until the server's scheduler lands), -2 when it finishes.
+    std::vector<uint64_t> car_keys;
+    if (sys == System::kCar) {
+      for (size_t i = 0; i < R / im.opts.chunk_tokens; ++i) {
+        for (int l = 0; l < c.n_layers; ++l) car_keys.push_back(RowsKey(m.prefix_hashes[i], l));
+      }
+      im.pools->OnRequestEvent(car_keys, cache::RequestEvent::kEnterWindow);
+      im.pools->OnRequestEvent(car_keys, cache::RequestEvent::kStart);
+    }
+    struct Finish {
+      cache::TieredCache* pools;
+      const std::vector<uint64_t>& keys;
+      ~Finish() {
+        if (!keys.empty()) pools->OnRequestEvent(keys, cache::RequestEvent::kFinish);
+      }
+    } finish{im.pools.get(), car_keys};
     if (R > 0 && selective) {
       std::vector<bool> hint;
       {
         std::lock_guard<std::mutex> l(im.hint_mu);
         hint = im.fell_back_last;
       }
-      const bool h2o = sys == System::kAsH2oLru || sys == System::kAsH2oLfu;
+      const bool h2o = ReadsAllKeys(sys);
       for (int l = 0; l < c.n_layers; ++l) {
         if (!h2o && !(l < static_cast<int>(hint.size()) && hint[l])) continue;
         const store::LookupResult* mp = &m;
@@ -1041,7 +1169,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       // were read for nothing; they still count as read.
       for (int l = 0; l < c.n_layers; ++l) {
         const auto& kf = rq.key_fetch[l];
-        if (kf && !st.layers[l].fallback && (sys != System::kAsH2oLru && sys != System::kAsH2oLfu)) {
+        if (kf && !st.layers[l].fallback && !ReadsAllKeys(sys)) {
           rq.io.Add(kf->io);
         }
       }

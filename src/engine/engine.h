@@ -145,6 +145,14 @@ class Engine {
 
   Result<ServeResult> Serve(std::span<const int32_t> tokens, const ServeOptions& options = {});
 
+  // car: measures each layer's attention sparsity on `prompts` (CaR's
+  // profiling prompts, run once per model), turns it into per-layer
+  // retention, and saves it beside the store (car-profile.json, with the
+  // store's fingerprint: another model's profile is never used). A car engine
+  // without a saved profile profiles on its first request's prompt.
+  // Returns the sparsity per layer. InvalidArgument: no prompts, or not car.
+  Result<std::vector<double>> Profile(std::span<const std::vector<int32_t>> prompts);
+
   // Background work, one round: for impress-ro and spec, KV reordering of the runs
   // whose importance the requests reported (IMPRESS 4.4.1: the paper runs it
   // every few minutes). Safe while requests run; a no-op for the others.

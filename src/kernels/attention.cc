@@ -189,6 +189,14 @@ void GatherRows(const void* src, KvDType dtype, size_t count, size_t stride, int
 
 namespace {
 
+// The softmax rows here hold exp(s - max): the row's maximum weight is 1.
+void CountNearZero(const float* e, int n, uint64_t* weights, uint64_t* near_zero) {
+  uint64_t z = 0;
+  for (int j = 0; j < n; ++j) z += e[j] < 0.01f;
+  *weights += static_cast<uint64_t>(n);
+  *near_zero += z;
+}
+
 void AttendRows(const AttentionArgs& a, AttentionScratch* scratch) {
   const int T = a.n_new;
   const int hd = a.head_dim;
@@ -238,6 +246,7 @@ void AttendRows(const AttentionArgs& a, AttentionScratch* scratch) {
       if (colsum) {
         for (int j = 0; j < np; ++j) colsum[j] += s[j] * inv;
       }
+      if (a.near_zero) CountNearZero(s, n_valid, a.weights, a.near_zero);
       if (avx2) {
         WeightedValuesAvx2(s, v.data(), hd, n_valid, inv, out);
       } else {
@@ -287,6 +296,7 @@ void AttendBlocks(const AttentionArgs& a, AttentionScratch* scratch) {
         if (colsum) {
           for (int j = 0; j < np; ++j) colsum[j] += row[j] * inv[r];
         }
+        if (a.near_zero) CountNearZero(row, n_valid, a.weights, a.near_zero);
       }
       float* ob = out + static_cast<size_t>(i0) * a.out_stride;
       float beta = 0.0f;

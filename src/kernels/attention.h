@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "tierkv/kv.h"
@@ -28,6 +29,11 @@ struct AttentionArgs {
   // If set, colsum[g*prefix.count + j] += sum over new rows of the softmax
   // weight on prefix row j (H2O importance), in the order rows were given.
   float* colsum = nullptr;
+  // If set, counts the causal attention weights (every query head of the
+  // group, every new row): all of them into *weights, and those below 1% of
+  // their row's maximum into *near_zero (CaR's measure of sparsity).
+  uint64_t* weights = nullptr;
+  uint64_t* near_zero = nullptr;
 };
 
 // Per-thread reusable buffers; not thread-safe, one per calling thread.

@@ -270,6 +270,8 @@ Result<PrefillResult> Transformer::Prefill(std::span<const int32_t> tokens,
     // KV heads are independent: one task each on the compute threads. Each
     // task writes only its own heads' output columns and column sums.
     std::vector<std::vector<float>> colsums(opt.column_sums ? c.n_kv_heads : 0);
+    std::vector<uint64_t> weights(opt.attention_sparsity ? c.n_kv_heads : 0),
+        near_zero(opt.attention_sparsity ? c.n_kv_heads : 0);
     pool->ParallelFor(c.n_kv_heads, [&](int g) {
       thread_local kernels::AttentionScratch scratch;
       kernels::AttentionArgs a;
@@ -288,6 +290,10 @@ Result<PrefillResult> Transformer::Prefill(std::span<const int32_t> tokens,
         colsums[g].assign(a.prefix.count * c.group(), 0.0f);
         a.colsum = colsums[g].data();
       }
+      if (opt.attention_sparsity) {
+        a.weights = &weights[g];
+        a.near_zero = &near_zero[g];
+      }
       kernels::AttendKvGroup(a, &scratch);
     });
     if (opt.column_sums) {
@@ -298,6 +304,14 @@ Result<PrefillResult> Transformer::Prefill(std::span<const int32_t> tokens,
                     res.column_sums[l][g * c.group() + j].begin());
         }
       }
+    }
+    if (opt.attention_sparsity) {
+      uint64_t w = 0, z = 0;
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        w += weights[g];
+        z += near_zero[g];
+      }
+      res.sparsity.push_back(w ? static_cast<double>(z) / static_cast<double>(w) : 0.0);
     }
     // x += att · Wo^T
     kernels::ParallelMatMulNT(pool, T, dim, dim, 1.0f, att.data(), dim, L.wo.data(), dim, 1.0f,

@@ -20,6 +20,13 @@
 namespace tierkv::store {
 namespace {
 
+bool IsOwnerFile(const StoreOptions& o, const std::string& name) {
+  for (const std::string& f : o.owner_files) {
+    if (name == f || name == f + ".tmp") return true;
+  }
+  return false;
+}
+
 constexpr const char* kStoreFile = "STORE";
 constexpr const char* kStoreMagic = "tierkv-store";
 constexpr const char* kManifestFile = "MANIFEST";
@@ -262,7 +269,7 @@ Status ChunkStore::Init() {
       has_identity = true;
     } else if (SegmentNumber(name) == 0 && name != std::string(kStoreFile) + ".tmp" &&
                name != kManifestFile && name != std::string(kManifestFile) + ".tmp" &&
-               name != kLockFile) {
+               name != kLockFile && !IsOwnerFile(opts_, name)) {
       return Status::InvalidArgument("cache directory " + opts_.dir +
                                      " holds a file the store did not write: " + name +
                                      " (use an empty or tierkv-only directory)");

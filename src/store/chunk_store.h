@@ -46,6 +46,9 @@ namespace tierkv::store {
 struct StoreOptions {
   std::string dir;
   FileSystem* fs = nullptr;  // nullptr: FileSystem::Default()
+  // Files the store's owner keeps in the directory (the engine's car
+  // profile), with their ".tmp" siblings: tolerated, never touched.
+  std::vector<std::string> owner_files;
   // The namespace: a store refuses to open a directory written for another one.
   uint64_t fingerprint = 0;
   std::string model_description;  // human-readable, kept in STORE

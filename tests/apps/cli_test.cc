@@ -203,16 +203,18 @@ TEST(CliTest, CheckComparesASystemWithRecomputeAndRejectsBadPromptFiles) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("line 1: field 'query'"), std::string::npos) << r.out;
   // compare: the same requests through several systems, side by side.
-  r = Tierkv("compare --systems as-like,impress-itf,spec --prompt-file " + dir + "/p.jsonl --json");
+  r = Tierkv("compare --systems as-like,impress-itf,impress,spec,car --prompt-file " + dir +
+             "/p.jsonl --json");
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* key : {"\"as-like\":", "\"impress-itf\":", "\"spec\":", "\"ttft_ms_mean\"",
+  for (const char* key : {"\"as-like\":", "\"impress-itf\":", "\"impress\":", "\"spec\":",
+                          "\"car\":", "\"ttft_ms_mean\"",
                           "\"ttft_ms_p99\"", "\"load_wait_ms_mean\"", "\"disk_bytes_read\"",
                           "\"disk_chunks_read\"", "\"device_hit_ratio\""}) {
     EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
   }
-  r = Tierkv("compare --systems as-like,car --prompt-file " + dir + "/p.jsonl");
+  r = Tierkv("compare --systems as-like --policy mru --prompt-file " + dir + "/p.jsonl");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.out.find("car is not implemented yet"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--policy"), std::string::npos) << r.out;
   r = Tierkv("check --system nope --prompt-file " + dir + "/p.jsonl");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("unknown system 'nope'"), std::string::npos) << r.out;

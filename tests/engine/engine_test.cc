@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -204,7 +205,7 @@ TEST_F(EngineTest, SelectiveSystemsAtRetentionOneGiveTheSameLogits) {
   const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
   const std::vector<float> want = SplitReference(b, P, P);
   for (System sys : {System::kImpress, System::kImpressItf, System::kSpec, System::kAsH2oLru,
-                     System::kAsH2oLfu}) {
+                     System::kAsH2oLfu, System::kCar}) {
     SCOPED_TRACE(std::string(SystemName(sys)));
     store::testing::TempDir dir;
     EngineOptions o = Options(dir.path());
@@ -393,6 +394,70 @@ TEST_F(EngineTest, ImpressServesRepeatedRowsFromThePools) {
       EXPECT_EQ(warm.stats.device_hits, 0u);
     }
   }
+}
+
+// car: the first request profiles the model's attention sparsity (saved
+// beside the store with the model's fingerprint); the per-layer retention
+// follows it (sparser layers keep fewer rows, the mean is the retention
+// asked for); a second engine reuses the saved profile, and a damaged one is
+// measured again.
+TEST_F(EngineTest, CarKeepsEachLayersShareByItsSparsityProfile) {
+  const size_t P = 640, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  store::testing::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  o.system = System::kCar;
+  o.retention = 0.25;
+  const std::string path = dir.path() + "/car-profile.json";
+  std::vector<double> sparsity;
+  {
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+    ASSERT_OK(eng->Serve(a).status());
+    ASSERT_TRUE(std::filesystem::exists(path));
+    ServeOptions so;
+    so.logits_from = P;
+    so.store = false;
+    ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
+    ASSERT_OK_AND_ASSIGN(sparsity, eng->Profile(std::span(&a, 1)));
+    ASSERT_EQ(sparsity.size(), 8u);
+    double mean = 0;
+    for (size_t l = 0; l < 8; ++l) {
+      const LayerTrace& t = r.stats.layers[l];
+      std::printf("car layer %zu: sparsity %.3f, retention %.3f (%zu rows)\n", l, sparsity[l],
+                  t.retention, t.rows);
+      EXPECT_GT(sparsity[l], 0.0);
+      EXPECT_LT(sparsity[l], 1.0);
+      mean += t.retention / 8;
+    }
+    EXPECT_NEAR(mean, 0.25, 0.02);  // rows are whole: each layer rounds up
+    // The sparsest layer keeps the fewest rows, the densest the most.
+    const size_t sparsest = std::max_element(sparsity.begin(), sparsity.end()) - sparsity.begin();
+    const size_t densest = std::min_element(sparsity.begin(), sparsity.end()) - sparsity.begin();
+    EXPECT_LT(r.stats.layers[sparsest].rows, r.stats.layers[densest].rows);
+    // car's score rules: the request's chunks were pinned by +1 +1 -2; the
+    // same request again finds its rows in the device pool.
+    ASSERT_OK_AND_ASSIGN(ServeResult again, eng->Serve(b, so));
+    EXPECT_EQ(MaxDiff(again.logits, r.logits), 0.0);
+    EXPECT_GT(again.stats.device_hit_ratio(), 0.99);
+  }
+  // A second engine uses the saved profile (its file is not rewritten).
+  const auto written = std::filesystem::last_write_time(path);
+  {
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+    ASSERT_OK(eng->Serve(b).status());
+    EXPECT_EQ(std::filesystem::last_write_time(path), written);
+  }
+  // A damaged profile is measured again (and rewritten).
+  { std::ofstream(path) << "{\"fingerprint\": 1, \"sparsity\": [2]}"; }
+  {
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+    ASSERT_OK(eng->Serve(b).status());
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("\"sparsity\""), std::string::npos);
+  EXPECT_EQ(text.str().find("\"fingerprint\": 1,"), std::string::npos);
 }
 
 TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {

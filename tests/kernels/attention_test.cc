@@ -19,11 +19,13 @@ struct Case {
 };
 
 // Dense reference in double: every prefix row j with mask[j] is visible, plus
-// causal new rows. Returns out[g][i][d] and colsum[g][j] over all prefix rows.
+// causal new rows. Returns out[g][i][d] and colsum[g][j] over all prefix rows,
+// and counts the weights, and those below 1% of their row's maximum.
 void Reference(const Case& c, const std::vector<float>& q, const std::vector<float>& kp,
                const std::vector<float>& vp, const std::vector<float>& kn,
                const std::vector<float>& vn, const std::vector<char>& mask,
-               std::vector<double>* out, std::vector<double>* colsum) {
+               std::vector<double>* out, std::vector<double>* colsum, uint64_t* weights,
+               uint64_t* near_zero) {
   const int hd = c.head_dim;
   out->assign(static_cast<size_t>(c.group) * c.n_new * hd, 0.0);
   colsum->assign(static_cast<size_t>(c.group) * c.n_prefix, 0.0);
@@ -46,7 +48,11 @@ void Reference(const Case& c, const std::vector<float>& q, const std::vector<flo
       for (int j = 0; j <= i; ++j) add(&kn[static_cast<size_t>(j) * hd], &vn[static_cast<size_t>(j) * hd], -1);
       const double mx = *std::max_element(s.begin(), s.end());
       double sum = 0;
-      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (double& x : s) {
+        sum += (x = std::exp(x - mx));
+        *near_zero += x < 0.01;
+      }
+      *weights += s.size();
       for (size_t t = 0; t < s.size(); ++t) {
         const double p = s[t] / sum;
         for (int e = 0; e < hd; ++e) (*out)[(static_cast<size_t>(g) * c.n_new + i) * hd + e] += p * vs[t][e];
@@ -115,11 +121,19 @@ void RunCase(const Case& c, KvDType dtype, uint32_t seed) {
   a.out_stride = static_cast<size_t>(c.group) * hd;
   std::vector<float> colsum(static_cast<size_t>(c.group) * sel.size(), 0.0f);
   a.colsum = colsum.data();
+  uint64_t weights = 0, near_zero = 0;
+  a.weights = &weights;
+  a.near_zero = &near_zero;
   AttentionScratch scratch;
   AttendKvGroup(a, &scratch);
 
   std::vector<double> ref, ref_colsum;
-  Reference(c, q, kp, vp, kn, vn, mask, &ref, &ref_colsum);
+  uint64_t ref_weights = 0, ref_near_zero = 0;
+  Reference(c, q, kp, vp, kn, vn, mask, &ref, &ref_colsum, &ref_weights, &ref_near_zero);
+  EXPECT_EQ(weights, ref_weights);
+  // The kernel's fast exp may put a weight right at 1% on the other side.
+  EXPECT_LE(std::llabs(static_cast<long long>(near_zero) - static_cast<long long>(ref_near_zero)),
+            std::max<long long>(2, static_cast<long long>(ref_weights / 1000)));
   double max_err = 0, max_cs_err = 0;
   for (int g = 0; g < c.group; ++g) {
     for (int i = 0; i < c.n_new; ++i) {
