@@ -55,6 +55,7 @@ void AddCheck(CLI::App& app, Action* run) {
       eo.aggregation = a->f.aggregation;
       eo.policy = a->f.policy;
       eo.maintain_interval_ms = a->f.maintain_interval_ms;
+      eo.exact_store = a->f.exact_store;
       eo.chunk_tokens = a->f.chunk_tokens;
       eo.cache_dir = scratch->path();
       eo.tokenizer_hash = TokenizerHash(a->f.tokenizer);

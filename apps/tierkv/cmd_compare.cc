@@ -91,6 +91,7 @@ void AddCompare(CLI::App& app, Action* run) {
       base.aggregation = a->f.aggregation;
       base.policy = a->f.policy;
       base.maintain_interval_ms = a->f.maintain_interval_ms;
+      base.exact_store = a->f.exact_store;
       base.tokenizer_hash = TokenizerHash(a->f.tokenizer);
       uint64_t stored = 0;
       {

@@ -89,6 +89,9 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
                   "Run background maintenance (impress, impress-ro, spec: KV reordering) every "
                   "this many ms on its own thread (0: off)")
       ->capture_default_str();
+  sub->add_flag("--exact-store", f->exact_store,
+                "Selective systems: store NR's K/V computed again over all of R (after the first "
+                "token) instead of over the rows they selected");
 }
 
 uint64_t TokenizerHash(const std::string& path) {

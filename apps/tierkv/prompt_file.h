@@ -44,6 +44,7 @@ struct EngineFlags {
   std::string policy;  // empty: each system's own
   uint32_t chunk_tokens = 64;
   uint32_t maintain_interval_ms = 0;
+  bool exact_store = false;
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
 

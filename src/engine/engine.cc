@@ -1200,6 +1200,44 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       out.logits.assign(r->logits.begin() + from * V, r->logits.end());
       out.logits_rows = n - so.logits_from;
     }
+    if (po.capture_kv && selective && R > 0 && im.opts.exact_store) {
+      // NR's K/V again, over every row of R (read through the pools).
+      const auto s0 = Clock::now();
+      std::vector<std::string> rk(c.n_layers), rv(c.n_layers);
+      std::vector<int32_t> all(R);
+      for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
+      IoCounts io;
+      PrefillOptions ex;
+      ex.start_pos = static_cast<int>(R);
+      ex.capture_kv = true;
+      ex.kv_dtype = KvDType::kF16;
+      ex.logits = LogitsMode::kNone;
+      ex.before_attention = [&](const LayerView& v, LayerPrefix* prefix) -> Status {
+        std::string& k = rk[v.layer];
+        std::string& vv = rv[v.layer];
+        k.assign(R * im.row_bytes, '\0');
+        vv.assign(R * im.row_bytes, '\0');
+        RETURN_IF_ERROR(im.ReadSelected(m, v.layer, all, k.data(), vv.data(), false, &io));
+        prefix->heads.resize(c.n_kv_heads);
+        const size_t hb = static_cast<size_t>(c.head_dim()) * 2;
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          prefix->heads[h] = KvRows{k.data() + h * hb, vv.data() + h * hb, KvDType::kF16, R,
+                                    static_cast<size_t>(c.kv_dim()),
+                                    static_cast<size_t>(c.kv_dim()), nullptr};
+        }
+        return Status::Ok();
+      };
+      auto exact = im.model.Prefill(tokens.subspan(R), ex);
+      if (exact.ok()) {
+        r->kv = std::move(exact->kv);
+      } else {
+        // Nothing is stored rather than the approximation.
+        TIERKV_LOG(kWarn) << "serve: recomputing NR over all of R for exact-store: "
+                          << exact.status().ToString() << "; not stored";
+        po.capture_kv = false;
+      }
+      st.store_ms += Ms(s0, Clock::now());
+    }
     if (po.capture_kv) {
       // The prompt's K/V for the store: R's rows as loaded, then the new ones.
       const auto s0 = Clock::now();
@@ -1227,7 +1265,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       } else {
         st.stored_chunks = put->new_chunks;
       }
-      st.store_ms = Ms(s0, Clock::now());
+      st.store_ms += Ms(s0, Clock::now());
     }
     return out;
   }

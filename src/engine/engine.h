@@ -87,6 +87,11 @@ struct EngineOptions {
   // Run Maintain() on a `tierkv-maint` thread every this many ms (0: only
   // when called). IMPRESS reorders every few minutes.
   uint32_t maintain_interval_ms = 0;
+  // Selective systems compute NR's K/V over a reduced R; stored as they are,
+  // a later request reuses an approximation of an approximation (the drift,
+  // docs/systems.md). With exact_store, NR's K/V are computed again over
+  // all of R after the first token, and those are stored (store_ms).
+  bool exact_store = false;
   // InvalidArgument naming the bad field.
   Status Validate() const;
 };

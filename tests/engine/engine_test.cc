@@ -21,6 +21,7 @@
 #include "store/kv_fixture.h"
 #include "testing/shared.h"
 #include "testing/status_matchers.h"
+#include "kernels/fp16.h"
 #include "tierkv/model.h"
 #include "tierkv/tokenizer.h"
 
@@ -492,6 +493,89 @@ TEST_F(EngineTest, CarKeepsEachLayersShareByItsSparsityProfile) {
   text << in.rdbuf();
   EXPECT_NE(text.str().find("\"sparsity\""), std::string::npos);
   EXPECT_EQ(text.str().find("\"fingerprint\": 1,"), std::string::npos);
+}
+
+// Selective systems compute NR's K/V over a reduced R: stored as they are,
+// they drift from what full reuse would store. exact_store computes them
+// again over all of R after the first token: the stored chunk is then the
+// one as-like stores, to the bit. The test prints the drift and what it does
+// to a later request's logits.
+TEST_F(EngineTest, ExactStoreStoresWhatFullReuseStores) {
+  const size_t P = 640, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q);
+  // x extends a's prefix by two chunks (stored by the request x), then a query.
+  std::vector<int32_t> x(corpus_->begin(), corpus_->begin() + P + 128);
+  x.insert(x.end(), corpus_->begin() + 1500, corpus_->begin() + 1500 + Q);
+  std::vector<int32_t> y(corpus_->begin(), corpus_->begin() + P + 128);
+  y.insert(y.end(), corpus_->begin() + 2000, corpus_->begin() + 2000 + Q);
+  const ModelConfig& c = model_->config();
+  const size_t rb = static_cast<size_t>(c.kv_dim()) * 2;
+  struct Stored {
+    std::vector<std::string> k, v;  // chunk 10 (tokens 640-703), by layer
+    std::vector<float> later;       // y's logits served by as-like from that store
+  };
+  auto run = [&](System sys, bool exact) {
+    Stored out;
+    store::testing::TempDir dir;
+    EngineOptions o = Options(dir.path());
+    o.system = sys;
+    o.retention = 0.25;
+    o.alpha = 1.0;
+    o.exact_store = exact;
+    {
+      auto eng = Engine::Open(*model_, o);
+      EXPECT_TRUE(eng.ok());
+      EXPECT_TRUE((*eng)->Serve(a).ok());
+      auto r = (*eng)->Serve(x);
+      EXPECT_TRUE(r.ok());
+      EXPECT_EQ(r->stats.reused_tokens, P);
+      store::ChunkStore* st = (*eng)->TEST_store();
+      const store::LookupResult m = st->Lookup(x);
+      EXPECT_GE(m.matched_tokens, P + 128);
+      for (int l = 0; l < c.n_layers; ++l) {
+        std::string k(64 * rb, '\0'), v(64 * rb, '\0');
+        std::vector<store::ChunkRead> reads = {store::ChunkRead{
+            m.chunks[10], m.prefix_hashes[10], static_cast<uint16_t>(l), k.data(), v.data()}};
+        EXPECT_TRUE(st->Read(reads).ok());
+        EXPECT_TRUE(reads[0].status.ok());
+        out.k.push_back(k);
+        out.v.push_back(v);
+      }
+    }
+    o.system = System::kAsLike;
+    auto eng = Engine::Open(*model_, o);
+    EXPECT_TRUE(eng.ok());
+    auto r = (*eng)->Serve(y);
+    EXPECT_TRUE(r.ok());
+    EXPECT_EQ(r->stats.reused_tokens, P + 128);
+    out.later = r->logits;
+    return out;
+  };
+  auto drift = [&](const Stored& p, const Stored& q) {
+    double mx = 0;
+    for (int l = 0; l < c.n_layers; ++l) {
+      for (const auto* pair : {&p.k, &p.v}) {
+        const std::string& s1 = (*pair)[l];
+        const std::string& s2 = (pair == &p.k ? q.k : q.v)[l];
+        const auto* h1 = reinterpret_cast<const uint16_t*>(s1.data());
+        const auto* h2 = reinterpret_cast<const uint16_t*>(s2.data());
+        for (size_t i = 0; i < s1.size() / 2; ++i) {
+          mx = std::max(mx, std::fabs(double(kernels::HalfToFloat(h1[i])) - kernels::HalfToFloat(h2[i])));
+        }
+      }
+    }
+    return mx;
+  };
+  const Stored full = run(System::kAsLike, false);
+  const Stored approx = run(System::kImpress, false);
+  const Stored exact = run(System::kImpress, true);
+  const double d_approx = drift(approx, full), d_exact = drift(exact, full);
+  std::printf("impress at retention 0.25 stores NR's K/V with max |dKV| %.4g (exact-store %.3g); "
+              "a later request reusing them at retention 1.0: max |dlogit| %.4g (exact-store %.3g)\n",
+              d_approx, d_exact, MaxDiff(approx.later, full.later), MaxDiff(exact.later, full.later));
+  EXPECT_GT(d_approx, 0.0);  // the drift is real
+  EXPECT_EQ(d_exact, 0.0);
+  EXPECT_EQ(MaxDiff(exact.later, full.later), 0.0);
 }
 
 TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
