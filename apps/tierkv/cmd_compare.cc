@@ -140,6 +140,8 @@ void AddCompare(CLI::App& app, Action* run) {
         auto maint = (*eng)->Maintain();
         if (!maint.ok()) return Fail(maint.status().ToString());
         std::vector<double> ttft;
+        std::vector<double> layer_wait, layer_recall;
+        std::vector<int> recall_n;
         double wait = 0;
         uint64_t bytes = 0, chunks = 0, dev = 0, host = 0, disk = 0;
         for (int pass = 0; pass < a->repeat; ++pass) {
@@ -149,6 +151,17 @@ void AddCompare(CLI::App& app, Action* run) {
             auto s = (*eng)->Serve(r.Joined(), so);
             if (!s.ok()) return Fail(std::string(engine::SystemName(sys)) + ": " + s.status().ToString());
             ttft.push_back(s->stats.ttft_ms);
+            const auto& L = s->stats.layers;
+            layer_wait.resize(L.size(), 0.0);
+            layer_recall.resize(L.size(), 0.0);
+            recall_n.resize(L.size(), 0);
+            for (size_t l = 0; l < L.size(); ++l) {
+              layer_wait[l] += L[l].wait_ms;
+              if (L[l].recall >= 0) {
+                layer_recall[l] += L[l].recall;
+                recall_n[l]++;
+              }
+            }
             wait += s->stats.load_wait_ms;
             bytes += s->stats.disk_bytes_read;
             chunks += s->stats.disk_chunks_read;
@@ -170,6 +183,15 @@ void AddCompare(CLI::App& app, Action* run) {
         // access is a device hit when the pool had every row it needed.
         j["device_hit_ratio"] = dev + host + disk ? static_cast<double>(dev) / (dev + host + disk) : 0.0;
         j["reordered_runs"] = maint->reordered_runs;
+        // Per layer: the mean load wait (spec's should shrink against
+        // impress's where its prediction was right) and spec's recall.
+        nlohmann::json lw = nlohmann::json::array(), lr = nlohmann::json::array();
+        for (size_t l = 0; l < layer_wait.size(); ++l) {
+          lw.push_back(layer_wait[l] / static_cast<double>(ttft.size()));
+          lr.push_back(recall_n[l] ? nlohmann::json(layer_recall[l] / recall_n[l]) : nlohmann::json());
+        }
+        j["layer_load_wait_ms"] = lw;
+        if (sys == engine::System::kSpec) j["layer_recall"] = lr;
         per[std::string(engine::SystemName(sys))] = j;
       }
       out["systems"] = per;

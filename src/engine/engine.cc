@@ -820,6 +820,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     }
   }
   rq.load_ms += io_ms;
+  trace->wait_ms = io_ms;
   rq.io.Add(st);
   trace->retention = R ? static_cast<double>(trace->rows) / static_cast<double>(R) : 1.0;
 
@@ -1117,6 +1118,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
         const auto w1 = Clock::now();
         wait_ms += Ms(w0, w1);
         LayerTrace& tr = st.layers[v.layer];
+        tr.wait_ms = Ms(w0, w1);
         tr.issued_ms = L->issued_ms;
         tr.completed_ms = L->completed_ms;
         tr.consumed_ms = Ms(t0, w1);

@@ -4,23 +4,23 @@
 // stored for the next request. Every system of the papers is a
 // configuration of this one engine, so that they run the same work.
 //
-// This slice runs `recompute` (no reuse), `as-like` (all of R's K/V,
-// requested at the start and consumed layer by layer through the pools),
-// `as-h2o-lru`/`as-h2o-lfu` (all of R's keys, per-head H2O top-k, only the
-// selected rows' values) and `impress-itf` (probe-head identification with
-// the per-layer fallback to all keys, then only the selected rows). The
-// selective ones read their rows from disk in the compute thread's hook
-// (pages of the selected rows only): their device/host caching, and with it
-// the difference between -lru and -lfu, and `impress`, `impress-ro` and
-// `car` are still to come (refused by Open). `impress-ro` is impress-itf
-// that reports each layer's importance to the store, whose reordering
-// rounds (Maintain) pack the important rows together; `spec` builds on it. The probe-key systems request
-// every layer's probe keys at the start, on the load thread. `spec` is
-// impress-itf plus SPEC's speculation: right after layer l's identification
-// (when its probes agreed) the load thread reads layer l's set for layer
-// l+1 (as prefetches) while layer l computes; layer l+1 then reads only
-// what the prediction missed. The trace shows when reads were issued and
-// done.
+// The systems (docs/systems.md): `recompute` (no reuse); `as-like` (all of
+// R's K/V, requested at the start and consumed layer by layer through the
+// pools); `as-h2o-lru`/`-lfu` (all of R's keys, per-head H2O top-k, only the
+// selected rows' values); `impress-itf` (probe-head identification with the
+// per-layer fallback to all keys, then only the selected rows);
+// `impress-ro` (plus importance reports, whose reordering rounds pack the
+// important rows together); `impress` (plus the score-based pools); `spec`
+// (impress plus SPEC's speculation: right after layer l's identification,
+// when its probes agreed, the load thread reads layer l's set for layer l+1
+// while layer l computes; layer l+1 reads only what the prediction missed);
+// `car` (CaR: per-layer retention from a sparsity profile, H2O selection,
+// the car pool policy with the request's score events and asynchronous
+// offload). The selective systems' pools hold the rows requests read, per
+// chunk layer (and the probe keys per chunk layer): a later request reads
+// from disk only the rows the pools lack. The probe-key systems request
+// every layer's probe keys at the start, on the load thread. The trace shows
+// when reads were issued and done.
 //
 // Threads: Serve runs on the caller's thread (the compute thread; the
 // forward pass uses the model's own workers). One `tierkv-load` thread per
@@ -104,6 +104,7 @@ struct LayerTrace {
   double retention = 1;  // rows / |R|
   bool fallback = false; // impress: the probe heads disagreed; all keys were read
   double recall = -1;    // spec: share of this layer's set the prediction held (-1: none)
+  double wait_ms = 0;    // how long the compute thread waited for this layer's reads
 };
 
 struct RequestStats {

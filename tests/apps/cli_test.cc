@@ -209,7 +209,8 @@ TEST(CliTest, CheckComparesASystemWithRecomputeAndRejectsBadPromptFiles) {
   for (const char* key : {"\"as-like\":", "\"impress-itf\":", "\"impress\":", "\"spec\":",
                           "\"car\":", "\"ttft_ms_mean\"",
                           "\"ttft_ms_p99\"", "\"load_wait_ms_mean\"", "\"disk_bytes_read\"",
-                          "\"disk_chunks_read\"", "\"device_hit_ratio\""}) {
+                          "\"disk_chunks_read\"", "\"device_hit_ratio\"", "\"layer_load_wait_ms\"",
+                          "\"layer_recall\""}) {
     EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
   }
   r = Tierkv("compare --systems as-like --policy mru --prompt-file " + dir + "/p.jsonl");
