@@ -143,7 +143,7 @@ void AddCompare(CLI::App& app, Action* run) {
         std::vector<double> layer_wait, layer_recall;
         std::vector<int> recall_n;
         double wait = 0;
-        uint64_t bytes = 0, chunks = 0, dev = 0, host = 0, disk = 0;
+        uint64_t bytes = 0, chunks = 0, dev = 0, host = 0, disk = 0, dev_bytes = 0, host_bytes = 0;
         for (int pass = 0; pass < a->repeat; ++pass) {
           for (const PromptPair& r : *reqs) {
             engine::ServeOptions so;
@@ -164,6 +164,8 @@ void AddCompare(CLI::App& app, Action* run) {
             }
             wait += s->stats.load_wait_ms;
             bytes += s->stats.disk_bytes_read;
+            dev_bytes += s->stats.device_bytes_read;
+            host_bytes += s->stats.host_bytes_read;
             chunks += s->stats.disk_chunks_read;
             dev += s->stats.device_hits;
             host += s->stats.host_hits;
@@ -179,6 +181,8 @@ void AddCompare(CLI::App& app, Action* run) {
         j["load_wait_ms_mean"] = wait / static_cast<double>(ttft.size());
         j["disk_bytes_read"] = bytes;
         j["disk_chunks_read"] = chunks;
+        j["device_bytes_read"] = dev_bytes;
+        j["host_bytes_read"] = host_bytes;
         // Chunk-layer accesses through the pools: a selective system's
         // access is a device hit when the pool had every row it needed.
         j["device_hit_ratio"] = dev + host + disk ? static_cast<double>(dev) / (dev + host + disk) : 0.0;

@@ -202,6 +202,7 @@ struct LoadState {
     std::string k, v;  // rows [0, R) of every KV head, token-major, fp16: the "device" copy
     double issued_ms = 0, completed_ms = 0;
     uint64_t device_hits = 0, host_hits = 0, disk_reads = 0, disk_bytes = 0;
+    uint64_t device_bytes = 0, host_bytes = 0;
   };
   std::mutex mu;
   std::condition_variable cv;
@@ -216,7 +217,13 @@ struct LoadState {
 struct IoCounts {
   uint64_t bytes = 0, records = 0;  // from the disk
   uint64_t device_hits = 0, host_hits = 0, disk_reads = 0;  // chunk-layer accesses by tier
+  uint64_t device_bytes = 0, host_bytes = 0;  // copied out of each pool
+  void FromPool(cache::Tier t, uint64_t n) {
+    (t == cache::Tier::kDevice ? device_bytes : host_bytes) += n;
+  }
   void Add(const IoCounts& o) {
+    device_bytes += o.device_bytes;
+    host_bytes += o.host_bytes;
     bytes += o.bytes;
     records += o.records;
     device_hits += o.device_hits;
@@ -457,6 +464,8 @@ struct Engine::Impl {
       cache::Pin pin = pools->Access(PoolKey(m.prefix_hashes[i], layer), rows, rows);
       if (pin.tier() != cache::Tier::kDisk && pin.data()) {
         pin.tier() == cache::Tier::kDevice ? ++out.device_hits : ++out.host_hits;
+        (pin.tier() == cache::Tier::kDevice ? out.device_bytes : out.host_bytes) +=
+            2 * std::min<size_t>(rows, R - i * C) * row_bytes;
         copy_rows(i, pin.data()->data());
         pins.push_back(std::move(pin));
       } else {
@@ -537,6 +546,8 @@ Status Engine::Impl::ReadSelected(const store::LookupResult& m, int layer,
     for (uint16_t r : g.local) {
       if ((k && !g.have.K(r, rb)) || (v && !g.have.V(r, rb))) g.missing.push_back(r);
     }
+    const uint64_t per_row = rb * ((k ? 1 : 0) + (v ? 1 : 0));
+    io->FromPool(g.pin.tier(), (g.local.size() - g.missing.size()) * per_row);
     if (g.missing.empty()) {
       g.pin.tier() == cache::Tier::kDevice ? ++io->device_hits : ++io->host_hits;
       continue;
@@ -603,6 +614,7 @@ Status Engine::Impl::ReadProbes(const store::LookupResult& m, size_t R, int laye
     cache::Pin pin = pools->Access(ProbeKey(m.prefix_hashes[i], layer), C, C);
     if (pin.tier() != cache::Tier::kDisk && pin.data()) {
       pin.tier() == cache::Tier::kDevice ? ++io->device_hits : ++io->host_hits;
+      io->FromPool(pin.tier(), C * pb);
       std::memcpy(keys->data() + i * C * pb, pin.data()->data(), C * pb);
       continue;
     }
@@ -1181,6 +1193,8 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       st.device_hits = rq.io.device_hits;
       st.host_hits = rq.io.host_hits;
       st.disk_reads = rq.io.disk_reads;
+      st.device_bytes_read = rq.io.device_bytes;
+      st.host_bytes_read = rq.io.host_bytes;
       st.fallback_layers = rq.fallbacks;
     }
     st.load_wait_ms = wait_ms;
@@ -1191,6 +1205,8 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       st.host_hits += L.host_hits;
       st.disk_reads += L.disk_reads;
       st.disk_bytes_read += L.disk_bytes;
+      st.device_bytes_read += L.device_bytes;
+      st.host_bytes_read += L.host_bytes;
     }
     st.disk_chunks_read = selective ? rq.io.records : st.disk_reads;
     if (last_only) {

@@ -112,6 +112,7 @@ struct RequestStats {
   double lookup_ms = 0, identify_ms = 0, load_wait_ms = 0, compute_ms = 0, ttft_ms = 0;
   double store_ms = 0;  // after the first token (not in ttft)
   uint64_t disk_bytes_read = 0, disk_chunks_read = 0;
+  uint64_t device_bytes_read = 0, host_bytes_read = 0;  // copied out of the pools
   uint64_t device_hits = 0, host_hits = 0, disk_reads = 0;  // chunk-layer accesses by tier
   uint64_t stored_chunks = 0;
   int fallback_layers = 0;  // impress: layers whose identification fell back to all keys

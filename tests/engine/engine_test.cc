@@ -422,6 +422,7 @@ TEST_F(EngineTest, ImpressServesRepeatedRowsFromThePools) {
     if (pools) {
       EXPECT_EQ(warm.stats.disk_bytes_read, 0u);
       EXPECT_EQ(warm.stats.device_hit_ratio(), 1.0);
+      EXPECT_GT(warm.stats.device_bytes_read, 0u);
       EXPECT_GT(other.stats.device_hits, 0u);
       EXPECT_LT(other.stats.disk_bytes_read, cold.stats.disk_bytes_read);
     } else {
