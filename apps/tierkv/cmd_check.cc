@@ -56,6 +56,7 @@ void AddCheck(CLI::App& app, Action* run) {
       eo.policy = a->f.policy;
       eo.maintain_interval_ms = a->f.maintain_interval_ms;
       eo.exact_store = a->f.exact_store;
+      eo.spec_min_recall = a->f.spec_min_recall;
       eo.chunk_tokens = a->f.chunk_tokens;
       eo.cache_dir = scratch->path();
       eo.tokenizer_hash = TokenizerHash(a->f.tokenizer);

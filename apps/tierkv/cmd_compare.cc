@@ -92,6 +92,7 @@ void AddCompare(CLI::App& app, Action* run) {
       base.policy = a->f.policy;
       base.maintain_interval_ms = a->f.maintain_interval_ms;
       base.exact_store = a->f.exact_store;
+      base.spec_min_recall = a->f.spec_min_recall;
       base.tokenizer_hash = TokenizerHash(a->f.tokenizer);
       uint64_t stored = 0;
       {
@@ -142,7 +143,7 @@ void AddCompare(CLI::App& app, Action* run) {
         std::vector<double> ttft;
         std::vector<double> layer_wait, layer_recall;
         std::vector<int> recall_n;
-        double wait = 0;
+        double wait = 0, identify = 0, compute = 0;
         uint64_t bytes = 0, chunks = 0, dev = 0, host = 0, disk = 0, dev_bytes = 0, host_bytes = 0;
         for (int pass = 0; pass < a->repeat; ++pass) {
           for (const PromptPair& r : *reqs) {
@@ -163,6 +164,8 @@ void AddCompare(CLI::App& app, Action* run) {
               }
             }
             wait += s->stats.load_wait_ms;
+            identify += s->stats.identify_ms;
+            compute += s->stats.compute_ms;
             bytes += s->stats.disk_bytes_read;
             dev_bytes += s->stats.device_bytes_read;
             host_bytes += s->stats.host_bytes_read;
@@ -179,6 +182,8 @@ void AddCompare(CLI::App& app, Action* run) {
         j["ttft_ms_mean"] = mean;
         j["ttft_ms_p99"] = Percentile(ttft, 0.99);
         j["load_wait_ms_mean"] = wait / static_cast<double>(ttft.size());
+        j["identify_ms_mean"] = identify / static_cast<double>(ttft.size());
+        j["compute_ms_mean"] = compute / static_cast<double>(ttft.size());
         j["disk_bytes_read"] = bytes;
         j["disk_chunks_read"] = chunks;
         j["device_bytes_read"] = dev_bytes;

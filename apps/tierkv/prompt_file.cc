@@ -89,6 +89,11 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
                   "Run background maintenance (impress, impress-ro, spec: KV reordering) every "
                   "this many ms on its own thread (0: off)")
       ->capture_default_str();
+  sub->add_option("--spec-min-recall", f->spec_min_recall,
+                  "spec: prefetch a layer's predicted rows only while the prediction's recall "
+                  "there (a moving average) is at least this (0: always, as SPEC publishes)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   sub->add_flag("--exact-store", f->exact_store,
                 "Selective systems: store NR's K/V computed again over all of R (after the first "
                 "token) instead of over the rows they selected");

@@ -45,6 +45,7 @@ struct EngineFlags {
   uint32_t chunk_tokens = 64;
   uint32_t maintain_interval_ms = 0;
   bool exact_store = false;
+  double spec_min_recall = 0.5;
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
 

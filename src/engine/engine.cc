@@ -7,7 +7,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -181,6 +180,10 @@ Status EngineOptions::Validate() const {
     return Status::InvalidArgument("alpha " + std::to_string(alpha) + " is outside [0, 16]");
   }
   RETURN_IF_ERROR(select::ParseAggregation(aggregation).status());
+  if (!(spec_min_recall >= 0 && spec_min_recall <= 1)) {
+    return Status::InvalidArgument("spec_min_recall " + std::to_string(spec_min_recall) +
+                                   " is outside [0, 1]");
+  }
   if (!policy.empty()) RETURN_IF_ERROR(cache::ParsePolicy(policy).status().WithContext("policy"));
   if (system != System::kRecompute && cache_dir.empty()) {
     return Status::InvalidArgument("system " + std::string(SystemName(system)) +
@@ -259,6 +262,8 @@ struct SelectiveRequest {
   Clock::time_point t0;
   std::vector<SelectiveLayer> layers;
   std::vector<std::shared_ptr<Prefetch>> prefetch;     // by layer (spec): predicted rows
+  std::vector<std::vector<int32_t>> predicted;         // by layer (spec): the prediction
+  std::vector<bool> speculate;                         // by layer (spec): prefetch it
   std::vector<std::shared_ptr<Prefetch>> probe_fetch;  // by layer: probe keys, read at the start
   std::vector<std::shared_ptr<Prefetch>> key_fetch;    // by layer: all of R's keys, read at the start
   double identify_ms = 0, load_ms = 0;
@@ -329,6 +334,7 @@ struct Engine::Impl {
   // (impress, spec): such layers get all of R's keys requested at the start.
   std::mutex hint_mu;
   std::vector<bool> fell_back_last;
+  std::vector<double> spec_recall;  // spec: per layer, moving average of the prediction's recall
 
   // A saved profile of this model (the store's fingerprint), if any; a
   // missing, damaged or foreign one is measured again on first use.
@@ -378,7 +384,16 @@ struct Engine::Impl {
 
   std::mutex q_mu;
   std::condition_variable q_cv;
-  std::deque<std::function<void()>> queue;  // layer loads, FIFO (layer order)
+  // Load jobs, served nearest layer first, then in order of submission: a
+  // request submits every layer's reads at its start, and spec's read for
+  // layer l+1, submitted during layer l, must not wait behind them.
+  struct Job {
+    int layer = 0;
+    uint64_t seq = 0;
+    std::function<void()> fn;
+  };
+  std::vector<Job> queue;
+  uint64_t next_seq = 0;
   bool stop = false;
   std::thread loader;
   std::thread maint;  // maintain_interval_ms > 0; sleeps on its own cv, stops with `stop`
@@ -403,8 +418,11 @@ struct Engine::Impl {
         std::unique_lock<std::mutex> l(q_mu);
         q_cv.wait(l, [&] { return stop || !queue.empty(); });
         if (queue.empty()) return;  // stopping, nothing left
-        job = std::move(queue.front());
-        queue.pop_front();
+        auto next = std::min_element(queue.begin(), queue.end(), [](const Job& a, const Job& b) {
+          return a.layer != b.layer ? a.layer < b.layer : a.seq < b.seq;
+        });
+        job = std::move(next->fn);
+        queue.erase(next);
       }
       job();
     }
@@ -413,13 +431,13 @@ struct Engine::Impl {
   // A read on the load thread into a Prefetch: `read` fills the Prefetch's
   // buffers (nobody looks at them before `done`), then the result is
   // published under its mutex and waiters are woken.
-  std::shared_ptr<Prefetch> Fetch(Clock::time_point t0,
+  std::shared_ptr<Prefetch> Fetch(Clock::time_point t0, int layer,
                                   std::function<Status(Prefetch&, IoCounts*)> read,
                                   std::vector<int32_t> rows = {}) {
     auto p = std::make_shared<Prefetch>();
     p->rows = std::move(rows);
     p->issued_ms = Ms(t0, Clock::now());
-    Submit([p, t0, read = std::move(read)] {
+    Submit(layer, [p, t0, read = std::move(read)] {
       IoCounts io;
       Status s = read(*p, &io);
       std::lock_guard<std::mutex> l(p->mu);
@@ -432,10 +450,11 @@ struct Engine::Impl {
     return p;
   }
 
-  void Submit(std::function<void()> job) {
+  // A job serving `layer` (of whichever request).
+  void Submit(int layer, std::function<void()> job) {
     {
       std::lock_guard<std::mutex> l(q_mu);
-      queue.push_back(std::move(job));
+      queue.push_back(Job{layer, next_seq++, std::move(job)});
     }
     q_cv.notify_one();
   }
@@ -663,18 +682,15 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
   };
   IoCounts st;
 
-  // spec: what the previous layer prefetched for this one (probe keys and
-  // the predicted rows), waited for here.
-  std::shared_ptr<Prefetch> pre;
-  if (spec && layer > 0 && rq.prefetch[layer]) {
-    pre = rq.prefetch[layer];
-    RETURN_IF_ERROR(Await(*pre, rq, &io_ms));
+  // spec: what the previous layer prefetched for this one, waited for only
+  // when its rows are needed (after this layer's identification).
+  const std::shared_ptr<Prefetch> pre = spec ? rq.prefetch[layer] : nullptr;
+  if (pre) {
     trace->issued_ms = pre->issued_ms;
-    trace->completed_ms = pre->completed_ms;
+    trace->speculated = true;
   }
 
   std::vector<int32_t> shared;   // the layer's set when the probes agree
-  std::vector<int32_t> predict;  // spec: the set predicted for the next layer
   bool use_shared = false;
   if (probes) {
     // The probe keys do not depend on the request's queries: every layer's
@@ -703,6 +719,27 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     if (d.use_probes) {
       shared = d.selected;
       use_shared = true;
+      if (spec && layer + 1 < c.n_layers) {
+        // SPEC: adjacent layers attend to much the same rows, so this
+        // layer's set is read for the next layer now, on the load thread,
+        // while this layer reads its own rows and computes. Only after a
+        // layer whose probes agreed: a layer that fell back is usually
+        // followed by another, which reads all keys anyway (measured:
+        // prefetching there doubled the bytes read).
+        rq.predicted[layer + 1] = shared;
+        if (rq.speculate[layer + 1]) {
+          const store::LookupResult* m = rq.m;
+          rq.prefetch[layer + 1] = Fetch(
+              rq.t0, layer + 1,
+              [this, m, layer](Prefetch& p, IoCounts* st) {
+                p.k.assign(p.rows.size() * row_bytes, '\0');
+                p.v.assign(p.rows.size() * row_bytes, '\0');
+                if (p.rows.empty()) return Status::Ok();
+                return ReadSelected(*m, layer + 1, p.rows, p.k.data(), p.v.data(), true, st);
+              },
+              shared);
+        }
+      }
       if (Reorders(opts.system)) {
         // What reordering packs by: the rows this layer found important.
         std::vector<float> summed(R, 0.0f);
@@ -720,6 +757,8 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     L.v.assign(shared.size() * row_bytes, '\0');
     if (pre) {
       // Rows the prediction got right come from the prefetch; the rest now.
+      RETURN_IF_ERROR(Await(*pre, rq, &io_ms));
+      trace->completed_ms = pre->completed_ms;
       std::vector<int32_t> missing;
       std::vector<size_t> from_pre(shared.size(), SIZE_MAX);
       size_t pi = 0;
@@ -731,7 +770,6 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
           missing.push_back(shared[i]);
         }
       }
-      trace->recall = select::Recall(pre->rows, shared);
       std::string mk(missing.size() * row_bytes, '\0'), mv(missing.size() * row_bytes, '\0');
       rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
       if (!missing.empty()) {
@@ -761,8 +799,9 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
                                 static_cast<size_t>(c.kv_dim()), L.positions.data()};
     }
     trace->rows = shared.size();
-    predict = shared;
+    if (spec && !rq.predicted[layer].empty()) trace->recall = select::Recall(rq.predicted[layer], shared);
   } else {
+    if (pre) RETURN_IF_ERROR(Await(*pre, rq, &io_ms));  // read for nothing; still counted
     // All of R's keys; per-head H2O top-k; only the selected rows' values.
     std::string own_k;
     const std::string* kp = &own_k;
@@ -799,7 +838,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
         uni.push_back(static_cast<int32_t>(j));
       }
     }
-    if (pre) trace->recall = select::Recall(pre->rows, uni);
+    if (spec && !rq.predicted[layer].empty()) trace->recall = select::Recall(rq.predicted[layer], uni);
     rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
     std::string vsel(uni.size() * row_bytes, '\0');
     RETURN_IF_ERROR(timed([&] {
@@ -826,7 +865,6 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
       rows += sets[h].size();
     }
     trace->rows = rows / static_cast<size_t>(H);
-    predict = select::TopK(summed, k);
     if (Reorders(opts.system)) {
       store->ReportImportance(*rq.m, static_cast<uint16_t>(layer), summed);
     }
@@ -836,23 +874,6 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
   rq.io.Add(st);
   trace->retention = R ? static_cast<double>(trace->rows) / static_cast<double>(R) : 1.0;
 
-  if (spec && layer + 1 < c.n_layers && use_shared) {
-    // SPEC: adjacent layers attend to much the same rows, so this layer's
-    // set is read for the next layer now, on the load thread, while this
-    // layer computes. Only after a layer whose probes agreed: a layer that
-    // fell back is usually followed by another, which reads all keys anyway
-    // (measured: prefetching there doubled the bytes read).
-    const store::LookupResult* m = rq.m;
-    rq.prefetch[layer + 1] = Fetch(
-        rq.t0,
-        [this, m, layer](Prefetch& p, IoCounts* st) {
-          p.k.assign(p.rows.size() * row_bytes, '\0');
-          p.v.assign(p.rows.size() * row_bytes, '\0');
-          if (p.rows.empty()) return Status::Ok();
-          return ReadSelected(*m, layer + 1, p.rows, p.k.data(), p.v.data(), true, st);
-        },
-        std::move(predict));
-  }
   return Status::Ok();
 }
 
@@ -1039,6 +1060,14 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     rq.t0 = t0;
     rq.layers.resize(c.n_layers);
     rq.prefetch.resize(c.n_layers);
+    rq.predicted.resize(c.n_layers);
+    rq.speculate.assign(c.n_layers, true);
+    if (im.opts.system == System::kSpec) {
+      std::lock_guard<std::mutex> l(im.hint_mu);
+      for (int l = 0; l < c.n_layers && l < static_cast<int>(im.spec_recall.size()); ++l) {
+        rq.speculate[l] = im.spec_recall[l] >= im.opts.spec_min_recall;
+      }
+    }
     rq.probe_fetch.resize(c.n_layers);
     rq.key_fetch.resize(c.n_layers);
     const System sys = im.opts.system;
@@ -1061,6 +1090,17 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
         if (!keys.empty()) pools->OnRequestEvent(keys, cache::RequestEvent::kFinish);
       }
     } finish{im.pools.get(), car_keys};
+    if (R > 0 && (sys == System::kImpressItf || sys == System::kImpress ||
+                  sys == System::kImpressRo || sys == System::kSpec)) {
+      for (int l = 0; l < c.n_layers; ++l) {
+        const store::LookupResult* mp = &m;
+        // Submitted before the layer's all-keys read: the loader serves a
+        // layer's jobs in submission order, and the probes decide first.
+        rq.probe_fetch[l] = im.Fetch(t0, l, [&im, mp, R, l](Prefetch& p, IoCounts* st) {
+          return im.ReadProbes(*mp, R, l, &p.probe_keys, st);
+        });
+      }
+    }
     if (R > 0 && selective) {
       std::vector<bool> hint;
       {
@@ -1071,7 +1111,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       for (int l = 0; l < c.n_layers; ++l) {
         if (!h2o && !(l < static_cast<int>(hint.size()) && hint[l])) continue;
         const store::LookupResult* mp = &m;
-        rq.key_fetch[l] = im.Fetch(t0, [&im, mp, R, l](Prefetch& p, IoCounts* st) {
+        rq.key_fetch[l] = im.Fetch(t0, l, [&im, mp, R, l](Prefetch& p, IoCounts* st) {
           std::vector<int32_t> all(R);
           for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
           p.k.assign(R * im.row_bytes, '\0');
@@ -1079,20 +1119,11 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
         });
       }
     }
-    if (R > 0 && (sys == System::kImpressItf || sys == System::kImpress ||
-                  sys == System::kImpressRo || sys == System::kSpec)) {
-      for (int l = 0; l < c.n_layers; ++l) {
-        const store::LookupResult* mp = &m;
-        rq.probe_fetch[l] = im.Fetch(t0, [&im, mp, R, l](Prefetch& p, IoCounts* st) {
-          return im.ReadProbes(*mp, R, l, &p.probe_keys, st);
-        });
-      }
-    }
     if (R > 0 && !selective) {
       // as-like: every layer's load is requested now and consumed in order.
       for (int l = 0; l < c.n_layers; ++l) {
         state->layers[l].issued_ms = Ms(t0, Clock::now());
-        im.Submit([&im, m, R, l, state] { im.LoadLayer(m, R, l, *state); });
+        im.Submit(l, [&im, m, R, l, state] { im.LoadLayer(m, R, l, *state); });
       }
     }
     st.layers.resize(c.n_layers);
@@ -1178,6 +1209,13 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
         std::lock_guard<std::mutex> l(im.hint_mu);
         im.fell_back_last.assign(c.n_layers, false);
         for (int l = 0; l < c.n_layers; ++l) im.fell_back_last[l] = st.layers[l].fallback;
+        // spec: recall's moving average per layer (optimistic at first).
+        im.spec_recall.resize(c.n_layers, 1.0);
+        for (int l = 0; l < c.n_layers; ++l) {
+          if (st.layers[l].recall >= 0) {
+            im.spec_recall[l] = 0.7 * im.spec_recall[l] + 0.3 * st.layers[l].recall;
+          }
+        }
       }
       // Keys requested at the start for a layer that then used its probes
       // were read for nothing; they still count as read.

@@ -92,6 +92,11 @@ struct EngineOptions {
   // docs/systems.md). With exact_store, NR's K/V are computed again over
   // all of R after the first token, and those are stored (store_ms).
   bool exact_store = false;
+  // spec: speculate for a layer only while its prediction recall (a moving
+  // average over requests, measured whether or not it was speculated) stays
+  // at least this; below, the layer loads as impress does. 0: always
+  // (SPEC as published).
+  double spec_min_recall = 0.5;
   // InvalidArgument naming the bad field.
   Status Validate() const;
 };
@@ -104,6 +109,7 @@ struct LayerTrace {
   double retention = 1;  // rows / |R|
   bool fallback = false; // impress: the probe heads disagreed; all keys were read
   double recall = -1;    // spec: share of this layer's set the prediction held (-1: none)
+  bool speculated = false;  // spec: the prediction was read ahead (else only measured)
   double wait_ms = 0;    // how long the compute thread waited for this layer's reads
 };
 

@@ -338,6 +338,48 @@ TEST_F(EngineTest, SpecIssuesTheNextLayersReadsBeforeThisLayerComputes) {
   for (float x : r.logits) ASSERT_TRUE(std::isfinite(x));
 }
 
+// spec reads ahead for a layer only while the prediction's recall there (a
+// moving average over requests) stays at least spec_min_recall; the recall
+// is still measured where it does not. With 0 it always reads ahead.
+TEST_F(EngineTest, SpecStopsReadingAheadWhereThePredictionMisses) {
+  const size_t P = 640, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  for (double min_recall : {0.5, 0.0}) {
+    SCOPED_TRACE(min_recall);
+    store::testing::TempDir dir;
+    EngineOptions o = Options(dir.path());
+    o.system = System::kSpec;
+    o.retention = 0.25;
+    o.alpha = 1.0;  // no layer falls back: every layer after the first is predicted
+    o.spec_min_recall = min_recall;
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+    ASSERT_OK(eng->Serve(a).status());
+    ServeOptions so;
+    so.logits_from = P;
+    so.store = false;
+    ServeResult r;
+    for (int i = 0; i < 8; ++i) {
+      ASSERT_OK_AND_ASSIGN(r, eng->Serve(b, so));
+    }
+    int skipped = 0;
+    for (size_t l = 1; l < r.stats.layers.size(); ++l) {
+      const LayerTrace& t = r.stats.layers[l];
+      std::printf("spec (min recall %.1f) layer %zu: recall %.3f, %s\n", min_recall, l, t.recall,
+                  t.speculated ? "read ahead" : "not read ahead");
+      ASSERT_GE(t.recall, 0.0);
+      if (t.recall >= 0.5) {
+        EXPECT_TRUE(t.speculated);
+      }
+      if (!t.speculated) ++skipped;
+    }
+    if (min_recall == 0.0) {
+      EXPECT_EQ(skipped, 0);
+    } else {
+      EXPECT_GT(skipped, 0);  // the default model's early layers predict each other poorly
+    }
+  }
+}
+
 // impress-ro: the importance the requests report lets a maintenance round
 // reorder the stored rows; the same request then selects the same rows, gets
 // exactly the same logits, and reads fewer bytes.
