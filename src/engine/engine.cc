@@ -21,6 +21,7 @@
 #include "store/chunk_store.h"
 #include "store/fingerprint.h"
 #include "tierkv/logging.h"
+#include "util/thread_pool.h"
 
 namespace tierkv::engine {
 namespace {
@@ -294,7 +295,6 @@ std::vector<float> HeadScores(const LayerView& view, const ModelConfig& c, int h
                               const uint16_t* keys, size_t stride, size_t rows,
                               kernels::AttentionScratch* scratch) {
   const int hd = c.head_dim(), group = c.group();
-  std::vector<float> out(static_cast<size_t>(view.n_new) * group * hd);
   std::vector<float> colsum(static_cast<size_t>(group) * rows, 0.0f);
   kernels::AttentionArgs a;
   a.n_new = view.n_new;
@@ -305,10 +305,9 @@ std::vector<float> HeadScores(const LayerView& view, const ModelConfig& c, int h
   a.k_new = view.k + static_cast<size_t>(head) * hd;
   a.v_new = view.v + static_cast<size_t>(head) * hd;
   a.kv_new_stride = view.kv_stride;
-  // Only the weights matter here: the keys stand in for the values.
+  // Only the weights: no output, no values read.
   a.prefix = KvRows{keys, keys, KvDType::kF16, rows, stride, stride, nullptr};
-  a.out = out.data();
-  a.out_stride = static_cast<size_t>(group) * hd;
+  a.out = nullptr;
   a.colsum = colsum.data();
   kernels::AttendKvGroup(a, scratch);
   std::vector<float> score(rows, 0.0f);
@@ -316,6 +315,21 @@ std::vector<float> HeadScores(const LayerView& view, const ModelConfig& c, int h
     for (size_t j = 0; j < rows; ++j) score[j] += colsum[g * rows + j];
   }
   return score;
+}
+
+// HeadScores of KV heads [0, n), whose rows are at keys + h * head_dim with
+// `stride` elements per row, on the compute threads (one task per head, as
+// the model's attention): H2O scoring of every head reads all of R's keys,
+// as much work as the attention itself.
+std::vector<std::vector<float>> AllHeadScores(const LayerView& view, const ModelConfig& c, int n,
+                                              const uint16_t* keys, size_t stride, size_t rows) {
+  std::vector<std::vector<float>> out(n);
+  ThreadPool::Compute()->ParallelFor(n, [&](int h) {
+    thread_local kernels::AttentionScratch scratch;
+    out[h] = HeadScores(view, c, h, keys + static_cast<size_t>(h) * c.head_dim(), stride, rows,
+                        &scratch);
+  });
+  return out;
 }
 
 }  // namespace
@@ -668,7 +682,6 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
              ? rq.layer_retention[layer]
              : opts.retention);
   SelectiveLayer& L = rq.layers[layer];
-  kernels::AttentionScratch scratch;
   const bool spec = opts.system == System::kSpec;
   const bool probes = spec || opts.system == System::kImpress ||
                       opts.system == System::kImpressItf || opts.system == System::kImpressRo;
@@ -704,12 +717,8 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
       RETURN_IF_ERROR(timed([&] { return ReadProbes(*rq.m, R, layer, &own, &st); }));
     }
     const int P = std::min(3, H);
-    std::vector<std::vector<float>> scores;
-    for (int p = 0; p < P; ++p) {
-      scores.push_back(HeadScores(view, c, p,
-                                  reinterpret_cast<const uint16_t*>(keys->data()) + p * hd,
-                                  static_cast<size_t>(P) * hd, R, &scratch));
-    }
+    const std::vector<std::vector<float>> scores = AllHeadScores(
+        view, c, P, reinterpret_cast<const uint16_t*>(keys->data()), static_cast<size_t>(P) * hd, R);
     select::IdentifyOptions io;
     io.retention = opts.retention;
     io.alpha = opts.alpha;
@@ -822,13 +831,12 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     std::vector<std::vector<int32_t>> sets(H);
     std::vector<bool> in_union(R, false);
     std::vector<float> summed(R, 0.0f);
+    const std::vector<std::vector<float>> scores = AllHeadScores(
+        view, c, H, reinterpret_cast<const uint16_t*>(kall.data()), static_cast<size_t>(c.kv_dim()), R);
     for (int h = 0; h < H; ++h) {
-      const std::vector<float> s =
-          HeadScores(view, c, h, reinterpret_cast<const uint16_t*>(kall.data()) + h * hd,
-                     static_cast<size_t>(c.kv_dim()), R, &scratch);
-      sets[h] = select::TopK(s, k);
+      sets[h] = select::TopK(scores[h], k);
       for (int32_t j : sets[h]) in_union[j] = true;
-      for (size_t j = 0; j < R; ++j) summed[j] += s[j];
+      for (size_t j = 0; j < R; ++j) summed[j] += scores[h][j];
     }
     std::vector<int32_t> uni;
     std::vector<size_t> slot(R, 0);

@@ -218,7 +218,7 @@ void AttendRows(const AttentionArgs& a, AttentionScratch* scratch) {
     for (int j = 0; j < np; ++j) {
       for (int d = 0; d < hd; ++d) kt[static_cast<size_t>(d) * ldk + j] = rows[static_cast<size_t>(j) * hd + d];
     }
-    GatherRows(a.prefix.v, a.prefix.dtype, np, a.prefix.v_stride, hd, v.data());
+    if (a.out) GatherRows(a.prefix.v, a.prefix.dtype, np, a.prefix.v_stride, hd, v.data());
   }
   for (int i = 0; i < T; ++i) {
     const float* k = a.k_new + static_cast<size_t>(i) * a.kv_new_stride;
@@ -233,7 +233,8 @@ void AttendRows(const AttentionArgs& a, AttentionScratch* scratch) {
     for (int i = 0; i < T; ++i) {
       const int n_valid = np + i + 1;  // prefix plus causal new rows
       const float* q = a.q + static_cast<size_t>(i) * a.q_stride + static_cast<size_t>(g) * hd;
-      float* out = a.out + static_cast<size_t>(i) * a.out_stride + static_cast<size_t>(g) * hd;
+      float* out = a.out ? a.out + static_cast<size_t>(i) * a.out_stride + static_cast<size_t>(g) * hd
+                         : nullptr;
       float sum;
       if (avx2) {
         ScoresAvx2(q, kt.data(), ldk, hd, n_valid, scale, s);
@@ -247,7 +248,9 @@ void AttendRows(const AttentionArgs& a, AttentionScratch* scratch) {
         for (int j = 0; j < np; ++j) colsum[j] += s[j] * inv;
       }
       if (a.near_zero) CountNearZero(s, n_valid, a.weights, a.near_zero);
-      if (avx2) {
+      if (!out) {
+        continue;
+      } else if (avx2) {
         WeightedValuesAvx2(s, v.data(), hd, n_valid, inv, out);
       } else {
         WeightedValuesScalar(s, v.data(), hd, n_valid, inv, out);
@@ -266,7 +269,7 @@ void AttendBlocks(const AttentionArgs& a, AttentionScratch* scratch) {
     scratch->kp.resize(static_cast<size_t>(np) * hd);
     scratch->vp.resize(static_cast<size_t>(np) * hd);
     GatherRows(a.prefix.k, a.prefix.dtype, np, a.prefix.k_stride, hd, scratch->kp.data());
-    GatherRows(a.prefix.v, a.prefix.dtype, np, a.prefix.v_stride, hd, scratch->vp.data());
+    if (a.out) GatherRows(a.prefix.v, a.prefix.dtype, np, a.prefix.v_stride, hd, scratch->vp.data());
   }
   const size_t ld = static_cast<size_t>(np) + T;
   scratch->scores.resize(static_cast<size_t>(std::min(T, kRowBlock)) * ld);
@@ -274,7 +277,7 @@ void AttendBlocks(const AttentionArgs& a, AttentionScratch* scratch) {
 
   for (int g = 0; g < a.group; ++g) {
     const float* q = a.q + static_cast<size_t>(g) * hd;
-    float* out = a.out + static_cast<size_t>(g) * hd;
+    float* out = a.out ? a.out + static_cast<size_t>(g) * hd : nullptr;
     float* colsum = a.colsum ? a.colsum + static_cast<size_t>(g) * np : nullptr;
     for (int i0 = 0; i0 < T; i0 += kRowBlock) {
       const int B = std::min(kRowBlock, T - i0);
@@ -298,6 +301,7 @@ void AttendBlocks(const AttentionArgs& a, AttentionScratch* scratch) {
         }
         if (a.near_zero) CountNearZero(row, n_valid, a.weights, a.near_zero);
       }
+      if (!out) continue;
       float* ob = out + static_cast<size_t>(i0) * a.out_stride;
       float beta = 0.0f;
       if (np > 0) {

@@ -23,7 +23,8 @@ struct AttentionArgs {
   const float* v_new = nullptr;
   size_t kv_new_stride = 0;
   KvRows prefix;  // every row is visible to every new token
-  // Output of head g, row i: out[i*out_stride + g*head_dim + d].
+  // Output of head g, row i: out[i*out_stride + g*head_dim + d]. Null: only
+  // the weights are wanted (colsum, sparsity counts): no values are read.
   float* out = nullptr;
   size_t out_stride = 0;
   // If set, colsum[g*prefix.count + j] += sum over new rows of the softmax

@@ -126,6 +126,20 @@ void RunCase(const Case& c, KvDType dtype, uint32_t seed) {
   a.near_zero = &near_zero;
   AttentionScratch scratch;
   AttendKvGroup(a, &scratch);
+  // Weights only (no output): the same column sums and counts, to the bit.
+  {
+    AttentionArgs w = a;
+    w.out = nullptr;
+    std::vector<float> cs(colsum.size(), 0.0f);
+    w.colsum = cs.data();
+    uint64_t wn = 0, wz = 0;
+    w.weights = &wn;
+    w.near_zero = &wz;
+    AttendKvGroup(w, &scratch);
+    EXPECT_EQ(cs, colsum);
+    EXPECT_EQ(wn, weights);
+    EXPECT_EQ(wz, near_zero);
+  }
 
   std::vector<double> ref, ref_colsum;
   uint64_t ref_weights = 0, ref_near_zero = 0;
