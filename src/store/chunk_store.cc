@@ -231,6 +231,11 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreOptions options) {
 
 Status ChunkStore::Init() {
   ASSIGN_OR_RETURN(io_, NewIoBackend(opts_.io_backend, IoOptions{opts_.queue_depth}));
+  for (uint32_t i = 0; i < std::max<uint32_t>(1, opts_.side_readers); ++i) {
+    ASSIGN_OR_RETURN(auto side, NewIoBackend(opts_.io_backend, IoOptions{opts_.queue_depth}));
+    side_free_.push_back(side.get());
+    side_io_.push_back(std::move(side));
+  }
   if (opts_.io_arena_bytes >= kBlockSize) {
     arena_bytes_ = opts_.io_arena_bytes / kBlockSize * kBlockSize;
     arena_ = AllocateAligned(arena_bytes_);
@@ -1254,10 +1259,7 @@ Status ChunkStore::ReadRows(std::span<RowRead> reads, RowReadStats* out_stats) {
       b = e;
     }
   }
-  {
-    std::lock_guard<std::mutex> io(io_mu_);
-    RETURN_IF_ERROR(io_->Read(ops));
-  }
+  RETURN_IF_ERROR(ReadOnSide(ops));
   uint64_t bytes = 0;
   for (size_t oi = 0; oi < ops.size(); ++oi) {
     Rec& rec = recs[op_rec[oi]];
@@ -1448,10 +1450,7 @@ Status ChunkStore::ReadProbeKeys(std::span<ProbeRead> reads, RowReadStats* out_s
     op_probes.emplace_back(i, j);
     i = j;
   }
-  {
-    std::lock_guard<std::mutex> io(io_mu_);
-    RETURN_IF_ERROR(io_->Read(ops));
-  }
+  RETURN_IF_ERROR(ReadOnSide(ops));
   RowReadStats st;
   st.ios = ops.size();
   uint64_t corrupt = 0, errors = 0;
@@ -2231,6 +2230,23 @@ ChunkStore::Location ChunkStore::ProbeLocationOf(uint32_t chunk, uint16_t layer)
   if (chunk >= probe_block_.size() || probe_block_[chunk] == kNoProbe) return Location{};
   const Location kv = LocationOf(chunk, 0);
   return Location{kv.segment, probe_block_[chunk] + layer * uint32_t{probe_stride_[chunk]}};
+}
+
+Status ChunkStore::ReadOnSide(std::span<ReadOp> ops) {
+  IoBackend* io = nullptr;
+  {
+    std::unique_lock<std::mutex> l(side_mu_);
+    side_cv_.wait(l, [&] { return !side_free_.empty(); });
+    io = side_free_.back();
+    side_free_.pop_back();
+  }
+  Status s = io->Read(ops);
+  {
+    std::lock_guard<std::mutex> l(side_mu_);
+    side_free_.push_back(io);
+  }
+  side_cv_.notify_one();
+  return s;
 }
 
 }  // namespace tierkv::store

@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <functional>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -76,6 +77,10 @@ struct StoreOptions {
   // buffers: no page pinning per read). Bigger batches go through it in
   // slices. Registered memory counts against RLIMIT_MEMLOCK (often 8 MiB).
   uint64_t io_arena_bytes = 4ull << 20;
+  // Concurrent readers of selected rows and probe keys: each has its own
+  // backend (a ring, or pread threads), so threads' batches run side by
+  // side on the device. At least 1.
+  uint32_t side_readers = 2;
   // Open record files with O_DIRECT (off only for file systems without it).
   bool direct_io = true;
   // Inspect only: never create or write anything; Put fails.
@@ -357,6 +362,15 @@ class ChunkStore {
   std::unique_ptr<IoBackend> io_;
   std::mutex io_mu_;     // the backend and the arena have one user at a time
   AlignedBuffer arena_;  // guarded by io_mu_
+  // Backends for reads into their own buffers (selected rows, probe keys),
+  // one user each at a time: a request's demand read never waits behind
+  // another thread's batch (the load thread's prefetches, another request).
+  std::mutex side_mu_;
+  std::condition_variable side_cv_;
+  std::vector<std::unique_ptr<IoBackend>> side_io_;  // all of them
+  std::vector<IoBackend*> side_free_;                // guarded by side_mu_
+  // Reads `ops` through a free side backend (waits for one if all are busy).
+  Status ReadOnSide(std::span<ReadOp> ops);
   uint64_t arena_bytes_ = 0;
   std::mutex write_mu_;  // serialises Put (held across its I/O; readers never take it)
 
