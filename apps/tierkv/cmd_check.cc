@@ -28,7 +28,7 @@ void AddCheck(CLI::App& app, Action* run) {
       "distributions with recompute's");
   sub->add_option("--system", a->system,
                   "The system to check: recompute, as-like, as-h2o-lru, as-h2o-lfu, impress, impress-itf, "
-                  "impress-ro or spec (car is refused until it lands)")
+                  "impress-ro, spec or car")
       ->capture_default_str();
   sub->add_option("--retention", a->retention, "Share of the stored prefix's rows used per layer")
       ->capture_default_str()
