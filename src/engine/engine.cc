@@ -896,6 +896,7 @@ Engine::~Engine() {
   impl_->maint_cv.notify_all();
   if (impl_->maint.joinable()) impl_->maint.join();
   if (impl_->loader.joinable()) impl_->loader.join();
+  impl_->store.reset();  // before the pools its removal callback erases from
 }
 
 const EngineOptions& Engine::options() const { return impl_->opts; }
@@ -967,6 +968,19 @@ Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions o
     store::StoreOptions so;
     so.dir = impl->opts.cache_dir;
     so.owner_files = {"car-profile.json"};
+    // A chunk leaving the store leaves the pools too: the same prefix may be
+    // stored again with other K/V (a selective system's NR rows), and a pool
+    // entry of the old copy must not serve the new one.
+    Impl* im = impl.get();
+    so.on_chunk_removed = [im](uint64_t prefix_hash) {
+      cache::TieredCache* pools = im->pools.get();
+      if (!pools) return;  // recovery, before the pools exist
+      for (int l = 0; l < im->c.n_layers; ++l) {
+        pools->Erase(PoolKey(prefix_hash, l));
+        pools->Erase(RowsKey(prefix_hash, l));
+        pools->Erase(ProbeKey(prefix_hash, l));
+      }
+    };
     so.fingerprint = store::Fingerprint(store::FingerprintInput{
         model.content_hash(), c.ToString(), impl->opts.tokenizer_hash, store::KvDtype::kF16,
         impl->opts.chunk_tokens});

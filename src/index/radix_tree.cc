@@ -226,7 +226,8 @@ size_t RadixTree::PlanInsert(std::span<const int32_t> tokens) const {
   return tokens.size();
 }
 
-Result<std::vector<uint32_t>> RadixTree::Truncate(uint32_t chunk) {
+Result<std::vector<uint32_t>> RadixTree::Truncate(uint32_t chunk,
+                                                  std::vector<uint64_t>* prefix_hashes) {
   if (!IsLive(chunk)) {
     return Status::InvalidArgument("chunk " + std::to_string(chunk) + " is not stored");
   }
@@ -248,6 +249,7 @@ Result<std::vector<uint32_t>> RadixTree::Truncate(uint32_t chunk) {
     while (nodes_[n].live && nodes_[n].chunks.size() > keep) {
       uint32_t tail = nodes_[n].chunks.back();
       removed.push_back(tail);
+      if (prefix_hashes) prefix_hashes->push_back(chunks_[tail].prefix_hash);
       RETURN_IF_ERROR(Evict(tail));
     }
   }

@@ -83,8 +83,10 @@ class RadixTree {
   Status Evict(uint32_t chunk);
   // Removes `chunk`, the chunks after it in its node and every descendant
   // (used when a chunk turns out corrupt: nothing that depends on it stays).
-  // Returns the removed ids. InvalidArgument if the chunk is not stored.
-  Result<std::vector<uint32_t>> Truncate(uint32_t chunk);
+  // Returns the removed ids (and, if asked, their prefix hashes, in the same
+  // order). InvalidArgument if the chunk is not stored.
+  Result<std::vector<uint32_t>> Truncate(uint32_t chunk,
+                                         std::vector<uint64_t>* prefix_hashes = nullptr);
   // Every currently evictable chunk, for the policy to rank.
   std::vector<uint32_t> EvictableChunks() const;
 

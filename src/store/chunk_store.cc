@@ -620,16 +620,18 @@ Status ChunkStore::OpenSegmentForAppend() {
 }
 
 void ChunkStore::DropLocked(uint32_t chunk, bool corrupt) {
-  auto removed = tree_.Truncate(chunk);
+  std::vector<uint64_t> hashes;
+  auto removed = tree_.Truncate(chunk, &hashes);
   if (!removed.ok()) return;
   dirty_ = true;
-  for (uint32_t id : *removed) {
+  for (size_t i = 0; i < removed->size(); ++i) {
+    const uint32_t id = (*removed)[i];
     // The bytes stay in their segment (dead) until compaction.
     const uint64_t bytes = ChunkBytesLocked(id);
     live_bytes_ -= bytes;
     dead_bytes_ += bytes;
     ClearLocations(id);
-    ForgetChunkLocked(id);
+    ForgetChunkLocked(id, hashes[i]);
   }
   std::lock_guard<std::mutex> s(stats_mu_);
   if (corrupt) stats_.dropped_chunks += removed->size();
@@ -665,9 +667,10 @@ Status ChunkStore::EvictForLocked(uint64_t bytes) {
     if (!tree_.IsEvictable(victim) || value_[victim] != value) continue;  // stale entry
     const uint32_t before = tree_.ParentChunk(victim);
     const uint64_t freed = ChunkBytesLocked(victim);
+    const uint64_t hash = tree_.chunk(victim).prefix_hash;
     RETURN_IF_ERROR(tree_.Evict(victim));
     ClearLocations(victim);
-    ForgetChunkLocked(victim);
+    ForgetChunkLocked(victim, hash);
     live_bytes_ -= freed;
     dead_bytes_ += freed;
     dirty_ = true;
@@ -1585,9 +1588,10 @@ void ChunkStore::DropRunLocked(uint32_t chunk) {
   ++stats_.reordered_runs_dropped;
 }
 
-void ChunkStore::ForgetChunkLocked(uint32_t chunk) {
+void ChunkStore::ForgetChunkLocked(uint32_t chunk, uint64_t prefix_hash) {
   DropRunLocked(chunk);
   heat_.erase(chunk);
+  if (opts_.on_chunk_removed) opts_.on_chunk_removed(prefix_hash);
 }
 
 Result<ReorderResult> ChunkStore::Reorder(const ReorderOptions& ro) {

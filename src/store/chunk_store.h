@@ -50,6 +50,11 @@ struct StoreOptions {
   // Files the store's owner keeps in the directory (the engine's car
   // profile), with their ".tmp" siblings: tolerated, never touched.
   std::vector<std::string> owner_files;
+  // Called with a chunk's prefix hash when it leaves the index (evicted,
+  // dropped as corrupt or with a corrupt ancestor), so that caches above the
+  // store forget it before the same prefix is stored again. Runs under the
+  // store's lock: it must not call the store.
+  std::function<void(uint64_t prefix_hash)> on_chunk_removed;
   // The namespace: a store refuses to open a directory written for another one.
   uint64_t fingerprint = 0;
   std::string model_description;  // human-readable, kept in STORE
@@ -353,7 +358,8 @@ class ChunkStore {
   Status VerifyRecord(const char* record, uint16_t layer, uint64_t prefix_hash,
                       uint32_t first_token, uint32_t tokens) const;
   void DropRunLocked(uint32_t chunk);  // REQUIRES: mu_; no-op if the chunk is not reordered
-  void ForgetChunkLocked(uint32_t chunk);  // REQUIRES: mu_; a chunk left the index
+  // REQUIRES: mu_; a chunk (whose prefix hash was `prefix_hash`) left the index.
+  void ForgetChunkLocked(uint32_t chunk, uint64_t prefix_hash);
   Status WriteManifest();  // REQUIRES: write_mu_, not mu_
   Result<std::vector<uint32_t>> ListSegments() const;
 

@@ -621,6 +621,57 @@ TEST_F(EngineTest, ExactStoreStoresWhatFullReuseStores) {
   EXPECT_EQ(MaxDiff(exact.later, full.later), 0.0);
 }
 
+// A chunk the store evicts leaves the pools too: when the same prefix is
+// stored again, its rows come from the new records, never from a pool entry
+// of the old copy.
+TEST_F(EngineTest, ChunksLeavingTheStoreLeaveThePools) {
+  const size_t P = 640, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), a2 = Prompt(P, 1500, Q);
+  std::vector<int32_t> b(corpus_->begin() + 3000, corpus_->begin() + 3000 + P + Q);
+  uint64_t one_prompt = 0;
+  {
+    store::testing::TempDir dir;
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
+    ASSERT_OK(eng->Serve(a).status());
+    one_prompt = eng->TEST_store()->stats().live_bytes;
+  }
+  store::testing::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  o.system = System::kImpress;
+  o.retention = 0.25;
+  o.alpha = 1.0;
+  o.disk_budget_bytes = one_prompt * 3 / 2;  // a and b do not fit together
+  o.exact_store = true;  // a stored again holds exactly what it held before
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+  ServeOptions so;
+  so.logits_from = P;
+  so.store = false;
+  ASSERT_OK(eng->Serve(a).status());
+  ASSERT_OK_AND_ASSIGN(ServeResult first, eng->Serve(a2, so));
+  ASSERT_OK_AND_ASSIGN(ServeResult warm, eng->Serve(a2, so));
+  EXPECT_EQ(warm.stats.reused_tokens, P);
+  EXPECT_GT(warm.stats.device_hits, 0u);  // a's rows are in the pools
+  ASSERT_OK(eng->Serve(b).status());      // evicts a's chunks
+  EXPECT_GT(eng->TEST_store()->stats().evicted_chunks, 0u);
+  const size_t kept = eng->TEST_store()->Lookup(a).matched_tokens / 64 * 64;
+  ASSERT_LT(kept, P);
+  const uint64_t evicted_layers = (P - kept) / 64 * model_->config().n_layers;
+  ASSERT_OK(eng->Serve(a).status());  // a stored again
+  ASSERT_OK_AND_ASSIGN(ServeResult again, eng->Serve(a2, so));
+  EXPECT_EQ(again.stats.reused_tokens, P);
+  std::printf("after eviction and storing again: %llu device / %llu host hits, %llu disk reads\n",
+              (unsigned long long)again.stats.device_hits,
+              (unsigned long long)again.stats.host_hits,
+              (unsigned long long)again.stats.disk_reads);
+  // Every evicted chunk layer's probe keys (and its rows, where any is
+  // selected) are read from the new records; the pools would otherwise have
+  // served their old entries.
+  EXPECT_GE(again.stats.disk_reads, evicted_layers);
+  // The same answer up to fp16 rounding: the stored-again chunks were
+  // computed over the fp16 K/V of the chunks that stayed.
+  EXPECT_LE(MaxDiff(again.logits, first.logits), 1e-2);
+}
+
 TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
   EXPECT_THAT(ParseSystem("impres").status(), StatusIs(StatusCode::kInvalidArgument));
   ASSERT_OK_AND_ASSIGN(System s, ParseSystem("as-h2o-lfu"));

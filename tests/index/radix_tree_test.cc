@@ -156,8 +156,13 @@ TEST_P(RadixTreePropertyTest, MatchesNaiveReference) {
           expect.insert(other);
         }
       }
-      ASSERT_OK_AND_ASSIGN(auto removed, tree.Truncate(id));
+      std::map<uint32_t, uint64_t> hash_before;
+      for (uint32_t e : expect) hash_before[e] = tree.chunk(e).prefix_hash;
+      std::vector<uint64_t> hashes;
+      ASSERT_OK_AND_ASSIGN(auto removed, tree.Truncate(id, &hashes));
       ASSERT_EQ(std::set<uint32_t>(removed.begin(), removed.end()), expect) << "op " << op;
+      ASSERT_EQ(hashes.size(), removed.size());
+      for (size_t i = 0; i < removed.size(); ++i) ASSERT_EQ(hashes[i], hash_before[removed[i]]);
       for (uint32_t r : removed) ref.Remove(r);
     } else {
       auto candidates = tree.EvictableChunks();

@@ -1,6 +1,8 @@
 #include "store/chunk_store.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -162,6 +164,8 @@ TEST(ChunkStoreEvictionTest, OftenReadPromptOutlivesNewerOnesUnlessRecencyOnly) 
     StoreOptions o = Options(dir.path());
     o.eviction_half_life = half_life;
     o.disk_budget_bytes = 10 * kLayers * 3 * kBlockSize;  // 10 chunks
+    std::vector<uint64_t> removed;  // what the store tells its owner
+    o.on_chunk_removed = [&](uint64_t h) { removed.push_back(h); };
     ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(o));
     std::vector<Tokens> prompts;
     for (uint32_t i = 0; i < 4; ++i) prompts.push_back(Prompt(300 + i, 0, 48));  // 3 chunks each
@@ -181,6 +185,13 @@ TEST(ChunkStoreEvictionTest, OftenReadPromptOutlivesNewerOnesUnlessRecencyOnly) 
       EXPECT_EQ(store->Lookup(prompts[1]).matched_tokens, 48u);
     }
     EXPECT_EQ(store->Lookup(prompts[3]).matched_tokens, 48u);
+    // The owner heard of exactly the evicted chunks, none of them still stored.
+    ASSERT_EQ(removed.size(), 2u);
+    for (const Tokens& p : prompts) {
+      for (uint64_t h : store->Lookup(p).prefix_hashes) {
+        EXPECT_EQ(std::count(removed.begin(), removed.end(), h), 0);
+      }
+    }
   }
 }
 
