@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +34,7 @@ void AddCompare(CLI::App& app, Action* run) {
     int repeat = 1;
     int warmup = 1;
     double device_share = 0.10, host_share = 0.30;
+    double stored_share = 1.0;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -62,6 +64,11 @@ void AddCompare(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--host-share", a->host_share, "Host pool as a share of the stored K/V bytes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--stored-share", a->stored_share,
+                  "Share of each prefix stored before the systems run (the rest, NR, is computed "
+                  "by every request, with the query)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   AddEngineFlags(sub, &a->f);
@@ -101,7 +108,9 @@ void AddCompare(CLI::App& app, Action* run) {
         auto writer = engine::Engine::Open(model, w);
         if (!writer.ok()) return Fail(writer.status().ToString());
         for (const PromptPair& r : *reqs) {
-          auto s = (*writer)->Serve(r.prefix);
+          const size_t n = std::max<size_t>(
+              1, static_cast<size_t>(a->stored_share * static_cast<double>(r.prefix.size())));
+          auto s = (*writer)->Serve(std::span(r.prefix).first(std::min(n, r.prefix.size())));
           if (!s.ok()) return Fail("storing a prefix: " + s.status().ToString());
         }
         stored = (*writer)->TEST_store()->stats().live_bytes;
@@ -110,6 +119,7 @@ void AddCompare(CLI::App& app, Action* run) {
       out["requests"] = reqs->size();
       out["repeat"] = a->repeat;
       out["retention"] = a->retention;
+      out["stored_share"] = a->stored_share;
       out["stored_bytes"] = stored;
       out["device_bytes"] = static_cast<uint64_t>(a->device_share * stored);
       out["host_bytes"] = static_cast<uint64_t>(a->host_share * stored);

@@ -213,6 +213,11 @@ TEST(CliTest, CheckComparesASystemWithRecomputeAndRejectsBadPromptFiles) {
                           "\"layer_recall\""}) {
     EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
   }
+  // Half of each prefix stored: every request computes the rest (NR).
+  r = Tierkv("compare --systems as-like,impress --stored-share 0.5 --prompt-file " + dir +
+             "/p.jsonl --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"stored_share\":0.5"), std::string::npos) << r.out;
   r = Tierkv("compare --systems as-like --policy mru --prompt-file " + dir + "/p.jsonl");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("--policy"), std::string::npos) << r.out;
