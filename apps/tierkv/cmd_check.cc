@@ -48,18 +48,8 @@ void AddCheck(CLI::App& app, Action* run) {
 
       auto scratch = ScratchDir::Make(a->f.cache_dir, "check");
       if (!scratch.ok()) return Fail(scratch.status().ToString());
-      engine::EngineOptions eo;
+      engine::EngineOptions eo = EngineOptionsFrom(a->f, scratch->path(), a->retention);
       eo.system = *system;
-      eo.retention = a->retention;
-      eo.alpha = a->f.alpha;
-      eo.aggregation = a->f.aggregation;
-      eo.policy = a->f.policy;
-      eo.maintain_interval_ms = a->f.maintain_interval_ms;
-      eo.exact_store = a->f.exact_store;
-      eo.spec_min_recall = a->f.spec_min_recall;
-      eo.chunk_tokens = a->f.chunk_tokens;
-      eo.cache_dir = scratch->path();
-      eo.tokenizer_hash = TokenizerHash(a->f.tokenizer);
       const bool reuse = *system != engine::System::kRecompute;
       if (reuse) {
         // Store every prefix through a normal request.

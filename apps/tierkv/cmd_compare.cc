@@ -90,17 +90,7 @@ void AddCompare(CLI::App& app, Action* run) {
       if (!reqs.ok()) return Fail(reqs.status().ToString());
       auto scratch = ScratchDir::Make(a->f.cache_dir, "compare");
       if (!scratch.ok()) return Fail(scratch.status().ToString());
-      engine::EngineOptions base;
-      base.chunk_tokens = a->f.chunk_tokens;
-      base.cache_dir = scratch->path();
-      base.retention = a->retention;
-      base.alpha = a->f.alpha;
-      base.aggregation = a->f.aggregation;
-      base.policy = a->f.policy;
-      base.maintain_interval_ms = a->f.maintain_interval_ms;
-      base.exact_store = a->f.exact_store;
-      base.spec_min_recall = a->f.spec_min_recall;
-      base.tokenizer_hash = TokenizerHash(a->f.tokenizer);
+      const engine::EngineOptions base = EngineOptionsFrom(a->f, scratch->path(), a->retention);
       uint64_t stored = 0;
       {
         engine::EngineOptions w = base;

@@ -99,6 +99,22 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
                 "token) instead of over the rows they selected");
 }
 
+engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string& cache_dir,
+                                        double retention) {
+  engine::EngineOptions o;
+  o.chunk_tokens = f.chunk_tokens;
+  o.cache_dir = cache_dir;
+  o.retention = retention;
+  o.alpha = f.alpha;
+  o.aggregation = f.aggregation;
+  o.policy = f.policy;
+  o.maintain_interval_ms = f.maintain_interval_ms;
+  o.exact_store = f.exact_store;
+  o.spec_min_recall = f.spec_min_recall;
+  o.tokenizer_hash = TokenizerHash(f.tokenizer);
+  return o;
+}
+
 uint64_t TokenizerHash(const std::string& path) {
   if (path.empty()) return 0;
   std::ifstream t(path, std::ios::binary);

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/engine.h"
 #include "tierkv/status.h"
 #include "tierkv/tokenizer.h"
 
@@ -48,6 +49,10 @@ struct EngineFlags {
   double spec_min_recall = 0.5;
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
+// The engine options the flags set (system and pool sizes left at their
+// defaults), with the store in `cache_dir`.
+engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string& cache_dir,
+                                        double retention);
 
 // xxh3 of a tokenizer file's bytes (0 without one: the model's own
 // vocabulary is part of its weights hash): part of the store's namespace.
