@@ -296,10 +296,12 @@ void AttendBlocks(const AttentionArgs& a, AttentionScratch* scratch) {
         inv[r] = 1.0f / sum;
         // Masked entries must be zero for the products below.
         std::fill(row + n_valid, row + np + visible_new, 0.0f);
-        if (colsum) {
-          for (int j = 0; j < np; ++j) colsum[j] += row[j] * inv[r];
-        }
         if (a.near_zero) CountNearZero(row, n_valid, a.weights, a.near_zero);
+      }
+      if (colsum && np > 0) {
+        // colsum += inv · S over the block's rows, as one product: a row at
+        // a time, the read-modify-write of colsum is what the loop waits on.
+        MatMulNN(1, np, B, 1.0f, inv, B, S, ld, 1.0f, colsum, np);
       }
       if (!out) continue;
       float* ob = out + static_cast<size_t>(i0) * a.out_stride;
