@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "cache/tiered_cache.h"
@@ -100,6 +101,13 @@ cache::Buffer BuildRowEntry(const std::vector<uint16_t>& krows, const std::vecto
   for (size_t i = 0; i < nk; ++i) std::memcpy(k + i * row_bytes, kof(krows[i]), row_bytes);
   for (size_t i = 0; i < nv; ++i) std::memcpy(v + i * row_bytes, vof(vrows[i]), row_bytes);
   return e;
+}
+
+// Rows 0..R-1: every row of R.
+std::vector<int32_t> AllRows(size_t R) {
+  std::vector<int32_t> all(R);
+  std::iota(all.begin(), all.end(), 0);
+  return all;
 }
 
 // The union of two ascending row lists.
@@ -568,9 +576,7 @@ Status Engine::Impl::ReadSelected(const store::LookupResult& m, int layer,
   }
   std::vector<store::RowRead> reads;
   std::vector<std::vector<uint32_t>> read_rows;
-  std::vector<size_t> read_group;
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    Group& g = groups[gi];
+  for (Group& g : groups) {
     g.key = RowsKey(m.prefix_hashes[g.chunk], layer);
     // The chunk's importance for the score policy: the share of its rows
     // this read needs.
@@ -597,7 +603,6 @@ Status Engine::Impl::ReadSelected(const store::LookupResult& m, int layer,
     r.v = v ? g.mv.data() : nullptr;
     reads.push_back(r);
     read_rows.emplace_back(g.missing.begin(), g.missing.end());
-    read_group.push_back(gi);
   }
   if (!reads.empty()) {
     for (size_t j = 0; j < reads.size(); ++j) reads[j].rows = read_rows[j];
@@ -820,8 +825,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
       RETURN_IF_ERROR(Await(*kf, rq, &io_ms));
       kp = &kf->k;
     } else {
-      std::vector<int32_t> all(R);
-      for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
+      const std::vector<int32_t> all = AllRows(R);
       own_k.assign(R * row_bytes, '\0');
       RETURN_IF_ERROR(timed([&] {
         return ReadSelected(*rq.m, layer, all, own_k.data(), nullptr, false, &st);
@@ -1134,8 +1138,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
         if (!h2o && !(l < static_cast<int>(hint.size()) && hint[l])) continue;
         const store::LookupResult* mp = &m;
         rq.key_fetch[l] = im.Fetch(t0, l, [&im, mp, R, l](Prefetch& p, IoCounts* st) {
-          std::vector<int32_t> all(R);
-          for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
+          const std::vector<int32_t> all = AllRows(R);
           p.k.assign(R * im.row_bytes, '\0');
           return im.ReadSelected(*mp, l, all, p.k.data(), nullptr, true, st);
         });
@@ -1282,8 +1285,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
       // NR's K/V again, over every row of R (read through the pools).
       const auto s0 = Clock::now();
       std::vector<std::string> rk(c.n_layers), rv(c.n_layers);
-      std::vector<int32_t> all(R);
-      for (size_t j = 0; j < R; ++j) all[j] = static_cast<int32_t>(j);
+      const std::vector<int32_t> all = AllRows(R);
       IoCounts io;
       PrefillOptions ex;
       ex.start_pos = static_cast<int>(R);
