@@ -771,8 +771,10 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     L.v.assign(shared.size() * row_bytes, '\0');
     if (pre) {
       // Rows the prediction got right come from the prefetch; the rest now.
-      RETURN_IF_ERROR(Await(*pre, rq, &io_ms));
-      trace->completed_ms = pre->completed_ms;
+      // The rows it misses are read first, on a side backend, while the
+      // load thread may still be finishing the prefetch: the layer waits
+      // for the longer of the two, not for their sum (`pre->rows` is fixed
+      // when the prefetch is issued, so it can be read before `done`).
       std::vector<int32_t> missing;
       std::vector<size_t> from_pre(shared.size(), SIZE_MAX);
       size_t pi = 0;
@@ -791,6 +793,8 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
           return ReadSelected(*rq.m, layer, missing, mk.data(), mv.data(), false, &st);
         }));
       }
+      RETURN_IF_ERROR(Await(*pre, rq, &io_ms));
+      trace->completed_ms = pre->completed_ms;
       for (size_t i = 0, mi = 0; i < shared.size(); ++i) {
         const char* sk = from_pre[i] != SIZE_MAX ? pre->k.data() + from_pre[i] * row_bytes
                                                  : mk.data() + mi * row_bytes;
