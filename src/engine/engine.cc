@@ -710,6 +710,19 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
 
   std::vector<int32_t> shared;   // the layer's set when the probes agree
   bool use_shared = false;
+  bool prefetch_next = false;    // spec: read this layer's set for the next one
+  auto issue_prefetch = [&] {
+    const store::LookupResult* m = rq.m;
+    rq.prefetch[layer + 1] = Fetch(
+        rq.t0, layer + 1,
+        [this, m, layer](Prefetch& p, IoCounts* st) {
+          p.k.assign(p.rows.size() * row_bytes, '\0');
+          p.v.assign(p.rows.size() * row_bytes, '\0');
+          if (p.rows.empty()) return Status::Ok();
+          return ReadSelected(*m, layer + 1, p.rows, p.k.data(), p.v.data(), true, st);
+        },
+        shared);
+  };
   if (probes) {
     // The probe keys do not depend on the request's queries: every layer's
     // were requested at the start on the load thread.
@@ -735,24 +748,13 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
       use_shared = true;
       if (spec && layer + 1 < c.n_layers) {
         // SPEC: adjacent layers attend to much the same rows, so this
-        // layer's set is read for the next layer now, on the load thread,
-        // while this layer reads its own rows and computes. Only after a
+        // layer's set is read for the next layer on the load thread while
+        // this layer computes (issued below, once its own rows are in). Only after a
         // layer whose probes agreed: a layer that fell back is usually
         // followed by another, which reads all keys anyway (measured:
         // prefetching there doubled the bytes read).
         rq.predicted[layer + 1] = shared;
-        if (rq.speculate[layer + 1]) {
-          const store::LookupResult* m = rq.m;
-          rq.prefetch[layer + 1] = Fetch(
-              rq.t0, layer + 1,
-              [this, m, layer](Prefetch& p, IoCounts* st) {
-                p.k.assign(p.rows.size() * row_bytes, '\0');
-                p.v.assign(p.rows.size() * row_bytes, '\0');
-                if (p.rows.empty()) return Status::Ok();
-                return ReadSelected(*m, layer + 1, p.rows, p.k.data(), p.v.data(), true, st);
-              },
-              shared);
-        }
+        prefetch_next = rq.speculate[layer + 1];
       }
       if (Reorders(opts.system)) {
         // What reordering packs by: the rows this layer found important.
@@ -809,6 +811,11 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
         return ReadSelected(*rq.m, layer, shared, L.k.data(), L.v.data(), false, &st);
       }));
     }
+    // The read ahead starts once this layer has its own rows: the disk is
+    // then idle while the layer computes, and the read ahead does not slow
+    // this layer's read (issued with it, it lengthened the wait of the
+    // layer before each one read ahead for).
+    if (prefetch_next) issue_prefetch();
     L.positions = shared;
     prefix->heads.resize(H);
     for (int h = 0; h < H; ++h) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -213,6 +214,17 @@ TEST(CliTest, CheckComparesASystemWithRecomputeAndRejectsBadPromptFiles) {
                           "\"layer_recall\""}) {
     EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
   }
+  // Two rounds by default (the list, then reversed), each system's mean per round.
+  EXPECT_NE(r.out.find("\"rounds\":2"), std::string::npos) << r.out;
+  {
+    const size_t at = r.out.find("\"ttft_ms_mean_by_round\":[");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::string list = r.out.substr(at, r.out.find(']', at) - at);
+    EXPECT_EQ(std::count(list.begin(), list.end(), ','), 1) << list;
+  }
+  r = Tierkv("compare --systems as-like --rounds 0 --prompt-file " + dir + "/p.jsonl");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--rounds"), std::string::npos) << r.out;
   // Half of each prefix stored: every request computes the rest (NR).
   r = Tierkv("compare --systems as-like,impress --stored-share 0.5 --prompt-file " + dir +
              "/p.jsonl --json");
