@@ -224,6 +224,13 @@ Pin TieredCache::Access(uint64_t key, uint32_t important_rows, uint32_t rows) {
   return MakePinLocked(key, e);
 }
 
+Pin TieredCache::Peek(uint64_t key) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return Pin();
+  return MakePinLocked(key, it->second);
+}
+
 Pin TieredCache::Admit(uint64_t key, uint64_t bytes, Buffer data) {
   std::lock_guard<std::mutex> l(mu_);
   auto [it, fresh] = entries_.try_emplace(key);

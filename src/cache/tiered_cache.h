@@ -119,6 +119,11 @@ class TieredCache {
   // disk and hands it to Admit.
   Pin Access(uint64_t key, uint32_t important_rows, uint32_t rows);
 
+  // The cached copy, pinned, as it is: no statistics, no promotion (a read
+  // ahead that may turn out unused must not count as an access). kDisk and
+  // no data when it is not cached.
+  Pin Peek(uint64_t key);
+
   // Places a chunk just read from disk (its statistics were updated by the
   // Access that missed). `bytes` is its size in the pools; `data` may be
   // null (simulations). If another thread admitted it meanwhile, returns

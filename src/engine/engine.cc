@@ -423,10 +423,26 @@ struct Engine::Impl {
 
   Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o)), c(m.config()) {}
 
+  // Rows another read already has (spec's read ahead): `rows` ascending,
+  // their K and V at k/v->data() + i * row_bytes, to be looked at only
+  // after `ready` returned OK (another thread fills them).
+  struct Supplied {
+    std::span<const int32_t> rows;
+    const std::string* k = nullptr;
+    const std::string* v = nullptr;
+    std::function<Status()> ready;
+  };
+  // Who reads: the layer that needs the rows now; the load thread, ahead,
+  // for rows the request will use (all keys at its start); or spec's read
+  // ahead, which may turn out unused.
+  enum class ReadFor { kDemand, kAhead, kSpeculation };
   // Rows `rows` (ascending, below R) of `layer`, K and/or V, into k/v
-  // (|rows| x row_bytes each, in that order): only their pages are read.
+  // (|rows| x row_bytes each, in that order): from the pools, from
+  // `supplied`, and only the rest's pages from disk. A speculation looks at
+  // the pools but neither counts an access nor changes them.
   Status ReadSelected(const store::LookupResult& m, int layer, std::span<const int32_t> rows,
-                      char* k, char* v, bool prefetch, IoCounts* io);
+                      char* k, char* v, ReadFor who, IoCounts* io,
+                      const Supplied* supplied = nullptr);
   // The probe heads' keys of R's chunks at `layer`, R x probe bytes.
   Status ReadProbes(const store::LookupResult& m, size_t R, int layer, std::string* keys,
                     IoCounts* io);
@@ -549,8 +565,9 @@ struct Engine::Impl {
 };
 
 Status Engine::Impl::ReadSelected(const store::LookupResult& m, int layer,
-                                  std::span<const int32_t> rows, char* k, char* v, bool prefetch,
-                                  IoCounts* io) {
+                                  std::span<const int32_t> rows, char* k, char* v, ReadFor who,
+                                  IoCounts* io, const Supplied* supplied) {
+  const bool speculation = who == ReadFor::kSpeculation;
   const uint32_t C = opts.chunk_tokens;
   const size_t rb = row_bytes;
   // One group per chunk: its rows (chunk-local) and where they go in k/v.
@@ -561,7 +578,9 @@ Status Engine::Impl::ReadSelected(const store::LookupResult& m, int layer,
     cache::Pin pin;
     RowEntryView have;
     std::vector<uint16_t> missing;  // rows (K and/or V) the pool entry lacks
-    std::string mk, mv;             // their bytes, read from disk
+    std::vector<uint16_t> given;    // of those, rows the read ahead has (`supplied`)
+    std::vector<size_t> given_at;   // their index in supplied->rows
+    std::string mk, mv;             // the others' bytes, read from disk
   };
   std::vector<Group> groups;
   for (size_t i = 0; i < rows.size();) {
@@ -576,14 +595,31 @@ Status Engine::Impl::ReadSelected(const store::LookupResult& m, int layer,
   }
   std::vector<store::RowRead> reads;
   std::vector<std::vector<uint32_t>> read_rows;
+  size_t si = 0;  // walks supplied->rows (ascending, as `rows`)
   for (Group& g : groups) {
     g.key = RowsKey(m.prefix_hashes[g.chunk], layer);
-    // The chunk's importance for the score policy: the share of its rows
-    // this read needs.
-    g.pin = pools->Access(g.key, static_cast<uint32_t>(g.local.size()), m.chunk_tokens[g.chunk]);
+    // A read ahead takes what the pools have without counting an access
+    // (it may not be used); a request's own read is an access, and the
+    // chunk's importance for the score policy is the share of its rows it
+    // needs.
+    g.pin = speculation ? pools->Peek(g.key)
+                     : pools->Access(g.key, static_cast<uint32_t>(g.local.size()),
+                                     m.chunk_tokens[g.chunk]);
     if (g.pin.tier() != cache::Tier::kDisk && g.pin.data()) g.have = ParseRowEntry(*g.pin.data(), rb);
+    std::vector<uint16_t> from_disk;
     for (uint16_t r : g.local) {
-      if ((k && !g.have.K(r, rb)) || (v && !g.have.V(r, rb))) g.missing.push_back(r);
+      if (!((k && !g.have.K(r, rb)) || (v && !g.have.V(r, rb)))) continue;
+      g.missing.push_back(r);
+      const int32_t row = static_cast<int32_t>(g.chunk * C + r);
+      if (supplied) {
+        while (si < supplied->rows.size() && supplied->rows[si] < row) ++si;
+        if (si < supplied->rows.size() && supplied->rows[si] == row) {
+          g.given.push_back(r);
+          g.given_at.push_back(si);
+          continue;
+        }
+      }
+      from_disk.push_back(r);
     }
     const uint64_t per_row = rb * ((k ? 1 : 0) + (v ? 1 : 0));
     io->FromPool(g.pin.tier(), (g.local.size() - g.missing.size()) * per_row);
@@ -591,18 +627,19 @@ Status Engine::Impl::ReadSelected(const store::LookupResult& m, int layer,
       g.pin.tier() == cache::Tier::kDevice ? ++io->device_hits : ++io->host_hits;
       continue;
     }
+    if (from_disk.empty()) continue;
     ++io->disk_reads;
-    g.mk.assign(k ? g.missing.size() * rb : 0, '\0');
-    g.mv.assign(v ? g.missing.size() * rb : 0, '\0');
+    g.mk.assign(k ? from_disk.size() * rb : 0, '\0');
+    g.mv.assign(v ? from_disk.size() * rb : 0, '\0');
     store::RowRead r;
     r.chunk = m.chunks[g.chunk];
     r.prefix_hash = m.prefix_hashes[g.chunk];
     r.layer = static_cast<uint16_t>(layer);
-    r.prefetch = prefetch;
+    r.prefetch = who != ReadFor::kDemand;
     r.k = k ? g.mk.data() : nullptr;
     r.v = v ? g.mv.data() : nullptr;
     reads.push_back(r);
-    read_rows.emplace_back(g.missing.begin(), g.missing.end());
+    read_rows.emplace_back(from_disk.begin(), from_disk.end());
   }
   if (!reads.empty()) {
     for (size_t j = 0; j < reads.size(); ++j) reads[j].rows = read_rows[j];
@@ -612,28 +649,41 @@ Status Engine::Impl::ReadSelected(const store::LookupResult& m, int layer,
     io->records += st.records;
     for (const store::RowRead& r : reads) RETURN_IF_ERROR(r.status);
   }
+  // The read ahead's bytes are used only from here: it ran beside the reads
+  // above.
+  if (supplied) RETURN_IF_ERROR(supplied->ready());
+  size_t ri = 0;  // walks read_rows
   for (Group& g : groups) {
-    auto read_k = [&](uint16_t r) -> const char* {
-      auto it = std::lower_bound(g.missing.begin(), g.missing.end(), r);
-      return it != g.missing.end() && *it == r && k ? g.mk.data() + (it - g.missing.begin()) * rb
-                                                    : g.have.K(r, rb);
+    const std::vector<uint32_t>* disk_rows =
+        g.missing.size() > g.given.size() ? &read_rows[ri++] : nullptr;
+    auto find = [](const auto& list, uint16_t r) -> std::ptrdiff_t {
+      auto it = std::lower_bound(list.begin(), list.end(), r);
+      return it != list.end() && *it == r ? it - list.begin() : -1;
     };
-    auto read_v = [&](uint16_t r) -> const char* {
-      auto it = std::lower_bound(g.missing.begin(), g.missing.end(), r);
-      return it != g.missing.end() && *it == r && v ? g.mv.data() + (it - g.missing.begin()) * rb
-                                                    : g.have.V(r, rb);
+    auto row_k = [&](uint16_t r) -> const char* {
+      if (const auto d = disk_rows ? find(*disk_rows, r) : -1; d >= 0 && k) return g.mk.data() + d * rb;
+      if (const auto s = find(g.given, r); s >= 0 && k) return supplied->k->data() + g.given_at[s] * rb;
+      return g.have.K(r, rb);
+    };
+    auto row_v = [&](uint16_t r) -> const char* {
+      if (const auto d = disk_rows ? find(*disk_rows, r) : -1; d >= 0 && v) return g.mv.data() + d * rb;
+      if (const auto s = find(g.given, r); s >= 0 && v) return supplied->v->data() + g.given_at[s] * rb;
+      return g.have.V(r, rb);
     };
     for (size_t i = 0; i < g.local.size(); ++i) {
-      if (k) std::memcpy(k + (g.first + i) * rb, read_k(g.local[i]), rb);
-      if (v) std::memcpy(v + (g.first + i) * rb, read_v(g.local[i]), rb);
+      if (k) std::memcpy(k + (g.first + i) * rb, row_k(g.local[i]), rb);
+      if (v) std::memcpy(v + (g.first + i) * rb, row_v(g.local[i]), rb);
     }
-    if (g.missing.empty()) continue;
+    // A read ahead leaves the pools alone: the rows it read enter them when
+    // a layer uses them (as `supplied`), so rows predicted wrongly never
+    // push used ones out.
+    if (g.missing.empty() || speculation) continue;
     // The pool entry grows by what was read (verified by the store).
     const std::vector<uint16_t> krows = k ? Union(g.have.krows, g.missing)
                                           : std::vector<uint16_t>(g.have.krows.begin(), g.have.krows.end());
     const std::vector<uint16_t> vrows = v ? Union(g.have.vrows, g.missing)
                                           : std::vector<uint16_t>(g.have.vrows.begin(), g.have.vrows.end());
-    cache::Buffer e = BuildRowEntry(krows, vrows, rb, read_k, read_v);
+    cache::Buffer e = BuildRowEntry(krows, vrows, rb, row_k, row_v);
     const uint64_t bytes = e->size();
     g.pin = pools->Replace(g.key, bytes, std::move(e));
   }
@@ -719,7 +769,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
           p.k.assign(p.rows.size() * row_bytes, '\0');
           p.v.assign(p.rows.size() * row_bytes, '\0');
           if (p.rows.empty()) return Status::Ok();
-          return ReadSelected(*m, layer + 1, p.rows, p.k.data(), p.v.data(), true, st);
+          return ReadSelected(*m, layer + 1, p.rows, p.k.data(), p.v.data(), ReadFor::kSpeculation, st);
         },
         shared);
   };
@@ -771,44 +821,33 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
   if (use_shared) {
     L.k.assign(shared.size() * row_bytes, '\0');
     L.v.assign(shared.size() * row_bytes, '\0');
+    rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
     if (pre) {
-      // Rows the prediction got right come from the prefetch; the rest now.
-      // The rows it misses are read first, on a side backend, while the
-      // load thread may still be finishing the prefetch: the layer waits
-      // for the longer of the two, not for their sum (`pre->rows` is fixed
-      // when the prefetch is issued, so it can be read before `done`).
-      std::vector<int32_t> missing;
-      std::vector<size_t> from_pre(shared.size(), SIZE_MAX);
-      size_t pi = 0;
-      for (size_t i = 0; i < shared.size(); ++i) {
-        while (pi < pre->rows.size() && pre->rows[pi] < shared[i]) ++pi;
-        if (pi < pre->rows.size() && pre->rows[pi] == shared[i]) {
-          from_pre[i] = pi;
-        } else {
-          missing.push_back(shared[i]);
+      // Rows the prediction got right come from the read ahead; the others
+      // are read from disk first, on a side backend, while the load thread
+      // may still be finishing the read ahead: the layer waits for the
+      // longer of the two, not for their sum (`pre->rows` is fixed when the
+      // read ahead is issued, so it can be read before `done`). The rows it
+      // used enter the pools now.
+      Supplied given;
+      given.rows = pre->rows;
+      given.k = &pre->k;
+      given.v = &pre->v;
+      given.ready = [&]() -> Status {
+        {
+          std::unique_lock<std::mutex> l(pre->mu);
+          pre->cv.wait(l, [&] { return pre->done; });
         }
-      }
-      std::string mk(missing.size() * row_bytes, '\0'), mv(missing.size() * row_bytes, '\0');
-      rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
-      if (!missing.empty()) {
-        RETURN_IF_ERROR(timed([&] {
-          return ReadSelected(*rq.m, layer, missing, mk.data(), mv.data(), false, &st);
-        }));
-      }
-      RETURN_IF_ERROR(Await(*pre, rq, &io_ms));
-      trace->completed_ms = pre->completed_ms;
-      for (size_t i = 0, mi = 0; i < shared.size(); ++i) {
-        const char* sk = from_pre[i] != SIZE_MAX ? pre->k.data() + from_pre[i] * row_bytes
-                                                 : mk.data() + mi * row_bytes;
-        const char* sv = from_pre[i] != SIZE_MAX ? pre->v.data() + from_pre[i] * row_bytes
-                                                 : mv.data() + (mi++) * row_bytes;
-        std::memcpy(L.k.data() + i * row_bytes, sk, row_bytes);
-        std::memcpy(L.v.data() + i * row_bytes, sv, row_bytes);
-      }
-    } else {
-      rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
+        rq.io.Add(pre->io);
+        return pre->status;
+      };
       RETURN_IF_ERROR(timed([&] {
-        return ReadSelected(*rq.m, layer, shared, L.k.data(), L.v.data(), false, &st);
+        return ReadSelected(*rq.m, layer, shared, L.k.data(), L.v.data(), ReadFor::kDemand, &st, &given);
+      }));
+      trace->completed_ms = pre->completed_ms;
+    } else {
+      RETURN_IF_ERROR(timed([&] {
+        return ReadSelected(*rq.m, layer, shared, L.k.data(), L.v.data(), ReadFor::kDemand, &st);
       }));
     }
     // The read ahead starts once this layer has its own rows: the disk is
@@ -839,7 +878,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
       const std::vector<int32_t> all = AllRows(R);
       own_k.assign(R * row_bytes, '\0');
       RETURN_IF_ERROR(timed([&] {
-        return ReadSelected(*rq.m, layer, all, own_k.data(), nullptr, false, &st);
+        return ReadSelected(*rq.m, layer, all, own_k.data(), nullptr, ReadFor::kDemand, &st);
       }));
     }
     const std::string& kall = *kp;
@@ -865,7 +904,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
     rq.identify_ms += Ms(t0, Clock::now()) - io_ms;
     std::string vsel(uni.size() * row_bytes, '\0');
     RETURN_IF_ERROR(timed([&] {
-      return ReadSelected(*rq.m, layer, uni, nullptr, vsel.data(), false, &st);
+      return ReadSelected(*rq.m, layer, uni, nullptr, vsel.data(), ReadFor::kDemand, &st);
     }));
     L.hk.assign(H, {});
     L.hv.assign(H, {});
@@ -917,6 +956,10 @@ Engine::~Engine() {
 const EngineOptions& Engine::options() const { return impl_->opts; }
 
 store::ChunkStore* Engine::TEST_store() { return impl_->store.get(); }
+
+cache::CacheStats Engine::TEST_pool_stats() const {
+  return impl_->pools ? impl_->pools->stats() : cache::CacheStats{};
+}
 
 Result<std::vector<double>> Engine::Profile(std::span<const std::vector<int32_t>> prompts) {
   Impl& im = *impl_;
@@ -1151,7 +1194,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
         rq.key_fetch[l] = im.Fetch(t0, l, [&im, mp, R, l](Prefetch& p, IoCounts* st) {
           const std::vector<int32_t> all = AllRows(R);
           p.k.assign(R * im.row_bytes, '\0');
-          return im.ReadSelected(*mp, l, all, p.k.data(), nullptr, true, st);
+          return im.ReadSelected(*mp, l, all, p.k.data(), nullptr, Impl::ReadFor::kAhead, st);
         });
       }
     }
@@ -1308,7 +1351,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
         std::string& vv = rv[v.layer];
         k.assign(R * im.row_bytes, '\0');
         vv.assign(R * im.row_bytes, '\0');
-        RETURN_IF_ERROR(im.ReadSelected(m, v.layer, all, k.data(), vv.data(), false, &io));
+        RETURN_IF_ERROR(im.ReadSelected(m, v.layer, all, k.data(), vv.data(), Impl::ReadFor::kDemand, &io));
         prefix->heads.resize(c.n_kv_heads);
         const size_t hb = static_cast<size_t>(c.head_dim()) * 2;
         for (int h = 0; h < c.n_kv_heads; ++h) {

@@ -47,6 +47,9 @@
 namespace tierkv::store {
 class ChunkStore;
 }
+namespace tierkv::cache {
+struct CacheStats;
+}
 
 namespace tierkv::engine {
 
@@ -174,6 +177,8 @@ class Engine {
   const EngineOptions& options() const;
   // The disk tier (null for recompute): tests and inspection.
   store::ChunkStore* TEST_store();
+  // The device and host pools' statistics (empty for recompute).
+  cache::CacheStats TEST_pool_stats() const;
 
  private:
   struct Impl;

@@ -333,5 +333,34 @@ TEST(TieredCacheTest, ReplaceSwapsTheBytesKeepsStatisticsAndOldPinsKeepTheirCopy
   EXPECT_THAT(c->TEST_Validate(), IsOk());
 }
 
+TEST(TieredCacheTest, PeekPinsTheCopyWithoutCountingAnAccess) {
+  auto c = Make(PolicyKind::kLfu, 100, 0);  // one chunk of 100 on the device, no host
+  EXPECT_EQ(c->Peek(1).tier(), Tier::kDisk);  // not cached: nothing, and nothing counted
+  EXPECT_EQ(c->stats().accesses, 0u);
+  { Pin p = c->Access(1, 1, 1); p = c->Admit(1, 100, Bytes(100, 'a')); }
+  { Pin p = c->Access(1, 1, 1); }  // 1 has two accesses
+  { Pin p = c->Access(2, 1, 1); p = c->Admit(2, 100, Bytes(100, 'b')); }
+  EXPECT_EQ(c->TierOf(1), Tier::kDevice);  // 2, accessed once, could not displace it
+  const uint64_t accesses = c->stats().accesses;
+  // Peeking 1 many times pins its bytes, counts nothing, and does not
+  // make 1 any harder to displace.
+  for (int i = 0; i < 5; ++i) {
+    Pin p = c->Peek(1);
+    ASSERT_EQ(p.tier(), Tier::kDevice);
+    EXPECT_EQ((*p.data())[0], 'a');
+  }
+  EXPECT_EQ(c->stats().accesses, accesses);
+  { Pin p = c->Access(3, 1, 1); }
+  { Pin p = c->Access(3, 1, 1); }
+  { Pin p = c->Access(3, 1, 1); p = c->Admit(3, 100, Bytes(100, 'c')); }
+  EXPECT_EQ(c->TierOf(3), Tier::kDevice);  // three accesses beat 1's two: peeks did not count
+  EXPECT_EQ(c->TierOf(1), Tier::kDisk);
+  // A pinned peek keeps its bytes while the chunk leaves the pools.
+  Pin held = c->Peek(3);
+  c->Erase(3);
+  EXPECT_EQ((*held.data())[0], 'c');
+  EXPECT_THAT(c->TEST_Validate(), IsOk());
+}
+
 }  // namespace
 }  // namespace tierkv::cache

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cache/tiered_cache.h"
 #include "store/chunk_store.h"
 #include "store/kv_fixture.h"
 #include "testing/shared.h"
@@ -378,6 +379,59 @@ TEST_F(EngineTest, SpecStopsReadingAheadWhereThePredictionMisses) {
       EXPECT_GT(skipped, 0);  // the default model's early layers predict each other poorly
     }
   }
+}
+
+// spec's read ahead looks at the pools without counting an access and
+// leaves them alone; the rows a layer then uses enter them. So after the same
+// request, spec's pools hold what impress's hold (both select the same rows),
+// not the rows it predicted wrongly as well, and the logits are the same.
+TEST_F(EngineTest, SpecsWrongPredictionsStayOutOfThePools) {
+  const size_t P = 640, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  store::testing::TempDir dir;
+  {
+    ASSERT_OK_AND_ASSIGN(auto writer, Engine::Open(*model_, Options(dir.path())));
+    ASSERT_OK(writer->Serve(a).status());
+  }
+  ServeOptions so;
+  so.logits_from = P;
+  so.store = false;
+  struct Seen {
+    cache::CacheStats pools;
+    ServeResult r;
+  };
+  auto run = [&](System sys) -> Seen {
+    EngineOptions o = Options(dir.path());
+    o.system = sys;
+    o.retention = 0.25;
+    o.alpha = 1.0;
+    o.spec_min_recall = 0;  // read ahead for every layer
+    Seen s;
+    auto eng = Engine::Open(*model_, o);
+    EXPECT_OK(eng.status());
+    if (!eng.ok()) return s;
+    auto r = (*eng)->Serve(b, so);
+    EXPECT_OK(r.status());
+    if (r.ok()) s.r = *r;
+    s.pools = (*eng)->TEST_pool_stats();
+    return s;
+  };
+  const Seen impress = run(System::kImpress), spec = run(System::kSpec);
+  int read_ahead = 0;
+  double min_recall = 1;
+  for (const LayerTrace& t : spec.r.stats.layers) {
+    if (!t.speculated) continue;
+    ++read_ahead;
+    min_recall = std::min(min_recall, t.recall);
+  }
+  ASSERT_GE(read_ahead, 6);
+  ASSERT_LT(min_recall, 0.9);  // some rows were read ahead for nothing
+  EXPECT_EQ(MaxDiff(spec.r.logits, impress.r.logits), 0.0);
+  EXPECT_GT(impress.pools.device_used + impress.pools.host_used, 0u);
+  EXPECT_EQ(spec.pools.device_used + spec.pools.host_used,
+            impress.pools.device_used + impress.pools.host_used);
+  EXPECT_EQ(spec.pools.accesses, impress.pools.accesses);
+  EXPECT_GT(spec.r.stats.disk_bytes_read, impress.r.stats.disk_bytes_read);  // what it read ahead
 }
 
 // impress-ro: the importance the requests report lets a maintenance round
