@@ -284,14 +284,15 @@ struct SelectiveRequest {
 namespace {
 
 // Waits for a load-thread job, counts its reads as the request's, adds the
-// wait to *io_ms, and returns the job's status.
+// wait to *io_ms (unless null: the caller times it), and returns the job's
+// status.
 Status Await(Prefetch& p, SelectiveRequest& rq, double* io_ms) {
   const auto a = Clock::now();
   {
     std::unique_lock<std::mutex> l(p.mu);
     p.cv.wait(l, [&] { return p.done; });
   }
-  *io_ms += Ms(a, Clock::now());
+  if (io_ms) *io_ms += Ms(a, Clock::now());
   rq.io.Add(p.io);
   return p.status;
 }
@@ -623,12 +624,15 @@ Status Engine::Impl::ReadSelected(const store::LookupResult& m, int layer,
     }
     const uint64_t per_row = rb * ((k ? 1 : 0) + (v ? 1 : 0));
     io->FromPool(g.pin.tier(), (g.local.size() - g.missing.size()) * per_row);
+    // Hits and misses are the request's accesses: a read ahead counts none
+    // (only its bytes); the layer that uses its rows counts a miss for a
+    // chunk layer whose rows were not all in the pools.
     if (g.missing.empty()) {
-      g.pin.tier() == cache::Tier::kDevice ? ++io->device_hits : ++io->host_hits;
+      if (!speculation) g.pin.tier() == cache::Tier::kDevice ? ++io->device_hits : ++io->host_hits;
       continue;
     }
+    if (!speculation) ++io->disk_reads;
     if (from_disk.empty()) continue;
-    ++io->disk_reads;
     g.mk.assign(k ? from_disk.size() * rb : 0, '\0');
     g.mv.assign(v ? from_disk.size() * rb : 0, '\0');
     store::RowRead r;
@@ -833,14 +837,7 @@ Status Engine::Impl::SelectiveHook(SelectiveRequest& rq, const LayerView& view, 
       given.rows = pre->rows;
       given.k = &pre->k;
       given.v = &pre->v;
-      given.ready = [&]() -> Status {
-        {
-          std::unique_lock<std::mutex> l(pre->mu);
-          pre->cv.wait(l, [&] { return pre->done; });
-        }
-        rq.io.Add(pre->io);
-        return pre->status;
-      };
+      given.ready = [&] { return Await(*pre, rq, nullptr); };  // inside timed()
       RETURN_IF_ERROR(timed([&] {
         return ReadSelected(*rq.m, layer, shared, L.k.data(), L.v.data(), ReadFor::kDemand, &st, &given);
       }));
