@@ -3,7 +3,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "bench/attention_study.h"
+#include "tierkv/attention_study.h"
 #include "tierkv/commands.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/tokenizer.h"

@@ -1,7 +1,7 @@
 #include <cstdio>
 
 #include "tierkv/commands.h"
-#include "bench/engine_bench.h"
+#include "tierkv/engine_bench.h"
 
 namespace tierkv::app {
 

@@ -1,6 +1,6 @@
 #include <cstdio>
 
-#include "bench/index_bench.h"
+#include "tierkv/index_bench.h"
 #include "tierkv/commands.h"
 
 namespace tierkv::app {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "bench/io_bench.h"
+#include "tierkv/io_bench.h"
 #include "tierkv/commands.h"
 
 namespace tierkv::app {

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/engine.h"
-#include "engine/fidelity.h"
+#include "tierkv/engine.h"
+#include "tierkv/fidelity.h"
 #include "prompt_file.h"
 #include "tierkv/commands.h"
 
@@ -50,7 +50,7 @@ void AddCheck(CLI::App& app, Action* run) {
       if (!scratch.ok()) return Fail(scratch.status().ToString());
       engine::EngineOptions eo = EngineOptionsFrom(a->f, scratch->path(), a->retention);
       eo.system = *system;
-      const bool reuse = *system != engine::System::kRecompute;
+      const bool reuse = engine::TraitsOf(*system).reuses;
       if (reuse) {
         // Store every prefix through a normal request.
         auto writer = engine::Engine::Open(model, eo);

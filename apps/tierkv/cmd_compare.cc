@@ -9,8 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/engine.h"
-#include "store/chunk_store.h"
+#include "tierkv/engine.h"
 #include "prompt_file.h"
 #include "tierkv/commands.h"
 
@@ -87,7 +86,6 @@ void AddCompare(CLI::App& app, Action* run) {
       for (const std::string& name : a->systems) {
         auto s = engine::ParseSystem(name);
         if (!s.ok()) return Fail("--systems: " + s.status().message());
-        if (!engine::Implemented(*s)) return Fail("--systems: " + name + " is not implemented yet");
         systems.push_back(*s);
       }
       if (!(a->retention > 0)) return Fail("--retention must be above 0");
@@ -111,7 +109,7 @@ void AddCompare(CLI::App& app, Action* run) {
           auto s = (*writer)->Serve(std::span(r.prefix).first(std::min(n, r.prefix.size())));
           if (!s.ok()) return Fail("storing a prefix: " + s.status().ToString());
         }
-        stored = (*writer)->TEST_store()->stats().live_bytes;
+        stored = (*writer)->StoredBytes();
         // One unmeasured pass reading every stored record: otherwise the
         // first system measured reads a disk still busy with what was just
         // written (measured: about 25% slower than the same system run
@@ -150,7 +148,7 @@ void AddCompare(CLI::App& app, Action* run) {
         o.device_bytes = static_cast<uint64_t>(a->device_share * stored);
         o.host_bytes = static_cast<uint64_t>(a->host_share * stored);
         ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::Open(model, o));
-        if (sys == engine::System::kCar && round == 0) {
+        if (engine::TraitsOf(sys).profiled && round == 0) {
           // CaR's profiling prompts: the file's first prefixes, unmeasured
           // (once: later rounds' engines open with the saved profile).
           std::vector<std::vector<int32_t>> profiling;
@@ -241,7 +239,7 @@ void AddCompare(CLI::App& app, Action* run) {
                                      : nlohmann::json());
         }
         j["layer_load_wait_ms"] = lw;
-        if (systems[si] == engine::System::kSpec) j["layer_recall"] = lr;
+        if (engine::TraitsOf(systems[si]).speculates) j["layer_recall"] = lr;
         per[std::string(engine::SystemName(systems[si]))] = j;
       }
       out["systems"] = per;

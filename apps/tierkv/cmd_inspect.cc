@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "store/chunk_store.h"
+#include "tierkv/store.h"
 #include "tierkv/commands.h"
 
 namespace tierkv::app {
@@ -24,24 +24,11 @@ void AddInspect(CLI::App& app, Action* run) {
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->callback([a, run] {
     *run = [a]() -> int {
-      auto id = store::ReadStoreIdentity(nullptr, a->dir);
-      if (!id.ok()) return Fail(id.status().ToString());
-      store::StoreOptions o = *id;
-      o.read_only = true;
-      auto st = store::ChunkStore::Open(o);
-      if (!st.ok()) return Fail(st.status().ToString());
-      const store::StoreStats s = (*st)->stats();
-      FileSystem* fs = FileSystem::Default();
-      std::vector<std::pair<std::string, uint64_t>> segs;
-      auto names = fs->ListDir(a->dir);
-      if (names.ok()) {
-        std::sort(names->begin(), names->end());
-        for (const auto& n : *names) {
-          if (n.rfind("seg-", 0) != 0) continue;
-          auto size = fs->FileSize(a->dir + "/" + n);
-          segs.emplace_back(n, size.ok() ? *size : 0);
-        }
-      }
+      auto report = store::InspectStore(a->dir);
+      if (!report.ok()) return Fail(report.status().ToString());
+      const store::StoreReport& s = *report;
+      const store::StoreReport& o = s;
+      const auto& segs = s.segments;
       const uint64_t disk_bytes = s.live_bytes + s.dead_bytes;
       if (a->json) {
         // Paths and the model description are the user's: escaped by nlohmann.
@@ -54,10 +41,10 @@ void AddInspect(CLI::App& app, Action* run) {
                     ", \"manifest_chunks\": %" PRIu64 ", \"manifest_errors\": %" PRIu64
                     ", \"scanned_segments\": %" PRIu64 ", \"segments\": [",
                     nlohmann::json(a->dir).dump().c_str(), o.fingerprint,
-                    nlohmann::json(o.model_description).dump().c_str(), o.chunk_tokens,
+                    nlohmann::json(o.model).dump().c_str(), o.chunk_tokens,
                     o.layers, o.row_bytes, o.probe_bytes,
-                    o.dtype == store::KvDtype::kF16 ? "f16" : "f32", s.nodes,
-                    s.live_chunks, disk_bytes, s.live_bytes, s.dead_bytes, s.skipped_records,
+                    o.dtype.c_str(), s.nodes,
+                    s.chunks, disk_bytes, s.live_bytes, s.dead_bytes, s.skipped_records,
                     s.recovery_us, s.manifest_chunks, s.manifest_errors, s.scanned_segments);
         for (size_t i = 0; i < segs.size(); ++i) {
           std::printf("%s{\"name\": \"%s\", \"bytes\": %" PRIu64 "}", i ? ", " : "",
@@ -68,17 +55,17 @@ void AddInspect(CLI::App& app, Action* run) {
       }
       std::printf("cache directory  %s\n", a->dir.c_str());
       std::printf("model            %s (fingerprint %016" PRIx64 ")\n",
-                  o.model_description.empty() ? "?" : o.model_description.c_str(), o.fingerprint);
+                  o.model.empty() ? "?" : o.model.c_str(), o.fingerprint);
       std::printf("geometry         %u tokens per chunk, %u layers, %u bytes per token row, %s\n",
                   o.chunk_tokens, o.layers, o.row_bytes,
-                  o.dtype == store::KvDtype::kF16 ? "f16" : "f32");
+                  o.dtype.c_str());
       if (o.probe_bytes != 0) {
         std::printf("probe keys       %u bytes per token, one copy per chunk and layer\n",
                     o.probe_bytes);
       } else {
         std::printf("probe keys       none stored (sliced from K records when asked for)\n");
       }
-      std::printf("index            %" PRIu64 " nodes, %" PRIu64 " chunks\n", s.nodes, s.live_chunks);
+      std::printf("index            %" PRIu64 " nodes, %" PRIu64 " chunks\n", s.nodes, s.chunks);
       std::printf("bytes per tier   device 0, host 0 (pools of running processes), disk %" PRIu64
                   " (%" PRIu64 " live, %" PRIu64 " dead)\n",
                   disk_bytes, s.live_bytes, s.dead_bytes);
@@ -88,7 +75,7 @@ void AddInspect(CLI::App& app, Action* run) {
       std::printf("manifest         %s: %" PRIu64 " chunks from it, %" PRIu64
                   " segments scanned after it\n",
                   s.manifest_errors                          ? "damaged (every segment scanned)"
-                  : fs->FileExists(a->dir + "/MANIFEST")     ? "present"
+                  : s.manifest_present                        ? "present"
                                                              : "absent",
                   s.manifest_chunks, s.scanned_segments);
       std::printf("segments         %zu\n", segs.size());

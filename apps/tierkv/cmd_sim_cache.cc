@@ -1,6 +1,6 @@
 #include <cstdio>
 
-#include "sim/policy_trace.h"
+#include "tierkv/policy_trace.h"
 #include "tierkv/commands.h"
 
 namespace tierkv::app {

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -75,16 +76,22 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
                   "pairwise Jaccard is at least j^alpha (j: random sets' Jaccard)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 16.0));
-  sub->add_option("--aggregation", f->aggregation, "How the probe heads' sets combine: sum or vote")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sum", "vote"}));
+  const std::map<std::string, engine::Aggregation> aggregations = {
+      {"sum", engine::Aggregation::kSum}, {"vote", engine::Aggregation::kVote}};
+  sub->add_option("--aggregation", f->aggregation,
+                  "How the probe heads' sets combine: sum (default) or vote")
+      ->transform(CLI::CheckedTransformer(aggregations));
   sub->add_option("--chunk-tokens", f->chunk_tokens, "Tokens per chunk")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   sub->add_option("--policy", f->policy,
                   "Device/host pool policy: lru, lfu, score or car (default: each system's own: "
                   "lfu for as-h2o-lfu, score for impress and spec, car for car, else lru)")
-      ->check(CLI::IsMember({"lru", "lfu", "score", "car"}));
+      ->transform(CLI::CheckedTransformer(std::map<std::string, engine::PoolPolicy>{
+          {"lru", engine::PoolPolicy::kLru},
+          {"lfu", engine::PoolPolicy::kLfu},
+          {"score", engine::PoolPolicy::kScore},
+          {"car", engine::PoolPolicy::kCar}}));
   sub->add_option("--maintain-interval-ms", f->maintain_interval_ms,
                   "Run background maintenance (impress, impress-ro, spec: KV reordering) every "
                   "this many ms on its own thread (0: off)")

@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "engine/engine.h"
+#include "tierkv/engine.h"
 #include "tierkv/status.h"
 #include "tierkv/tokenizer.h"
 
@@ -41,8 +41,8 @@ class ScratchDir {
 struct EngineFlags {
   std::string model, tokenizer, prompt_file, cache_dir;
   double alpha = 0.6;
-  std::string aggregation = "sum";
-  std::string policy;  // empty: each system's own
+  engine::Aggregation aggregation = engine::Aggregation::kSum;
+  engine::PoolPolicy policy = engine::PoolPolicy::kSystemDefault;
   uint32_t chunk_tokens = 64;
   uint32_t maintain_interval_ms = 0;
   bool exact_store = false;

@@ -1,4 +1,4 @@
-#include "bench/attention_study.h"
+#include "tierkv/attention_study.h"
 
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-#include "bench/engine_bench.h"
+#include "tierkv/engine_bench.h"
 
 #include <algorithm>
 #include <chrono>

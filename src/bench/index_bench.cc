@@ -1,4 +1,4 @@
-#include "bench/index_bench.h"
+#include "tierkv/index_bench.h"
 
 #include <chrono>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "bench/io_bench.h"
+#include "tierkv/io_bench.h"
 
 #include <algorithm>
 #include <chrono>

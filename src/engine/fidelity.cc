@@ -1,4 +1,4 @@
-#include "engine/fidelity.h"
+#include "tierkv/fidelity.h"
 
 #include <algorithm>
 #include <cmath>

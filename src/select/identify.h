@@ -55,6 +55,12 @@ std::vector<int32_t> SelectBySummedScores(const std::vector<std::vector<float>>&
 // then lower index; the first k, ascending.
 std::vector<int32_t> SelectByVote(const std::vector<std::vector<float>>& head_scores, size_t k);
 
+// IMPRESS 4.3 identifies with a few probe heads: a layer's first KV heads
+// (the store keeps their keys once more, so that identification reads
+// little). ProbeHeads: how many a model with `kv_heads` KV heads has.
+inline constexpr int kProbeHeads = 3;
+inline int ProbeHeads(int kv_heads) { return kv_heads < kProbeHeads ? kv_heads : kProbeHeads; }
+
 // The probe decision of one layer.
 struct ProbeDecision {
   size_t n = 0;                // prefix rows

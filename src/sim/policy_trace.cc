@@ -1,4 +1,4 @@
-#include "sim/policy_trace.h"
+#include "tierkv/policy_trace.h"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 // (disk) and warm (pools); a chunk that fails its checksum mid-request makes
 // the request run again with less reuse and still answer the same; bad
 // options and requests are clear errors.
-#include "engine/engine.h"
+#include "tierkv/engine.h"
 
 #include <gtest/gtest.h>
 
@@ -737,10 +737,10 @@ TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
   o.retention = 0;
   EXPECT_THAT(Engine::Open(*model_, o).status(), StatusIs(StatusCode::kInvalidArgument));
   o.retention = 1;
-  o.policy = "mru";
-  EXPECT_THAT(Engine::Open(*model_, o).status(),
-              StatusIs(StatusCode::kInvalidArgument, "policy"));
-  o.policy = "";
+  // Options are enums once parsed: a bad name fails where it is parsed.
+  EXPECT_THAT(ParsePoolPolicy("mru").status(), StatusIs(StatusCode::kInvalidArgument, "policy"));
+  EXPECT_THAT(ParseAggregation("mean").status(),
+              StatusIs(StatusCode::kInvalidArgument, "aggregation"));
   store::testing::TempDir dir;
   ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
   EXPECT_THAT(eng->Serve({}).status(), StatusIs(StatusCode::kInvalidArgument));

@@ -67,24 +67,44 @@ enum class System {
 std::string_view SystemName(System s);
 // InvalidArgument listing the known names.
 Result<System> ParseSystem(std::string_view name);
-// Whether this build runs the system (the others are refused by Open).
-bool Implemented(System s);
+// Every system, in the order of the system table (docs/systems.md).
+std::span<const System> AllSystems();
+// What a caller may ask of a system (its row of the system table).
+struct SystemTraits {
+  bool reuses = false;      // reuses stored K/V (false: recompute)
+  bool selective = false;   // reads some of each chunk layer's rows
+  bool profiled = false;    // per-layer retention from a sparsity profile (Engine::Profile)
+  bool speculates = false;  // reads the next layer's rows ahead (per-layer recall in the trace)
+  bool reorders = false;    // reports importance; Maintain() reorders the store
+};
+SystemTraits TraitsOf(System s);
+
+// How the probe heads' top-k sets combine into a layer's set (IMPRESS 4.3):
+// their summed scores, or a vote.
+enum class Aggregation { kSum, kVote };
+std::string_view AggregationName(Aggregation a);
+Result<Aggregation> ParseAggregation(std::string_view name);
+
+// The device and host pools' eviction policy; kSystemDefault: the system's
+// own (lfu for as-h2o-lfu, score for impress and spec, car for car, lru for
+// the others).
+enum class PoolPolicy { kSystemDefault, kLru, kLfu, kScore, kCar };
+std::string_view PoolPolicyName(PoolPolicy p);  // "default" for kSystemDefault
+// lru, lfu, score or car; InvalidArgument naming the known ones.
+Result<PoolPolicy> ParsePoolPolicy(std::string_view name);
 
 struct EngineOptions {
   System system = System::kAsLike;
   double retention = 1.0;          // share of R's rows used per layer (selective systems)
   double alpha = 0.6;              // impress/spec: probes decide when their Jaccard >= j^alpha
-  std::string aggregation = "sum"; // impress/spec: how the probe heads' sets combine: sum or vote
-  // The device and host pools' policy: lru, lfu, score or car; empty: the
-  // system's own (lfu for as-h2o-lfu, score for impress and spec, car for
-  // car, lru for the others).
-  std::string policy;
+  Aggregation aggregation = Aggregation::kSum;  // impress/spec
+  PoolPolicy policy = PoolPolicy::kSystemDefault;
   uint32_t chunk_tokens = 64;
   std::string cache_dir;           // the disk tier; required unless system is recompute
   uint64_t disk_budget_bytes = 0;  // 0: unlimited
   uint64_t device_bytes = 64ull << 20;
   uint64_t host_bytes = 256ull << 20;
-  std::string io_backend = "auto";
+  std::string io_backend = "auto";  // auto, io_uring or pread (the store checks it)
   bool direct_io = true;
   uint64_t tokenizer_hash = 0;     // part of the store's namespace
   // Run Maintain() on a `tierkv-maint` thread every this many ms (0: only
@@ -175,6 +195,8 @@ class Engine {
   Result<MaintainResult> Maintain();
 
   const EngineOptions& options() const;
+  // Bytes of records the disk tier holds for live chunks (0 for recompute).
+  uint64_t StoredBytes() const;
   // The disk tier (null for recompute): tests and inspection.
   store::ChunkStore* TEST_store();
   // The device and host pools' statistics (empty for recompute).

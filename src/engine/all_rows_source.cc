@@ -1,0 +1,42 @@
+#include "engine/all_rows_source.h"
+
+namespace tierkv::engine {
+
+void AllRowsSource::Start(Request& rq) {
+  const store::LookupResult* m = rq.m;
+  const size_t R = rq.R;
+  PooledReader* reader = d_.reader;
+  for (int l = 0; l < d_.config->n_layers; ++l) {
+    rq.whole[l] = d_.queue->Read(rq.t0, l, [reader, m, R, l](Fetch& f, IoCounts* io) {
+      return reader->ReadWholeLayer(*m, R, l, &f.k, &f.v, io);
+    });
+  }
+}
+
+Status AllRowsSource::Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,
+                             LayerTrace* trace) {
+  const ModelConfig& c = *d_.config;
+  Fetch& f = *rq.whole[view.layer];
+  double wait = 0;
+  Status s = Await(f, &wait);
+  const auto w1 = Clock::now();
+  rq.load_ms += wait;
+  trace->wait_ms = wait;
+  trace->issued_ms = f.issued_ms;
+  trace->completed_ms = f.completed_ms;
+  trace->consumed_ms = Ms(rq.t0, w1);
+  if (!s.ok()) return s;
+  rq.io.Add(f.io);
+  trace->rows = rq.R;
+  trace->retention = 1.0;
+  prefix->heads.resize(c.n_kv_heads);
+  const size_t hb = static_cast<size_t>(c.head_dim()) * 2;
+  for (int h = 0; h < c.n_kv_heads; ++h) {
+    prefix->heads[h] = KvRows{f.k.data() + h * hb, f.v.data() + h * hb, KvDType::kF16, rq.R,
+                              static_cast<size_t>(c.kv_dim()), static_cast<size_t>(c.kv_dim()),
+                              nullptr};
+  }
+  return Status::Ok();
+}
+
+}  // namespace tierkv::engine

@@ -1,0 +1,39 @@
+#include "engine/layer_source.h"
+
+#include "engine/all_rows_source.h"
+#include "engine/h2o_source.h"
+#include "engine/probe_source.h"
+#include "engine/speculation.h"
+
+namespace tierkv::engine {
+
+std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps) {
+  switch (deps.row->selection) {
+    case Selection::kNone: return nullptr;
+    case Selection::kAllRows: return std::make_unique<AllRowsSource>(deps);
+    case Selection::kH2o: return std::make_unique<H2oSource>(deps);
+    case Selection::kProbeHeads:
+      if (deps.row->speculates) return std::make_unique<SpeculatingSource>(deps);
+      return std::make_unique<ProbeSource>(deps);
+  }
+  return nullptr;
+}
+
+Status SelectiveSource::Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,
+                               LayerTrace* trace) {
+  // Reads issued inside the layer; a read ahead (spec) sets its own times.
+  trace->issued_ms = trace->completed_ms = Ms(rq.t0, Clock::now());
+  LayerWork work(view, trace);
+  Status s = SupplyLayer(rq, work, prefix);
+  if (s.ok()) {
+    rq.load_ms += work.io_ms;
+    trace->wait_ms = work.io_ms;
+    rq.io.Add(work.io);
+    trace->retention = rq.R ? static_cast<double>(trace->rows) / static_cast<double>(rq.R) : 1.0;
+  }
+  trace->consumed_ms = Ms(rq.t0, Clock::now());
+  if (!rq.prefetch[view.layer]) trace->completed_ms = trace->consumed_ms;
+  return s;
+}
+
+}  // namespace tierkv::engine

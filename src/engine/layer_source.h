@@ -1,0 +1,84 @@
+// Where a layer's prefix rows come from: one implementation per kind of
+// selection in the system table (all rows, H2O, probe heads, speculation
+// around the probe heads). A source lives as long as its engine and keeps
+// what it learns across requests; a request's own state is in Request.
+//
+// Order of calls for one attempt: Start (compute thread, after the lookup;
+// submits reads that do not depend on the queries to the load thread), then
+// Supply once per layer from the model's hook (compute thread), then, if the
+// forward pass succeeded and every fetch is done, Finish.
+#pragma once
+
+#include <memory>
+
+#include "engine/io_counts.h"
+#include "engine/load_queue.h"
+#include "engine/pooled_reader.h"
+#include "engine/request.h"
+#include "engine/system_table.h"
+#include "engine/timing.h"
+#include "store/chunk_store.h"
+#include "tierkv/engine.h"
+#include "tierkv/model.h"
+
+namespace tierkv::engine {
+
+// What sources may use; owned by the engine, outliving every source.
+struct SourceDeps {
+  const ModelConfig* config = nullptr;
+  const EngineOptions* options = nullptr;
+  const SystemRow* row = nullptr;
+  PooledReader* reader = nullptr;
+  LoadQueue* queue = nullptr;
+  store::ChunkStore* store = nullptr;
+};
+
+class LayerSource {
+ public:
+  virtual ~LayerSource() = default;
+  // The request reuses R > 0 rows: submit the reads known now.
+  virtual void Start(Request& rq) = 0;
+  // Before layer `view.layer`'s attention: the prefix rows it attends to,
+  // per KV head, in `prefix`; the layer's trace in `trace`.
+  virtual Status Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,
+                        LayerTrace* trace) = 0;
+  // After a successful forward pass, with every fetch done: what later
+  // requests learn from this one, and reads not yet counted.
+  virtual void Finish(Request& rq, const RequestStats& stats) {}
+};
+
+// The source of a system's row (null for a system that reuses nothing).
+std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps);
+
+// One selective layer's work in progress: its start, the time spent waiting
+// for reads, and what the reads cost.
+struct LayerWork {
+  LayerWork(const LayerView& v, LayerTrace* t) : view(v), trace(t), t0(Clock::now()) {}
+  const LayerView& view;
+  LayerTrace* trace;
+  Clock::time_point t0;
+  double io_ms = 0;
+  IoCounts io;
+  // Runs a read, counting its time as waiting.
+  template <typename F>
+  Status Timed(F&& read) {
+    const auto a = Clock::now();
+    Status s = read();
+    io_ms += Ms(a, Clock::now());
+    return s;
+  }
+  // Time since the layer started that was not waiting: identification.
+  double BusyMs() const { return Ms(t0, Clock::now()) - io_ms; }
+};
+
+// The selective sources' common frame: trace times, and the layer's reads
+// and waits added to the request's.
+class SelectiveSource : public LayerSource {
+ public:
+  Status Supply(Request& rq, const LayerView& view, LayerPrefix* prefix, LayerTrace* trace) final;
+
+ protected:
+  virtual Status SupplyLayer(Request& rq, LayerWork& work, LayerPrefix* prefix) = 0;
+};
+
+}  // namespace tierkv::engine

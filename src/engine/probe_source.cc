@@ -1,0 +1,108 @@
+#include "engine/probe_source.h"
+
+#include "engine/head_scores.h"
+
+namespace tierkv::engine {
+
+ProbeSource::ProbeSource(const SourceDeps& deps) : d_(deps), h2o_(deps) {
+  identify_.retention = d_.options->retention;
+  identify_.alpha = d_.options->alpha;
+  identify_.aggregation = d_.options->aggregation == Aggregation::kVote ? select::Aggregation::kVote
+                                                                         : select::Aggregation::kSum;
+}
+
+void ProbeSource::Start(Request& rq) {
+  const store::LookupResult* m = rq.m;
+  const size_t R = rq.R;
+  PooledReader* reader = d_.reader;
+  // The probe keys do not depend on the queries: every layer's now. They
+  // are submitted before any all-keys read: the loader serves a layer's
+  // jobs in submission order, and the probes decide first.
+  for (int l = 0; l < d_.config->n_layers; ++l) {
+    rq.probe_fetch[l] = d_.queue->Read(rq.t0, l, [reader, m, R, l](Fetch& f, IoCounts* io) {
+      return reader->ReadProbes(*m, R, l, &f.probe_keys, io);
+    });
+  }
+  std::vector<bool> hint;
+  {
+    MutexLock l(&mu_);
+    hint = fell_back_last_;
+  }
+  for (int l = 0; l < d_.config->n_layers; ++l) {
+    if (l < static_cast<int>(hint.size()) && hint[l]) h2o_.FetchKeys(rq, l);
+  }
+}
+
+void ProbeSource::Finish(Request& rq, const RequestStats& stats) {
+  const int L = d_.config->n_layers;
+  {
+    MutexLock l(&mu_);
+    fell_back_last_.assign(L, false);
+    for (int i = 0; i < L; ++i) fell_back_last_[i] = stats.layers[i].fallback;
+  }
+  // Keys requested at the start for a layer that then used its probes were
+  // read for nothing; they still count as read.
+  for (int i = 0; i < L; ++i) {
+    if (rq.key_fetch[i] && !stats.layers[i].fallback) rq.io.Add(rq.key_fetch[i]->io);
+  }
+}
+
+Result<select::ProbeDecision> ProbeSource::Identify(Request& rq, LayerWork& work) {
+  const ModelConfig& c = *d_.config;
+  const int layer = work.view.layer;
+  std::string own;
+  const std::string* keys = &own;
+  if (const auto& pf = rq.probe_fetch[layer]) {
+    RETURN_IF_ERROR(Await(*pf, &work.io_ms));
+    rq.io.Add(pf->io);
+    keys = &pf->probe_keys;
+  } else {
+    RETURN_IF_ERROR(work.Timed([&] { return d_.reader->ReadProbes(*rq.m, rq.R, layer, &own, &work.io); }));
+  }
+  const int P = select::ProbeHeads(c.n_kv_heads);
+  const std::vector<std::vector<float>> scores =
+      AllHeadScores(work.view, c, P, reinterpret_cast<const uint16_t*>(keys->data()),
+                    static_cast<size_t>(P) * c.head_dim(), rq.R);
+  select::ProbeDecision d = select::DecideWithProbes(scores, identify_);
+  work.trace->fallback = !d.use_probes;
+  if (!d.use_probes) {
+    ++rq.fallbacks;
+  } else if (d_.row->reports_importance) {
+    // What reordering packs by: the rows this layer found important.
+    d_.store->ReportImportance(*rq.m, static_cast<uint16_t>(layer), SumScores(scores, rq.R));
+  }
+  return d;
+}
+
+Status ProbeSource::ReadShared(Request& rq, LayerWork& work, const std::vector<int32_t>& shared,
+                               const Supplied* given, LayerPrefix* prefix) {
+  const ModelConfig& c = *d_.config;
+  const int layer = work.view.layer;
+  const size_t rb = d_.reader->geometry().row_bytes;
+  const size_t hb = static_cast<size_t>(c.head_dim()) * 2;
+  SelectiveLayer& L = rq.layers[layer];
+  L.k.assign(shared.size() * rb, '\0');
+  L.v.assign(shared.size() * rb, '\0');
+  rq.identify_ms += work.BusyMs();
+  RETURN_IF_ERROR(work.Timed([&] {
+    return d_.reader->ReadSelected(*rq.m, layer, shared, L.k.data(), L.v.data(), ReadFor::kDemand,
+                                   &work.io, given);
+  }));
+  L.positions = shared;
+  prefix->heads.resize(c.n_kv_heads);
+  for (int h = 0; h < c.n_kv_heads; ++h) {
+    prefix->heads[h] = KvRows{L.k.data() + h * hb, L.v.data() + h * hb, KvDType::kF16, shared.size(),
+                              static_cast<size_t>(c.kv_dim()), static_cast<size_t>(c.kv_dim()),
+                              L.positions.data()};
+  }
+  work.trace->rows = shared.size();
+  return Status::Ok();
+}
+
+Status ProbeSource::SupplyLayer(Request& rq, LayerWork& work, LayerPrefix* prefix) {
+  ASSIGN_OR_RETURN(select::ProbeDecision d, Identify(rq, work));
+  if (!d.use_probes) return Fallback(rq, work, prefix, nullptr);
+  return ReadShared(rq, work, d.selected, nullptr, prefix);
+}
+
+}  // namespace tierkv::engine

@@ -1,0 +1,50 @@
+// IMPRESS's identification (4.3): the probe heads' keys of R (read at the
+// request's start) score R's rows; when the heads agree (mean pairwise
+// Jaccard >= j^alpha) their aggregated top-k is the layer's shared set and
+// only its rows are read; otherwise the layer falls back to H2O over all
+// keys. A layer that fell back gets its keys requested at the start of the
+// next request. Reports each layer's importance when the system's row says
+// so (reordering).
+#pragma once
+
+#include <vector>
+
+#include "engine/h2o_source.h"
+#include "engine/layer_source.h"
+#include "select/identify.h"
+#include "util/mutex.h"
+
+namespace tierkv::engine {
+
+class ProbeSource : public SelectiveSource {
+ public:
+  explicit ProbeSource(const SourceDeps& deps);
+  void Start(Request& rq) override;
+  void Finish(Request& rq, const RequestStats& stats) override;
+
+  // The probe heads' decision for the layer (its keys awaited or read);
+  // on agreement the shared set is reported as importance (if the row
+  // says), on disagreement the request's fallbacks count it.
+  Result<select::ProbeDecision> Identify(Request& rq, LayerWork& work);
+  // Reads the shared set's rows (those in `given` from there) and hands
+  // them to the attention.
+  Status ReadShared(Request& rq, LayerWork& work, const std::vector<int32_t>& shared,
+                    const Supplied* given, LayerPrefix* prefix);
+  // The layer's H2O fallback; `selected` (optional) gets the union of the heads' sets.
+  Status Fallback(Request& rq, LayerWork& work, LayerPrefix* prefix, std::vector<int32_t>* selected) {
+    return h2o_.Select(rq, work, prefix, selected);
+  }
+
+ protected:
+  Status SupplyLayer(Request& rq, LayerWork& work, LayerPrefix* prefix) override;
+
+ private:
+  SourceDeps d_;
+  H2oSource h2o_;
+  select::IdentifyOptions identify_;
+  Mutex mu_;
+  // Per layer: whether its identification fell back in the last request.
+  std::vector<bool> fell_back_last_ TIERKV_GUARDED_BY(mu_);
+};
+
+}  // namespace tierkv::engine

@@ -1,0 +1,45 @@
+// What a request stores after its first token: the prompt's K/V for later
+// requests. Whole-row systems store R's rows as loaded plus the new rows;
+// selective systems hold only some of R's rows, so they store the new rows
+// only (from R, a chunk boundary). With exact_store, a selective system's
+// new rows are computed again over every row of R first (the drift,
+// docs/systems.md). A failure loses the stored rows, never the answer.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "engine/pooled_reader.h"
+#include "engine/request.h"
+#include "store/chunk_store.h"
+#include "tierkv/engine.h"
+#include "tierkv/model.h"
+
+namespace tierkv::engine {
+
+class PromptWriter {
+ public:
+  PromptWriter(const Model& model, store::ChunkStore* store, PooledReader* reader, bool selective,
+               bool exact_store)
+      : model_(model), store_(store), reader_(reader), selective_(selective),
+        exact_store_(exact_store) {}
+
+  // Stores `tokens` with the new rows' K/V `kv` (the forward pass's capture,
+  // rows R.. of the prompt); counts stored chunks and store_ms into *stats.
+  void Store(std::span<const int32_t> tokens, const Request& rq,
+             std::vector<PrefillResult::LayerKv> kv, RequestStats* stats);
+
+ private:
+  // The new rows' K/V computed over every row of R (read through the pools).
+  Result<std::vector<PrefillResult::LayerKv>> ExactKv(std::span<const int32_t> tokens,
+                                                      const Request& rq);
+  void Put(std::span<const int32_t> tokens, const Request& rq,
+           const std::vector<PrefillResult::LayerKv>& kv, RequestStats* stats);
+
+  const Model& model_;
+  store::ChunkStore* store_;
+  PooledReader* reader_;
+  const bool selective_, exact_store_;
+};
+
+}  // namespace tierkv::engine

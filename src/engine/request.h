@@ -1,0 +1,61 @@
+// One attempt of one request: what the layer sources share while the
+// forward pass runs. Owned by Serve on the compute thread; the load thread
+// touches only the Fetches (through their own mutexes).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/io_counts.h"
+#include "engine/load_queue.h"
+#include "engine/timing.h"
+#include "store/chunk_store.h"
+
+namespace tierkv::engine {
+
+// The rows a selective layer's attention reads; they live here until the
+// request ends.
+struct SelectiveLayer {
+  std::string k, v;                 // shared set: |S| rows of every KV head, token-major, fp16
+  std::vector<int32_t> positions;   // the shared set's absolute positions
+  std::vector<std::string> hk, hv;  // per-head sets (fallback, H2O): |S_h| rows of head_dim
+  std::vector<std::vector<int32_t>> hpos;
+};
+
+struct Request {
+  Request(const store::LookupResult* match, size_t reused, Clock::time_point start, int n_layers)
+      : m(match), R(reused), t0(start), layers(n_layers), whole(n_layers), probe_fetch(n_layers),
+        key_fetch(n_layers), prefetch(n_layers), predicted(n_layers), speculate(n_layers, true) {}
+
+  const store::LookupResult* m;  // the lookup this attempt reuses
+  size_t R;                      // rows of the prefix reused (a multiple of the chunk for selective)
+  Clock::time_point t0;          // the request's start
+  std::vector<double> layer_retention;  // per layer (a profile); empty: uniform
+
+  // What the sources add up.
+  IoCounts io;
+  double identify_ms = 0, load_ms = 0;
+  int fallbacks = 0;  // layers whose probe heads disagreed
+
+  std::vector<SelectiveLayer> layers;
+  // Load-thread reads, by layer: whole layers (as-like), probe keys and all
+  // of R's keys (at the start), spec's read ahead of the predicted rows.
+  std::vector<std::shared_ptr<Fetch>> whole, probe_fetch, key_fetch, prefetch;
+  std::vector<std::vector<int32_t>> predicted;  // spec: by layer, the prediction
+  std::vector<bool> speculate;                  // spec: by layer, read the prediction ahead
+
+  // Every fetch this attempt issued (to await before the lookup goes away).
+  std::vector<std::shared_ptr<Fetch>> AllFetches() const {
+    std::vector<std::shared_ptr<Fetch>> all;
+    for (const auto* list : {&whole, &probe_fetch, &key_fetch, &prefetch}) {
+      for (const auto& f : *list) {
+        if (f) all.push_back(f);
+      }
+    }
+    return all;
+  }
+};
+
+}  // namespace tierkv::engine

@@ -1,0 +1,100 @@
+#include "engine/speculation.h"
+
+namespace tierkv::engine {
+
+void SpeculatingSource::Start(Request& rq) {
+  probes_.Start(rq);
+  MutexLock l(&mu_);
+  for (int i = 0; i < d_.config->n_layers && i < static_cast<int>(recall_.size()); ++i) {
+    rq.speculate[i] = recall_[i] >= d_.options->spec_min_recall;
+  }
+}
+
+void SpeculatingSource::Finish(Request& rq, const RequestStats& stats) {
+  probes_.Finish(rq, stats);
+  const int L = d_.config->n_layers;
+  MutexLock l(&mu_);
+  recall_.resize(L, 1.0);
+  for (int i = 0; i < L; ++i) {
+    if (stats.layers[i].recall >= 0) {
+      recall_[i] = kRecallMemory * recall_[i] + (1 - kRecallMemory) * stats.layers[i].recall;
+    }
+  }
+}
+
+void SpeculatingSource::ReadAhead(Request& rq, int layer, std::vector<int32_t> rows) {
+  const store::LookupResult* m = rq.m;
+  PooledReader* reader = d_.reader;
+  rq.prefetch[layer] = d_.queue->Read(
+      rq.t0, layer,
+      [reader, m, layer](Fetch& f, IoCounts* io) {
+        const size_t rb = reader->geometry().row_bytes;
+        f.k.assign(f.rows.size() * rb, '\0');
+        f.v.assign(f.rows.size() * rb, '\0');
+        if (f.rows.empty()) return Status::Ok();
+        return reader->ReadSelected(*m, layer, f.rows, f.k.data(), f.v.data(), ReadFor::kSpeculation, io);
+      },
+      std::move(rows));
+}
+
+Status SpeculatingSource::UseShared(Request& rq, LayerWork& work, const std::vector<int32_t>& shared,
+                                    LayerPrefix* prefix) {
+  const int layer = work.view.layer;
+  const std::shared_ptr<Fetch> pre = rq.prefetch[layer];
+  bool read_ahead = false;
+  if (layer + 1 < d_.config->n_layers) {
+    // Only after a layer whose probes agreed: a layer that fell back is
+    // usually followed by another, which reads all keys anyway (measured:
+    // reading ahead there doubled the bytes read).
+    rq.predicted[layer + 1] = shared;
+    read_ahead = rq.speculate[layer + 1];
+  }
+  if (pre) {
+    // Rows the prediction got right come from the read ahead; the others are
+    // read beside it (`pre->rows` is fixed when it is issued). The rows it
+    // used enter the pools with this read.
+    Supplied given;
+    given.rows = pre->rows;
+    given.k = &pre->k;
+    given.v = &pre->v;
+    given.ready = [&] {
+      Status s = Await(*pre);  // inside ReadShared's timed read
+      rq.io.Add(pre->io);
+      return s;
+    };
+    RETURN_IF_ERROR(probes_.ReadShared(rq, work, shared, &given, prefix));
+    work.trace->completed_ms = pre->completed_ms;
+  } else {
+    RETURN_IF_ERROR(probes_.ReadShared(rq, work, shared, nullptr, prefix));
+  }
+  // The read ahead starts once this layer has its own rows: the disk is then
+  // idle while the layer computes, and it does not lengthen this layer's read.
+  if (read_ahead) ReadAhead(rq, layer + 1, shared);
+  return Status::Ok();
+}
+
+Status SpeculatingSource::SupplyLayer(Request& rq, LayerWork& work, LayerPrefix* prefix) {
+  const int layer = work.view.layer;
+  const std::shared_ptr<Fetch> pre = rq.prefetch[layer];
+  if (pre) {
+    work.trace->issued_ms = pre->issued_ms;
+    work.trace->speculated = true;
+  }
+  ASSIGN_OR_RETURN(select::ProbeDecision d, probes_.Identify(rq, work));
+  std::vector<int32_t> selected;
+  if (d.use_probes) {
+    RETURN_IF_ERROR(UseShared(rq, work, d.selected, prefix));
+    selected = std::move(d.selected);
+  } else {
+    if (pre) {
+      // Read for nothing; still counted.
+      RETURN_IF_ERROR(Await(*pre, &work.io_ms));
+      rq.io.Add(pre->io);
+    }
+    RETURN_IF_ERROR(probes_.Fallback(rq, work, prefix, &selected));
+  }
+  if (!rq.predicted[layer].empty()) work.trace->recall = select::Recall(rq.predicted[layer], selected);
+  return Status::Ok();
+}
+
+}  // namespace tierkv::engine

@@ -1,0 +1,48 @@
+// The systems of the papers as rows of one table (docs/systems.md): what a
+// system does is read from its row, never from its name. Adding a system is
+// a row here, plus a new LayerSource only if it selects rows differently.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include "cache/policy.h"
+#include "tierkv/engine.h"
+
+namespace tierkv::engine {
+
+// Which prefix rows a layer's attention gets.
+enum class Selection {
+  kNone,        // no reuse: everything is computed
+  kAllRows,     // every row of R, loaded per layer from the request's start (AttentionStore)
+  kH2o,         // all of R's keys, each KV head's H2O top-k, only those rows' values
+  kProbeHeads,  // probe heads' keys decide a shared set (IMPRESS 4.3), H2O where they disagree
+};
+
+// Where a layer's share of R (its retention) comes from.
+enum class RetentionFrom {
+  kUniform,  // the request's retention, every layer alike
+  kProfile,  // CaR's sparsity profile: denser layers keep more
+};
+
+struct SystemRow {
+  System system;
+  std::string_view name;
+  Selection selection;
+  RetentionFrom retention;
+  bool reports_importance;  // feeds KV reordering (IMPRESS 4.4.1)
+  bool speculates;          // reads layer l's set for layer l+1 ahead (SPEC)
+  bool score_events;        // raises the scheduler's score events in the pools (CaR III-B3)
+  cache::PolicyKind default_policy;
+
+  bool reuses() const { return selection != Selection::kNone; }
+  // Reads some rows of each chunk layer (whole records otherwise).
+  bool selective() const { return selection == Selection::kH2o || selection == Selection::kProbeHeads; }
+};
+
+// The row of `s`.
+const SystemRow& RowOf(System s);
+// Every row, in the table's order.
+std::span<const SystemRow> SystemTable();
+
+}  // namespace tierkv::engine
