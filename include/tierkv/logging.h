@@ -23,7 +23,6 @@ class LogMessage {
   std::ostream& stream() { return os_; }
 
  private:
-  LogLevel level_;
   std::ostringstream os_;
 };
 }  // namespace internal

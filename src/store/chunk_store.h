@@ -21,18 +21,15 @@
 //
 // Thread safety: all methods are thread-safe. Put calls are serialised with
 // one another; lookups and reads never wait on a Put's I/O (the index lock is
-// held only around metadata changes).
+// held only around metadata changes, never across a file-system call). The
+// internals and their locks: store_impl.h.
 #pragma once
 
-#include <atomic>
 #include <functional>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "index/mapping_list.h"
@@ -282,7 +279,7 @@ class ChunkStore {
   Result<CompactResult> Compact(double min_dead_fraction = 0.5);
 
   StoreStats stats() const;
-  const StoreOptions& options() const { return opts_; }
+  const StoreOptions& options() const;
   uint64_t record_bytes(uint32_t tokens) const;  // bytes of one chunk layer on disk
   uint64_t probe_record_bytes(uint32_t tokens) const;  // of its probe copy (0 without)
 
@@ -301,133 +298,12 @@ class ChunkStore {
   Location TEST_run_location(uint32_t chunk, uint16_t layer, uint32_t record) const;
   std::string SegmentPath(uint32_t segment) const;
 
+  // The internals (store_impl.h); opaque to callers.
+  struct Impl;
+
  private:
-  explicit ChunkStore(StoreOptions options);
-  Status Init();
-  Status Recover();
-  Status OpenSegmentForAppend();
-  Status EvictForLocked(uint64_t bytes);  // REQUIRES: mu_
-  void DropLocked(uint32_t chunk, bool corrupt);  // REQUIRES: mu_
-  Result<std::shared_ptr<RandomAccessFile>> ReaderFor(uint32_t segment);  // REQUIRES: mu_
-  struct Published {
-    size_t chunks = 0;
-    uint64_t bytes = 0;
-  };
-  static constexpr uint32_t kNoProbe = UINT32_MAX;
-  // Where a chunk's records are: its K/V per layer and, if it has them, its
-  // probe records (layer l at probe_block + l * probe_stride, in the segment
-  // of layer 0's K/V).
-  struct Placed {
-    std::vector<Location> where;
-    uint32_t probe_block = kNoProbe;
-    uint16_t probe_stride = 0;
-  };
-  // Gives each newly inserted chunk its records' locations (from `where_of`,
-  // by prefix hash) and accounts its bytes as live. REQUIRES: mu_
-  Result<Published> PublishLocked(const std::vector<uint32_t>& created,
-                                  const std::function<const Placed*(uint64_t)>& where_of);
-  uint64_t ChunkBytesLocked(uint32_t chunk) const;  // K/V and probe records. REQUIRES: mu_
-  Location ProbeLocationOf(uint32_t chunk, uint16_t layer) const;  // segment 0: none. REQUIRES: mu_
-  Status SealLocked();  // REQUIRES: write_mu_
-  // A reordered run: its chunks, the mapping list and where its records are.
-  // Immutable; shared with reads in flight.
-  struct Run {
-    std::vector<uint32_t> chunks;
-    std::vector<uint64_t> hashes;
-    uint32_t first_token = 0, rows = 0;
-    uint64_t end_hash = 0, parent_hash = 0;  // identity of its records
-    index::MappingList map;
-    uint32_t records = 0;         // per layer: ceil(rows / C)
-    std::vector<Location> where;  // layer-major: where[layer * records + i]
-    uint64_t bytes = 0;
-    uint32_t RecordTokens(uint32_t i) const;
-    uint32_t chunk_tokens = 0;
-  };
-  // What a record read must turn out to be.
-  struct Expect {
-    RecordKind kind = RecordKind::kKeyValue;
-    uint16_t layer = 0;
-    uint64_t prefix_hash = 0;
-    uint32_t first_token = 0, tokens = 0;
-    uint32_t row_bytes = 0;  // 0: the store's row_bytes (K/V records)
-    const Run* run = nullptr;  // kReorderedKeyValue: positions must map to record `run_record`
-    uint32_t run_record = 0;
-  };
-  Result<RecordHeader> CheckHeader(const char* block0, const Expect& e) const;
-  Status VerifyRecord(const char* record, const Expect& e) const;  // header and every page
-  Status VerifyRecord(const char* record, uint16_t layer, uint64_t prefix_hash,
-                      uint32_t first_token, uint32_t tokens) const;
-  void DropRunLocked(uint32_t chunk);  // REQUIRES: mu_; no-op if the chunk is not reordered
-  // REQUIRES: mu_; a chunk (whose prefix hash was `prefix_hash`) left the index.
-  void ForgetChunkLocked(uint32_t chunk, uint64_t prefix_hash);
-  Status WriteManifest();  // REQUIRES: write_mu_, not mu_
-  Result<std::vector<uint32_t>> ListSegments() const;
-
-  StoreOptions opts_;
-  FileSystem* fs_;
-  std::unique_ptr<IoBackend> io_;
-  std::mutex io_mu_;     // the backend and the arena have one user at a time
-  AlignedBuffer arena_;  // guarded by io_mu_
-  // Backends for reads into their own buffers (selected rows, probe keys),
-  // one user each at a time: a request's demand read never waits behind
-  // another thread's batch (the load thread's prefetches, another request).
-  std::mutex side_mu_;
-  std::condition_variable side_cv_;
-  std::vector<std::unique_ptr<IoBackend>> side_io_;  // all of them
-  std::vector<IoBackend*> side_free_;                // guarded by side_mu_
-  // Reads `ops` through a free side backend (waits for one if all are busy).
-  Status ReadOnSide(std::span<ReadOp> ops);
-  uint64_t arena_bytes_ = 0;
-  std::mutex write_mu_;  // serialises Put (held across its I/O; readers never take it)
-
-  mutable std::mutex mu_;  // index, locations, accounting
-  index::RadixTree tree_;
-  // Where each chunk's records are. Put and compaction write a chunk's
-  // layers back to back in one segment, so one Location (layer 0's) per
-  // chunk is enough; chunks whose layers recovery found scattered keep a
-  // full list in scattered_. 8 bytes per chunk instead of 8 per layer.
-  std::vector<Location> first_location_;
-  std::unordered_map<uint32_t, std::vector<Location>> scattered_;
-  // Per chunk: the block of its layer-0 probe record (kNoProbe: none) and the
-  // blocks between its layers' probe records. 6 bytes per chunk.
-  std::vector<uint32_t> probe_block_;
-  std::vector<uint16_t> probe_stride_;
-  Location LocationOf(uint32_t chunk, uint16_t layer) const;        // REQUIRES: mu_
-  std::vector<Location> LocationsOf(uint32_t chunk) const;          // REQUIRES: mu_
-  void SetLocations(uint32_t chunk, std::span<const Location> where);  // REQUIRES: mu_
-  void ClearLocations(uint32_t chunk);                              // REQUIRES: mu_
-  // Reordered runs, by each of their chunks (only reordered chunks appear).
-  std::unordered_map<uint32_t, std::shared_ptr<const Run>> run_of_;
-  uint64_t run_bytes_ = 0, run_chunks_ = 0;
-  // Importance reports per chunk for reordering: sums per layer and row.
-  struct Heat {
-    uint64_t prefix_hash = 0;
-    std::vector<float> sum;          // layer-major, chunk_tokens per layer
-    std::vector<uint32_t> reports;   // per layer
-    uint64_t last = 0;
-    bool fresh = false;              // reported since the last reordering
-  };
-  std::unordered_map<uint32_t, Heat> heat_;
-  uint64_t heat_clock_ = 0;
-  // Per chunk: its value for disk eviction, log2 of an access count that
-  // halves every eviction_half_life accesses, offset by the clock (TouchLocked).
-  std::vector<double> value_;
-  void TouchLocked(uint32_t chunk);  // an access. REQUIRES: mu_
-  std::vector<uint16_t> chunk_tokens_;   // per chunk (valid while live)
-  size_t segment_count_ = 0;
-  uint64_t clock_ = 0;
-  uint64_t live_bytes_ = 0, dead_bytes_ = 0;
-  uint64_t sequence_ = 0;
-  // By segment number; shared so that a read in flight keeps its file open
-  // while compaction deletes the segment.
-  std::vector<std::shared_ptr<RandomAccessFile>> readers_;
-  bool dirty_ = false;  // written since the last manifest
-  std::unique_ptr<FileLock> lock_;  // the directory's LOCK, while open for writing
-  std::unique_ptr<WritableFile> active_;
-  uint32_t active_segment_ = 0;
-
-  mutable std::mutex stats_mu_;
-  StoreStats stats_;
+  explicit ChunkStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace tierkv::store

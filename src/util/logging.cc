@@ -39,7 +39,7 @@ bool ParseLogLevel(std::string_view name, LogLevel* out) {
 
 namespace internal {
 
-LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(level) {
+LogMessage::LogMessage(LogLevel level, const char* file, int line) {
   static constexpr const char* kTags[] = {"D", "I", "W", "E", "-"};
   const char* base = std::strrchr(file, '/');
   os_ << "[tierkv " << kTags[static_cast<int>(level)] << " " << (base ? base + 1 : file) << ":"

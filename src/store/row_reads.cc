@@ -1,0 +1,278 @@
+// Selective reads of rows (ReadRows): for each record touched, the header
+// block and only the 4 KiB pages holding the selected rows, runs of adjacent
+// blocks merged into one read, through a side backend; each page read is
+// verified. A chunk of a reordered run is read from the run's records; a
+// reordered copy that fails is dropped and its rows are read again from the
+// chunks' own records.
+#include <cstring>
+#include <map>
+
+#include "store/store_impl.h"
+#include "tierkv/logging.h"
+
+namespace tierkv::store {
+namespace {
+
+// One distinct record touched; rows of several reads may share it.
+struct Rec {
+  Location where;
+  std::shared_ptr<RandomAccessFile> file;
+  Expect expect;
+  std::shared_ptr<const Run> run;    // set for a reordered record
+  uint32_t chunk = index::kNoChunk;  // set for a chunk's own record
+  std::vector<bool> pages;           // payload pages needed
+  bool demand = false;
+  AlignedBuffer buf;
+  Status status;
+};
+
+// Where one requested row is: a record and the row within it.
+struct Target {
+  size_t rec;
+  uint32_t row;
+};
+
+struct RowPlan {
+  std::vector<Rec> recs;
+  std::map<std::pair<uint32_t, uint32_t>, size_t> rec_at;  // (segment, block) -> recs index
+  std::vector<std::vector<Target>> targets;                 // per read
+};
+
+// InvalidArgument or NotFound when the read cannot be served.
+Status CheckRowRead(const ChunkStore::Impl& s, const RowRead& r) TIERKV_REQUIRES(s.mu_) {
+  if (r.layer >= s.opts_.layers) {
+    return Status::InvalidArgument("store row read: layer " + std::to_string(r.layer) + " of " +
+                                   std::to_string(s.opts_.layers));
+  }
+  if (r.k == nullptr && r.v == nullptr) {
+    return Status::InvalidArgument("store row read: neither K nor V requested");
+  }
+  if (!s.IsCurrentLocked(r.chunk, r.prefix_hash)) {
+    return Status::NotFound("store row read: chunk " + std::to_string(r.chunk) + " not stored");
+  }
+  const uint32_t tokens = s.tree_.chunk(r.chunk).tokens;
+  for (size_t j = 0; j < r.rows.size(); ++j) {
+    if (r.rows[j] >= tokens || (j > 0 && r.rows[j] <= r.rows[j - 1])) {
+      return Status::InvalidArgument("store row read: rows must ascend and be below the chunk's " +
+                                     std::to_string(tokens) + " tokens (row " +
+                                     std::to_string(r.rows[j]) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// A new record entry for `where`: a run's record `run_record`, or the chunk's own.
+Result<Rec> NewRec(ChunkStore::Impl& s, const RowRead& r, const std::shared_ptr<const Run>& run,
+                   Location where, uint32_t run_record, uint32_t rec_tokens) TIERKV_REQUIRES(s.mu_) {
+  const index::ChunkInfo& c = s.tree_.chunk(r.chunk);
+  Rec rec;
+  rec.where = where;
+  ASSIGN_OR_RETURN(rec.file, s.ReaderForLocked(where.segment));
+  rec.expect.layer = r.layer;
+  if (run) {
+    rec.expect.kind = RecordKind::kReorderedKeyValue;
+    rec.expect.prefix_hash = run->end_hash;
+    rec.expect.first_token = run->first_token;
+    rec.expect.run = run.get();
+    rec.expect.run_record = run_record;
+    rec.run = run;
+  } else {
+    rec.expect.prefix_hash = c.prefix_hash;
+    rec.expect.first_token = c.first_token;
+    rec.chunk = r.chunk;
+  }
+  rec.expect.tokens = rec_tokens;
+  rec.pages.assign(PagesFor(PayloadBytesFor(RecordKind::kKeyValue, rec_tokens, s.opts_.row_bytes)), false);
+  return rec;
+}
+
+// The records and pages read `i` needs.
+Status PlanRows(ChunkStore::Impl& s, RowRead& r, size_t i, RowPlan* plan) TIERKV_REQUIRES(s.mu_) {
+  const uint32_t C = s.opts_.chunk_tokens;
+  const uint64_t rb = s.opts_.row_bytes;
+  const index::ChunkInfo& c = s.tree_.chunk(r.chunk);
+  auto run_it = s.run_of_.find(r.chunk);
+  const std::shared_ptr<const Run> run = run_it == s.run_of_.end() ? nullptr : run_it->second;
+  s.table_.Touch(r.chunk);
+  plan->targets[i].reserve(r.rows.size());
+  for (uint32_t row : r.rows) {
+    Location where;
+    uint32_t rec_row = row, rec_tokens = c.tokens, run_record = 0;
+    if (run) {
+      const uint32_t slot = run->map.SlotOf(r.layer, c.first_token + row - run->first_token);
+      run_record = slot / C;
+      rec_row = slot % C;
+      rec_tokens = run->RecordTokens(run_record);
+      where = run->where[size_t{r.layer} * run->records + run_record];
+    } else {
+      where = s.table_.LocationOf(r.chunk, r.layer);
+    }
+    auto [it, fresh] = plan->rec_at.try_emplace({where.segment, where.block}, plan->recs.size());
+    if (fresh) {
+      auto rec = NewRec(s, r, run, where, run_record, rec_tokens);
+      if (!rec.ok()) {
+        plan->rec_at.erase(it);
+        return rec.status();
+      }
+      plan->recs.push_back(std::move(rec).value());
+    }
+    Rec& rec = plan->recs[it->second];
+    auto mark = [&](uint64_t from) {
+      for (uint64_t pg = from / kBlockSize; pg <= (from + rb - 1) / kBlockSize; ++pg) rec.pages[pg] = true;
+    };
+    if (r.k) mark(rec_row * rb);
+    if (r.v) mark((uint64_t{rec.expect.tokens} + rec_row) * rb);
+    rec.demand = rec.demand || !r.prefetch;
+    plan->targets[i].push_back(Target{it->second, rec_row});
+  }
+  return Status::Ok();
+}
+
+// The header block and the needed pages of each record, runs of adjacent
+// blocks merged into one read. *pages: payload pages read.
+std::vector<ReadOp> PageRuns(std::vector<Rec>& recs, std::vector<size_t>* op_rec, uint64_t* pages) {
+  std::vector<ReadOp> ops;
+  for (size_t ri = 0; ri < recs.size(); ++ri) {
+    Rec& rec = recs[ri];
+    const size_t blocks = 1 + rec.pages.size();
+    rec.buf = AllocateAligned(blocks * kBlockSize);
+    auto needed = [&](size_t blk) { return blk == 0 || rec.pages[blk - 1]; };
+    for (size_t b = 0; b < blocks;) {
+      if (!needed(b)) {
+        ++b;
+        continue;
+      }
+      size_t e = b;
+      while (e < blocks && needed(e)) ++e;
+      ReadOp op;
+      op.file = rec.file.get();
+      op.offset = (uint64_t{rec.where.block} + b) * kBlockSize;
+      op.length = (e - b) * kBlockSize;
+      op.buf = rec.buf.get() + b * kBlockSize;
+      op.prefetch = !rec.demand;
+      ops.push_back(op);
+      op_rec->push_back(ri);
+      *pages += e - b - (b == 0 ? 1 : 0);
+      b = e;
+    }
+  }
+  return ops;
+}
+
+// A record that failed: a reordered copy's layout is dropped (the reads fall
+// back to the originals), a chunk's own corrupt record drops the chunk.
+void OnBadRecord(ChunkStore::Impl& s, Rec& rec) TIERKV_EXCLUDES(s.mu_) {
+  rec.status = rec.status.WithContext(std::string(rec.run ? "reordered record" : "record") +
+                                      " layer " + std::to_string(rec.expect.layer) + " at " +
+                                      s.SegmentPath(rec.where.segment) + " block " +
+                                      std::to_string(rec.where.block));
+  MutexLock l(&s.mu_);
+  if (rec.run) {
+    TIERKV_LOG(kWarn) << "store: " << rec.status.ToString() << "; the reordered layout is dropped";
+    auto it = s.run_of_.find(rec.run->chunks[0]);
+    if (it != s.run_of_.end() && it->second == rec.run) s.DropRunLocked(rec.run->chunks[0]);
+  } else if (rec.status.IsCorruption()) {
+    TIERKV_LOG(kWarn) << "store: chunk " << rec.chunk << ": " << rec.status.ToString()
+                      << "; the chunk and its descendants leave the index";
+    s.DropCorruptLocked(rec.chunk, rec.expect.prefix_hash);
+  }
+}
+
+// Copies each read's rows out, or marks it for a retry (a reordered copy
+// failed) or failed (its chunk's own record did).
+void DeliverRows(std::span<RowRead> reads, const RowPlan& plan, uint64_t rb, std::vector<size_t>* retry) {
+  for (size_t i = 0; i < reads.size(); ++i) {
+    RowRead& r = reads[i];
+    if (!r.status.ok()) continue;
+    bool from_bad_run = false;
+    for (const Target& t : plan.targets[i]) {
+      const Rec& rec = plan.recs[t.rec];
+      if (rec.status.ok()) continue;
+      from_bad_run = from_bad_run || rec.run != nullptr;
+      if (!rec.run) r.status = rec.status;
+    }
+    if (!r.status.ok()) continue;
+    if (from_bad_run) {
+      retry->push_back(i);
+      continue;
+    }
+    for (size_t j = 0; j < plan.targets[i].size(); ++j) {
+      const Target& t = plan.targets[i][j];
+      const Rec& rec = plan.recs[t.rec];
+      const char* payload = rec.buf.get() + kBlockSize;
+      if (r.k) std::memcpy(r.k + j * rb, payload + t.row * rb, rb);
+      if (r.v) std::memcpy(r.v + j * rb, payload + (uint64_t{rec.expect.tokens} + t.row) * rb, rb);
+    }
+  }
+}
+
+void AddStats(RowReadStats* to, const RowReadStats& more) {
+  to->records += more.records;
+  to->reordered_records += more.reordered_records;
+  to->pages += more.pages;
+  to->bytes += more.bytes;
+  to->ios += more.ios;
+}
+
+}  // namespace
+
+Status ChunkStore::Impl::ReadRows(std::span<RowRead> reads, RowReadStats* out_stats) {
+  RowPlan plan;
+  plan.targets.resize(reads.size());
+  {
+    MutexLock l(&mu_);
+    for (size_t i = 0; i < reads.size(); ++i) {
+      RowRead& r = reads[i];
+      r.status = CheckRowRead(*this, r);
+      if (r.status.ok()) r.status = PlanRows(*this, r, i, &plan);
+      if (!r.status.ok()) plan.targets[i].clear();
+    }
+  }
+  RowReadStats st;
+  std::vector<size_t> op_rec;
+  std::vector<ReadOp> ops = PageRuns(plan.recs, &op_rec, &st.pages);
+  RETURN_IF_ERROR(ReadOnSide(ops));
+  for (size_t oi = 0; oi < ops.size(); ++oi) {
+    Rec& rec = plan.recs[op_rec[oi]];
+    st.bytes += ops[oi].done;
+    if (!rec.status.ok()) continue;
+    rec.status = ops[oi].status;
+    if (rec.status.ok() && ops[oi].done < ops[oi].length) {
+      rec.status = Status::Corruption("record cut short at end of segment");
+    }
+  }
+  uint64_t corrupt = 0, errors = 0;
+  for (Rec& rec : plan.recs) {
+    if (rec.run) ++st.reordered_records;
+    if (rec.status.ok()) rec.status = checker_.VerifyPages(rec.buf.get(), rec.expect, rec.pages);
+    if (rec.status.ok()) continue;
+    rec.status.IsCorruption() ? ++corrupt : ++errors;
+    OnBadRecord(*this, rec);
+  }
+  std::vector<size_t> retry;
+  DeliverRows(reads, plan, opts_.row_bytes, &retry);
+  st.records = plan.recs.size();
+  st.ios = ops.size();
+  Count([&](StoreStats& s) {
+    s.row_reads += reads.size();
+    s.records_read += plan.recs.size();
+    s.reordered_records_read += st.reordered_records;
+    s.pages_read += st.pages;
+    s.bytes_read += st.bytes;
+    s.corrupt_records += corrupt;
+    s.read_errors += errors;
+  });
+  if (!retry.empty()) {
+    // The layout is gone now, so these read the chunks' own records.
+    std::vector<RowRead> again;
+    for (size_t i : retry) again.push_back(reads[i]);
+    RowReadStats more;
+    RETURN_IF_ERROR(ReadRows(again, &more));
+    for (size_t n = 0; n < retry.size(); ++n) reads[retry[n]].status = again[n].status;
+    AddStats(&st, more);
+  }
+  if (out_stats) *out_stats = st;
+  return Status::Ok();
+}
+
+}  // namespace tierkv::store

@@ -1,0 +1,208 @@
+// ChunkStore's internals (the front door is chunk_store.h). One Impl, its
+// member functions in one file per part:
+//   chunk_store.cc   opening, Put (plan, write, publish), lookup, eviction,
+//                    dropping, the manifest, statistics
+//   recovery.cc      the index rebuilt from the manifest and the segments:
+//                    a plan built from what is found, then applied
+//   read_path.cc     whole-record reads through the registered arena, side backends
+//   row_reads.cc     selective reads of rows (only their pages)
+//   probe_reads.cc   probe-key reads (adjacent records in one read)
+//   reorder.cc       importance reports and KV reordering (IMPRESS 4.4.1)
+//   compaction.cc    live records of mostly-dead segments moved, segments deleted
+// and the parts that stand alone: cache_dir (identity, lock, names),
+// chunk_table (per-chunk locations and values), record_check (what a record
+// must be), segment_writer (the active segment).
+//
+// Locks, in the order they may be taken: write_mu_ (serialises Put, Reorder,
+// Compact and Checkpoint, held across their I/O; readers never take it),
+// mu_ (the index: held around metadata only, never across I/O), io_mu_ (the
+// backend and the registered arena: one user at a time; the index lock is
+// never taken under it), side_mu_ (the free side backends), stats_mu_.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "index/radix_tree.h"
+#include "store/chunk_store.h"
+#include "store/chunk_table.h"
+#include "store/io_backend.h"
+#include "store/record_check.h"
+#include "store/segment_writer.h"
+#include "util/mutex.h"
+
+namespace tierkv::store {
+
+struct RecoveryPlan;
+
+struct ChunkStore::Impl {
+  explicit Impl(StoreOptions options);
+  ~Impl();
+
+  // ---- chunk_store.cc
+  Status Init();
+  Result<PutResult> Put(std::span<const int32_t> tokens, const KvInput& kv) TIERKV_EXCLUDES(mu_);
+  LookupResult Lookup(std::span<const int32_t> tokens) TIERKV_EXCLUDES(mu_);
+  Status Checkpoint() TIERKV_EXCLUDES(mu_);
+  StoreStats stats() const;
+  uint64_t record_bytes(uint32_t tokens) const;
+  uint64_t probe_record_bytes(uint32_t tokens) const;
+  // Bytes of a chunk's records on disk (K/V and probe copies) for `tokens`.
+  uint64_t ChunkRecordBytes(uint32_t tokens) const;
+  std::string SegmentPath(uint32_t segment) const;
+
+  // ---- read_path.cc, row_reads.cc, probe_reads.cc
+  Status Read(std::span<ChunkRead> reads, RowReadStats* stats) TIERKV_EXCLUDES(mu_, io_mu_);
+  Status ReadRows(std::span<RowRead> reads, RowReadStats* stats) TIERKV_EXCLUDES(mu_);
+  Status ReadProbeKeys(std::span<ProbeRead> reads, RowReadStats* stats) TIERKV_EXCLUDES(mu_);
+  // Reads `ops` through a free side backend (waits for one if all are busy).
+  Status ReadOnSide(std::span<ReadOp> ops) TIERKV_EXCLUDES(side_mu_);
+  // Reads `ops` through the main backend (background work).
+  Status ReadOnMain(std::span<ReadOp> ops) TIERKV_EXCLUDES(io_mu_);
+
+  // ---- reorder.cc
+  void ReportImportance(const LookupResult& prefix, uint16_t layer, std::span<const float> importance)
+      TIERKV_EXCLUDES(mu_);
+  Result<ReorderResult> Reorder(const ReorderOptions& options) TIERKV_EXCLUDES(mu_);
+
+  // ---- compaction.cc
+  Result<CompactResult> Compact(double min_dead_fraction) TIERKV_EXCLUDES(mu_);
+
+  // ---- recovery.cc
+  Status Recover() TIERKV_EXCLUDES(mu_);
+  // The manifest's snapshot into the plan (a damaged or foreign one is
+  // counted and ignored: every segment is scanned then).
+  void ReadManifest(RecoveryPlan* plan);
+  // Segments below the snapshot that it does not use (a compaction that
+  // crashed before deleting them): deleted.
+  Status DeleteGarbage(const RecoveryPlan& plan);
+  // Reads every record of a segment written after the snapshot into the plan.
+  Status ScanSegment(uint32_t segment, RecoveryPlan* plan) TIERKV_EXCLUDES(mu_);
+  // One verified record found at `at`: into the plan if it is this store's.
+  void Found(const RecordHeader& h, Location at, RecoveryPlan* plan) const;
+  // Inserts every usable chain into the index.
+  Status ApplyLocked(RecoveryPlan& plan) TIERKV_REQUIRES(mu_);
+
+  // ---- shared helpers (chunk_store.cc)
+  // Whether `chunk` is live and still the chunk of `prefix_hash` (ids are reused).
+  bool IsCurrentLocked(uint32_t chunk, uint64_t prefix_hash) const TIERKV_REQUIRES(mu_);
+  // The open reader of a segment. Segments get their reader when they are
+  // created or recovered, so this makes no file-system call.
+  Result<std::shared_ptr<RandomAccessFile>> ReaderForLocked(uint32_t segment) TIERKV_REQUIRES(mu_);
+  // Opens segment `segment`'s reader (no lock held: a file-system call).
+  Status OpenReader(uint32_t segment) TIERKV_EXCLUDES(mu_);
+  // Starts a new active segment, with its reader.
+  Status OpenSegment() TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(mu_);
+  // After a failed write of `bytes`: the segment is abandoned, its bytes dead.
+  void AbandonSegment(uint64_t bytes) TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(mu_);
+  Status EvictForLocked(uint64_t bytes) TIERKV_REQUIRES(mu_);
+  void DropLocked(uint32_t chunk, bool corrupt) TIERKV_REQUIRES(mu_);
+  // Drops a chunk whose record failed verification, if it is still the one read.
+  void DropCorruptLocked(uint32_t chunk, uint64_t prefix_hash) TIERKV_REQUIRES(mu_);
+  struct Published {
+    size_t chunks = 0;
+    uint64_t bytes = 0;
+  };
+  // Gives each newly inserted chunk its records' locations (from `where_of`,
+  // by prefix hash) and accounts its bytes as live.
+  Result<Published> PublishLocked(const std::vector<uint32_t>& created,
+                                  const std::function<const Placed*(uint64_t)>& where_of)
+      TIERKV_REQUIRES(mu_);
+  uint64_t ChunkBytesLocked(uint32_t chunk) const TIERKV_REQUIRES(mu_);
+  void DropRunLocked(uint32_t chunk) TIERKV_REQUIRES(mu_);  // no-op if the chunk is not reordered
+  // A chunk (whose prefix hash was `prefix_hash`) left the index.
+  void ForgetChunkLocked(uint32_t chunk, uint64_t prefix_hash) TIERKV_REQUIRES(mu_);
+  Status WriteManifest() TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(mu_);
+
+  // ---- put.cc: Put's steps
+  struct PutPlan {
+    size_t start = 0, end = 0;  // the prompt's tokens [start, end) are written
+    uint64_t parent_hash = 0;   // of the chunk before `start`
+  };
+  struct Written {
+    uint64_t prefix_hash = 0;
+    Placed placed;
+  };
+  // Touches the prompt's stored prefix, evicts for the new chunks, and says
+  // what is written (the longest prefix that fits when the budget is short).
+  Result<PutPlan> PlanPutLocked(std::span<const int32_t> tokens, size_t first_row) TIERKV_REQUIRES(mu_);
+  // Tokens from `start` on (below `end`) whose records fit the budget's room.
+  size_t FitLocked(size_t start, size_t end) const TIERKV_REQUIRES(mu_);
+  // Appends the records of tokens [plan.start, plan.end): batches of chunks,
+  // each chunk's K/V layers back to back, then the batch's probe records
+  // layer by layer. Not yet durable.
+  Status WriteChunks(std::span<const int32_t> tokens, const KvInput& kv, const PutPlan& plan,
+                     std::vector<Written>* written, uint64_t* bytes) TIERKV_REQUIRES(write_mu_);
+  // One batch's K/V records (chunks of `ns` tokens from `p`); `*hash` is the
+  // chain hash so far.
+  Status WriteKeyValues(std::span<const int32_t> tokens, const KvInput& kv, size_t p,
+                        const std::vector<uint32_t>& ns, uint64_t* hash, std::vector<uint64_t>* parents,
+                        std::vector<Written>* written, uint64_t* bytes) TIERKV_REQUIRES(write_mu_);
+  Status WriteProbes(std::span<const int32_t> tokens, const KvInput& kv, size_t p,
+                     const std::vector<uint32_t>& ns, const std::vector<uint64_t>& parents,
+                     Written* batch, uint64_t* bytes) TIERKV_REQUIRES(write_mu_);
+  // Encodes one record of the prompt into *record (its sequence number is the next).
+  void EncodeChunkRecord(RecordKind kind, uint16_t layer, std::span<const int32_t> tokens, size_t p,
+                         uint32_t n, uint64_t parent, uint64_t prefix_hash, const std::string& payload,
+                         std::string* record) TIERKV_REQUIRES(write_mu_);
+  // Adds to the store's counters.
+  template <typename F>
+  void Count(F&& add) const TIERKV_EXCLUDES(stats_mu_) {
+    MutexLock s(&stats_mu_);
+    add(stats_);
+  }
+
+  const StoreOptions opts_;
+  FileSystem* const fs_;
+  const RecordChecker checker_;
+  std::unique_ptr<FileLock> lock_;  // the directory's LOCK, while open for writing
+
+  Mutex write_mu_;
+  SegmentWriter writer_ TIERKV_GUARDED_BY(write_mu_);
+  uint64_t sequence_ TIERKV_GUARDED_BY(write_mu_) = 0;  // of the last record written
+
+  mutable Mutex mu_ TIERKV_ACQUIRED_AFTER(write_mu_);
+  index::RadixTree tree_ TIERKV_GUARDED_BY(mu_);
+  ChunkTable table_ TIERKV_GUARDED_BY(mu_);
+  // Reordered runs, by each of their chunks (only reordered chunks appear).
+  std::unordered_map<uint32_t, std::shared_ptr<const Run>> run_of_ TIERKV_GUARDED_BY(mu_);
+  uint64_t run_bytes_ TIERKV_GUARDED_BY(mu_) = 0;
+  uint64_t run_chunks_ TIERKV_GUARDED_BY(mu_) = 0;
+  // Importance reports per chunk for reordering: sums per layer and row.
+  struct Heat {
+    uint64_t prefix_hash = 0;
+    std::vector<float> sum;         // layer-major, chunk_tokens per layer
+    std::vector<uint32_t> reports;  // per layer
+    uint64_t last = 0;
+    bool fresh = false;             // reported since the last reordering
+  };
+  std::unordered_map<uint32_t, Heat> heat_ TIERKV_GUARDED_BY(mu_);
+  uint64_t heat_clock_ TIERKV_GUARDED_BY(mu_) = 0;
+  uint64_t live_bytes_ TIERKV_GUARDED_BY(mu_) = 0;
+  uint64_t dead_bytes_ TIERKV_GUARDED_BY(mu_) = 0;
+  // By segment number; shared so that a read in flight keeps its file open
+  // while compaction deletes the segment.
+  std::vector<std::shared_ptr<RandomAccessFile>> readers_ TIERKV_GUARDED_BY(mu_);
+  bool dirty_ TIERKV_GUARDED_BY(mu_) = false;  // written since the last manifest
+  std::atomic<size_t> segment_count_{0};
+
+  // The main backend and the registered staging arena for whole-record reads.
+  mutable Mutex io_mu_ TIERKV_ACQUIRED_AFTER(mu_);
+  std::unique_ptr<IoBackend> io_ TIERKV_PT_GUARDED_BY(io_mu_);
+  AlignedBuffer arena_ TIERKV_GUARDED_BY(io_mu_);
+  uint64_t arena_bytes_ = 0;  // set once by Init
+  // Backends for reads into their own buffers (selected rows, probe keys),
+  // one user each at a time: a request's demand read never waits behind
+  // another thread's batch.
+  Mutex side_mu_;
+  CondVar side_cv_;
+  std::vector<std::unique_ptr<IoBackend>> side_io_;                 // all of them; set by Init
+  std::vector<IoBackend*> side_free_ TIERKV_GUARDED_BY(side_mu_);  // not in use
+
+  mutable Mutex stats_mu_;
+  mutable StoreStats stats_ TIERKV_GUARDED_BY(stats_mu_);
+};
+
+}  // namespace tierkv::store
