@@ -76,10 +76,10 @@ TieredCache::TieredCache(const CacheOptions& options)
 
 TieredCache::~TieredCache() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stop_ = true;
   }
-  offload_cv_.notify_all();
+  offload_cv_.SignalAll();
   if (offloader_.joinable()) offloader_.join();
 }
 
@@ -184,7 +184,7 @@ Pin TieredCache::MakePinLocked(uint64_t key, Entry& e) {
 }
 
 void TieredCache::Unpin(uint64_t key, uint64_t generation) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.generation != generation) return;
   if (it->second.pins > 0) it->second.pins--;
@@ -195,7 +195,7 @@ void TieredCache::Unpin(uint64_t key, uint64_t generation) {
 }
 
 Pin TieredCache::Access(uint64_t key, uint32_t important_rows, uint32_t rows) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   clock_++;
   auto [it, fresh] = entries_.try_emplace(key);
   Entry& e = it->second;
@@ -225,14 +225,14 @@ Pin TieredCache::Access(uint64_t key, uint32_t important_rows, uint32_t rows) {
 }
 
 Pin TieredCache::Peek(uint64_t key) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return Pin();
   return MakePinLocked(key, it->second);
 }
 
 Pin TieredCache::Admit(uint64_t key, uint64_t bytes, Buffer data) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto [it, fresh] = entries_.try_emplace(key);
   Entry& e = it->second;
   if (fresh) e.generation = next_generation_++;
@@ -241,7 +241,7 @@ Pin TieredCache::Admit(uint64_t key, uint64_t bytes, Buffer data) {
 }
 
 Pin TieredCache::Replace(uint64_t key, uint64_t bytes, Buffer data) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto [it, fresh] = entries_.try_emplace(key);
   Entry& e = it->second;
   if (fresh) e.generation = next_generation_++;
@@ -273,7 +273,7 @@ Pin TieredCache::PlaceLocked(uint64_t key, Entry& e, uint64_t bytes, Buffer data
 }
 
 void TieredCache::Erase(uint64_t key) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
   RemoveLocked(key, it->second);
@@ -286,7 +286,7 @@ void TieredCache::Erase(uint64_t key) {
 
 void TieredCache::OnRequestEvent(std::span<const uint64_t> keys, RequestEvent event) {
   const double delta = event == RequestEvent::kFinish ? -2.0 : 1.0;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   for (uint64_t key : keys) {
     auto [it, fresh] = entries_.try_emplace(key);
     if (fresh) it->second.generation = next_generation_++;
@@ -296,13 +296,13 @@ void TieredCache::OnRequestEvent(std::span<const uint64_t> keys, RequestEvent ev
 }
 
 Tier TieredCache::TierOf(uint64_t key) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = entries_.find(key);
   return it == entries_.end() ? Tier::kDisk : it->second.tier;
 }
 
 CacheStats TieredCache::stats() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   CacheStats s = stats_;
   s.device_used = device_used_;
   s.host_used = host_used_;
@@ -317,14 +317,14 @@ bool TieredCache::OffloadPendingLocked() const {
 }
 
 void TieredCache::MaybeWakeOffloaderLocked() {
-  if (OffloadPendingLocked()) offload_cv_.notify_one();
+  if (OffloadPendingLocked()) offload_cv_.Signal();
 }
 
 void TieredCache::OffloadLoop() {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const double limit = watermark_ * static_cast<double>(opts_.device_bytes);
   for (;;) {
-    offload_cv_.wait(l, [&] { return stop_ || OffloadPendingLocked(); });
+    while (!stop_ && !OffloadPendingLocked()) offload_cv_.Wait(&mu_);
     if (stop_) break;
     // One pass under the lock: demote the lowest unpinned chunks until below.
     while (static_cast<double>(device_used_) > limit) {
@@ -343,9 +343,9 @@ void TieredCache::OffloadLoop() {
     }
     // Still above: only pinned chunks are left; wait for an unpin or erase.
     if (static_cast<double>(device_used_) > limit) offload_blocked_ = true;
-    offload_idle_cv_.notify_all();
+    offload_idle_cv_.SignalAll();
   }
-  offload_idle_cv_.notify_all();
+  offload_idle_cv_.SignalAll();
 }
 
 void TieredCache::TEST_WaitForOffload() {
@@ -353,12 +353,12 @@ void TieredCache::TEST_WaitForOffload() {
   // under mu_ means it is idle. (A flag set by the waker and cleared by the
   // thread could stay set forever when the work vanished before the thread
   // woke: that hung a test under ASan.)
-  std::unique_lock<std::mutex> l(mu_);
-  offload_idle_cv_.wait(l, [&] { return stop_ || !OffloadPendingLocked(); });
+  MutexLock l(&mu_);
+  while (!stop_ && OffloadPendingLocked()) offload_idle_cv_.Wait(&mu_);
 }
 
 Status TieredCache::TEST_Validate() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   uint64_t used[2] = {0, 0};
   size_t count[2] = {0, 0};
   for (const auto& [key, e] : entries_) {

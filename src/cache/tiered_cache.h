@@ -30,10 +30,8 @@
 //
 // Thread safety: all methods are thread-safe (one mutex; no I/O under it).
 #pragma once
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <span>
 #include <thread>
@@ -43,6 +41,7 @@
 
 #include "cache/policy.h"
 #include "tierkv/status.h"
+#include "util/mutex.h"
 
 namespace tierkv::cache {
 
@@ -180,22 +179,22 @@ class TieredCache {
   void Unpin(uint64_t key, uint64_t generation);
   Rank RankOf(uint64_t key, const Entry& e) const;
   uint64_t Capacity(Tier t) const { return t == Tier::kDevice ? opts_.device_bytes : opts_.host_bytes; }
-  uint64_t& Used(Tier t) { return t == Tier::kDevice ? device_used_ : host_used_; }
-  Heap& HeapOf(Tier t) { return t == Tier::kDevice ? device_ : host_; }
+  uint64_t& Used(Tier t) TIERKV_REQUIRES(mu_) { return t == Tier::kDevice ? device_used_ : host_used_; }
+  Heap& HeapOf(Tier t) TIERKV_REQUIRES(mu_) { return t == Tier::kDevice ? device_ : host_; }
   // Whether `bytes` fit in `t` after dropping chunks of lower priority than
-  // `priority` (unpinned, lowest first). REQUIRES: mu_
-  bool CanFitLocked(Tier t, uint64_t bytes, const Rank& rank);
-  // Makes room as CanFitLocked found it; device victims go to the host. REQUIRES: mu_
-  void MakeRoomLocked(Tier t, uint64_t bytes, const Rank& rank);
-  void InsertLocked(uint64_t key, Entry& e, Tier t, bool copy);  // REQUIRES: mu_, e not in a pool
-  void RemoveLocked(uint64_t key, Entry& e);           // REQUIRES: mu_; leaves e on disk
-  void DemoteLocked(uint64_t key, Entry& e);           // device -> host or disk. REQUIRES: mu_
-  void RekeyLocked(uint64_t key, Entry& e);            // priority changed. REQUIRES: mu_
-  Pin MakePinLocked(uint64_t key, Entry& e);           // REQUIRES: mu_
-  // Places an entry that is in no pool, as a miss. REQUIRES: mu_
-  Pin PlaceLocked(uint64_t key, Entry& e, uint64_t bytes, Buffer data);
-  void MaybeWakeOffloaderLocked();                     // REQUIRES: mu_
-  bool OffloadPendingLocked() const;                   // REQUIRES: mu_
+  // `priority` (unpinned, lowest first).
+  bool CanFitLocked(Tier t, uint64_t bytes, const Rank& rank) TIERKV_REQUIRES(mu_);
+  // Makes room as CanFitLocked found it; device victims go to the host.
+  void MakeRoomLocked(Tier t, uint64_t bytes, const Rank& rank) TIERKV_REQUIRES(mu_);
+  void InsertLocked(uint64_t key, Entry& e, Tier t, bool copy) TIERKV_REQUIRES(mu_);  // e not in a pool
+  void RemoveLocked(uint64_t key, Entry& e) TIERKV_REQUIRES(mu_);  // leaves e on disk
+  void DemoteLocked(uint64_t key, Entry& e) TIERKV_REQUIRES(mu_);  // device -> host or disk
+  void RekeyLocked(uint64_t key, Entry& e) TIERKV_REQUIRES(mu_);  // priority changed
+  Pin MakePinLocked(uint64_t key, Entry& e) TIERKV_REQUIRES(mu_);
+  // Places an entry that is in no pool, as a miss.
+  Pin PlaceLocked(uint64_t key, Entry& e, uint64_t bytes, Buffer data) TIERKV_REQUIRES(mu_);
+  void MaybeWakeOffloaderLocked() TIERKV_REQUIRES(mu_);
+  bool OffloadPendingLocked() const TIERKV_REQUIRES(mu_);
   void OffloadLoop();
 
   const CacheOptions opts_;
@@ -204,17 +203,19 @@ class TieredCache {
   // which the constructor is still assigning).
   const bool offload_on_;
 
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Entry> entries_;
-  Heap device_, host_;
-  uint64_t device_used_ = 0, host_used_ = 0;
-  uint64_t clock_ = 0;
-  CacheStats stats_;
+  // Guards every entry, both pools' orders and byte counts, the statistics
+  // and the offload thread's flags. No I/O and no callback runs under it.
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, Entry> entries_ TIERKV_GUARDED_BY(mu_);
+  Heap device_ TIERKV_GUARDED_BY(mu_), host_ TIERKV_GUARDED_BY(mu_);
+  uint64_t device_used_ TIERKV_GUARDED_BY(mu_) = 0, host_used_ TIERKV_GUARDED_BY(mu_) = 0;
+  uint64_t clock_ TIERKV_GUARDED_BY(mu_) = 0;
+  CacheStats stats_ TIERKV_GUARDED_BY(mu_);
 
-  std::condition_variable offload_cv_, offload_idle_cv_;
-  bool offload_blocked_ = false;  // the last pass found only pinned chunks
-  uint64_t next_generation_ = 1;
-  bool stop_ = false;
+  CondVar offload_cv_, offload_idle_cv_;
+  bool offload_blocked_ TIERKV_GUARDED_BY(mu_) = false;  // the last pass found only pinned chunks
+  uint64_t next_generation_ TIERKV_GUARDED_BY(mu_) = 1;
+  bool stop_ TIERKV_GUARDED_BY(mu_) = false;
   std::thread offloader_;  // "offload": demotes device -> host above the watermark
 };
 

@@ -1,5 +1,6 @@
 #include "kernels/fp16.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstring>
@@ -56,7 +57,11 @@ uint16_t FloatToHalfSoft(float f) {
 }
 
 bool HasF16C() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  // CPUID leaf 1: ECX bit 29 is F16C (clang's __builtin_cpu_supports does not know it).
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+  }();
   return has;
 }
 

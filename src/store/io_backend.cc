@@ -1,13 +1,13 @@
 #include "store/io_backend.h"
 
+#include "util/mutex.h"
+
 #include <liburing.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -62,10 +62,10 @@ class PreadBackend final : public IoBackend {
   }
   ~PreadBackend() override {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     for (auto& t : workers_) t.join();
   }
 
@@ -74,16 +74,16 @@ class PreadBackend final : public IoBackend {
   Status Read(std::span<ReadOp> ops) override {
     order_ = IssueOrder(ops);
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       ops_ = ops;
       next_.store(0);
       active_ = workers_.size();
       ++generation_;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     Drain();
-    std::unique_lock<std::mutex> l(mu_);
-    done_cv_.wait(l, [&] { return active_ == 0; });
+    MutexLock l(&mu_);
+    while (active_ != 0) done_cv_.Wait(&mu_);
     ops_ = {};
     return Status::Ok();
   }
@@ -101,26 +101,30 @@ class PreadBackend final : public IoBackend {
     uint64_t seen = 0;
     for (;;) {
       {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return stop_ || generation_ != seen; });
+        MutexLock l(&mu_);
+        while (!stop_ && generation_ == seen) cv_.Wait(&mu_);
         if (stop_) return;
         seen = generation_;
       }
       Drain();
       {
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(&mu_);
         --active_;
       }
-      done_cv_.notify_one();
+      done_cv_.Signal();
     }
   }
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  bool stop_ = false;
-  uint64_t generation_ = 0;
-  size_t active_ = 0;
+  // Guards the batch hand-over: a batch is published by bumping generation_
+  // (workers wake), and finished when active_ drops to 0.
+  Mutex mu_;
+  CondVar cv_, done_cv_;
+  bool stop_ TIERKV_GUARDED_BY(mu_) = false;
+  uint64_t generation_ TIERKV_GUARDED_BY(mu_) = 0;
+  size_t active_ TIERKV_GUARDED_BY(mu_) = 0;
+  // The batch: set before generation_ is bumped, read by Drain (workers saw
+  // the bump under mu_), reset after active_ reached 0.
   std::span<ReadOp> ops_;
   std::vector<size_t> order_;
   std::atomic<size_t> next_{0};
@@ -161,28 +165,11 @@ class UringBackend final : public IoBackend {
   Status Read(std::span<ReadOp> ops) override {
     std::vector<size_t> order = IssueOrder(ops);
     size_t next = 0, in_flight = 0, finished = 0;
-    // Ops whose file has no descriptor are read synchronously, in order.
     for (ReadOp& op : ops) {
       op.done = 0;
       op.status = Status::Ok();
     }
-    auto submit = [&](size_t i) {
-      ReadOp& op = ops[i];
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-      char* buf = op.buf + op.done;
-      unsigned len = static_cast<unsigned>(op.length - op.done);
-      uint64_t off = op.offset + op.done;
-      int region = Region(buf, len);
-      if (region >= 0) {
-        io_uring_prep_read_fixed(sqe, op.file->native_handle(), buf, len, off, region);
-      } else {
-        io_uring_prep_read(sqe, op.file->native_handle(), buf, len, off);
-      }
-      io_uring_sqe_set_data64(sqe, i);
-      ++in_flight;
-    };
     while (finished < ops.size()) {
-      bool queued = false;
       while (next < order.size() && in_flight < depth_) {
         size_t i = order[next++];
         if (ops[i].length == 0) {
@@ -190,57 +177,81 @@ class UringBackend final : public IoBackend {
           continue;
         }
         if (ops[i].file->native_handle() < 0) {
+          // Ops whose file has no descriptor are read synchronously, in order.
           ReadSync(ops[i]);
           ++finished;
           continue;
         }
-        submit(i);
-        queued = true;
+        Submit(ops[i], i);
+        ++in_flight;
       }
       if (in_flight == 0) continue;
-      int r = queued ? io_uring_submit_and_wait(&ring_, 1) : io_uring_submit_and_wait(&ring_, 1);
+      int r = io_uring_submit_and_wait(&ring_, 1);
       if (r < 0 && r != -EINTR) {
-        // The ring is unusable: fail what is in flight and finish the rest with pread.
+        // The ring is unusable: fail what is in flight.
         Status s = UringError("submit", r);
         for (size_t j = 0; j < ops.size(); ++j) {
           if (ops[j].status.ok() && ops[j].done < ops[j].length) ops[j].status = s;
         }
         return Status::Ok();
       }
-      io_uring_cqe* cqe;
-      unsigned head, seen = 0;
-      std::vector<size_t> resubmit;
-      io_uring_for_each_cqe(&ring_, head, cqe) {
-        ++seen;
-        size_t i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
-        ReadOp& op = ops[i];
-        --in_flight;
-        if (cqe->res < 0) {
-          if (cqe->res == -EAGAIN || cqe->res == -EINTR) {
-            resubmit.push_back(i);
-            continue;
-          }
-          op.status = Status::IOError("read at " + std::to_string(op.offset) + ": " +
-                                      std::strerror(-cqe->res));
-          ++finished;
-        } else if (cqe->res == 0) {
-          ++finished;  // end of file: op.done < op.length tells the caller
-        } else {
-          op.done += static_cast<size_t>(cqe->res);
-          if (op.done < op.length) {
-            resubmit.push_back(i);  // short read: ask for the rest
-          } else {
-            ++finished;
-          }
-        }
+      for (size_t i : Reap(ops, &in_flight, &finished)) {
+        Submit(ops[i], i);
+        ++in_flight;
       }
-      io_uring_cq_advance(&ring_, seen);
-      for (size_t i : resubmit) submit(i);
     }
     return Status::Ok();
   }
 
  private:
+  // Queues the rest of `op` (index i) on the ring.
+  void Submit(ReadOp& op, size_t i) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    char* buf = op.buf + op.done;
+    unsigned len = static_cast<unsigned>(op.length - op.done);
+    uint64_t off = op.offset + op.done;
+    int region = Region(buf, len);
+    if (region >= 0) {
+      io_uring_prep_read_fixed(sqe, op.file->native_handle(), buf, len, off, region);
+    } else {
+      io_uring_prep_read(sqe, op.file->native_handle(), buf, len, off);
+    }
+    io_uring_sqe_set_data64(sqe, i);
+  }
+
+  // Takes the completions: counts finished ops, records errors; returns the
+  // ops to submit again (a short read's rest, EAGAIN, EINTR).
+  std::vector<size_t> Reap(std::span<ReadOp> ops, size_t* in_flight, size_t* finished) {
+    io_uring_cqe* cqe;
+    unsigned head, seen = 0;
+    std::vector<size_t> resubmit;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      ++seen;
+      size_t i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
+      ReadOp& op = ops[i];
+      --*in_flight;
+      if (cqe->res < 0) {
+        if (cqe->res == -EAGAIN || cqe->res == -EINTR) {
+          resubmit.push_back(i);
+          continue;
+        }
+        op.status = Status::IOError("read at " + std::to_string(op.offset) + ": " + std::strerror(-cqe->res));
+        ++*finished;
+      } else if (cqe->res == 0) {
+        ++*finished;  // end of file: op.done < op.length tells the caller
+      } else {
+        op.done += static_cast<size_t>(cqe->res);
+        if (op.done < op.length) {
+          resubmit.push_back(i);  // short read: ask for the rest
+        } else {
+          ++*finished;
+        }
+      }
+    }
+    io_uring_cq_advance(&ring_, seen);
+    return resubmit;
+  }
+
   explicit UringBackend(uint32_t depth) : IoBackend(depth) {}
 
   int Region(const char* buf, size_t len) const {

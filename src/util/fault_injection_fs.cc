@@ -75,39 +75,39 @@ FaultInjectionFileSystem::FaultInjectionFileSystem(FileSystem* base, FaultOption
     : base_(base), options_(options), rng_(options.seed) {}
 
 void FaultInjectionFileSystem::SetOptions(const FaultOptions& options) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   options_ = options;
   rng_.seed(options.seed);
 }
 
 void FaultInjectionFileSystem::SetActive(bool active) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   active_ = active;
 }
 
 uint64_t FaultInjectionFileSystem::injected_faults() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return injected_;
 }
 
 Status FaultInjectionFileSystem::CheckActive(const std::string& what) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!active_) return Status::IOError(what + ": file system inactive (simulated crash)");
   return Status::Ok();
 }
 
 void FaultInjectionFileSystem::CrashAfter(uint64_t mutating_calls) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   crash_countdown_ = mutating_calls;
 }
 
 uint64_t FaultInjectionFileSystem::mutating_calls() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return mutations_;
 }
 
 Status FaultInjectionFileSystem::Mutation(const std::string& path, bool* torn) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!active_) return Status::IOError(path + ": file system inactive (simulated crash)");
   ++mutations_;
   if (crash_countdown_ > 0 && --crash_countdown_ == 0) {
@@ -119,7 +119,7 @@ Status FaultInjectionFileSystem::Mutation(const std::string& path, bool* torn) {
 }
 
 Status FaultInjectionFileSystem::MaybeFail(Op op, const std::string& path, bool* short_io) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!active_) return Status::IOError(path + ": file system inactive (simulated crash)");
   if (options_.one_in == 0) return Status::Ok();
   std::vector<int> kinds;  // 0 eio, 1 enospc, 2 short
@@ -149,12 +149,12 @@ Status FaultInjectionFileSystem::MaybeFail(Op op, const std::string& path, bool*
 }
 
 void FaultInjectionFileSystem::OnAppend(const std::string& path, uint64_t) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   synced_size_.try_emplace(path, 0);
 }
 
 void FaultInjectionFileSystem::OnSync(const std::string& path, uint64_t size) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   synced_size_[path] = size;
 }
 
@@ -162,7 +162,7 @@ Status FaultInjectionFileSystem::DropUnsyncedData() {
   std::map<std::string, uint64_t> synced;
   std::set<std::string> created;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     synced.swap(synced_size_);
     created.swap(created_unsynced_);
   }
@@ -192,7 +192,7 @@ Result<std::unique_ptr<WritableFile>> FaultInjectionFileSystem::NewWritableFile(
   const bool existed = base_->FileExists(path);
   ASSIGN_OR_RETURN(auto base, base_->NewWritableFile(path, truncate));
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (!existed) created_unsynced_.insert(path);
     if (truncate || !existed) {
       synced_size_[path] = 0;
@@ -213,7 +213,7 @@ Status FaultInjectionFileSystem::DeleteFile(const std::string& path) {
   bool torn = false;
   RETURN_IF_ERROR(Mutation(path, &torn));
   RETURN_IF_ERROR(base_->DeleteFile(path));
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   synced_size_.erase(path);
   created_unsynced_.erase(path);
   return Status::Ok();
@@ -223,7 +223,7 @@ Status FaultInjectionFileSystem::RenameFile(const std::string& from, const std::
   bool torn = false;
   RETURN_IF_ERROR(Mutation(from, &torn));
   RETURN_IF_ERROR(base_->RenameFile(from, to));
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = synced_size_.find(from);
   if (it != synced_size_.end()) {
     synced_size_[to] = it->second;
@@ -239,7 +239,7 @@ Status FaultInjectionFileSystem::SyncDir(const std::string& path) {
   bool torn = false;
   RETURN_IF_ERROR(Mutation(path, &torn));
   RETURN_IF_ERROR(base_->SyncDir(path));
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   for (auto it = created_unsynced_.begin(); it != created_unsynced_.end();) {
     if (DirName(*it) == path) {
       it = created_unsynced_.erase(it);

@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <set>
 
 #include "tierkv/filesystem.h"
+#include "util/mutex.h"
 
 namespace tierkv {
 
@@ -76,18 +76,18 @@ class FaultInjectionFileSystem final : public FileSystem {
   void OnSync(const std::string& path, uint64_t size);
 
  private:
-  Status CheckActive(const std::string& what) const;
+  Status CheckActive(const std::string& what) const TIERKV_EXCLUDES(mu_);
 
   FileSystem* base_;
-  mutable std::mutex mu_;
-  FaultOptions options_;
-  std::mt19937_64 rng_;
-  bool active_ = true;
-  uint64_t injected_ = 0;
-  uint64_t crash_countdown_ = 0;
-  uint64_t mutations_ = 0;
-  std::map<std::string, uint64_t> synced_size_;    // files written through us
-  std::set<std::string> created_unsynced_;         // created since their dir's last sync
+  mutable Mutex mu_;  // every field below
+  FaultOptions options_ TIERKV_GUARDED_BY(mu_);
+  std::mt19937_64 rng_ TIERKV_GUARDED_BY(mu_);
+  bool active_ TIERKV_GUARDED_BY(mu_) = true;
+  uint64_t injected_ TIERKV_GUARDED_BY(mu_) = 0;
+  uint64_t crash_countdown_ TIERKV_GUARDED_BY(mu_) = 0;
+  uint64_t mutations_ TIERKV_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t> synced_size_ TIERKV_GUARDED_BY(mu_);  // files written through us
+  std::set<std::string> created_unsynced_ TIERKV_GUARDED_BY(mu_);  // created since their dir's last sync
 };
 
 }  // namespace tierkv

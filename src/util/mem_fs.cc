@@ -1,31 +1,31 @@
 // An in-memory FileSystem for tests. Directories are implicit in paths except
 // that CreateDir records them so ListDir and CreateDir-on-a-file behave.
 #include <map>
-#include <mutex>
 #include <set>
 
 #include "tierkv/filesystem.h"
+#include "util/mutex.h"
 
 namespace tierkv {
 namespace {
 
 struct MemFile {
-  std::mutex mu;
-  std::string data;
+  Mutex mu;
+  std::string data TIERKV_GUARDED_BY(mu);
 };
 
 class MemRandomAccessFile final : public RandomAccessFile {
  public:
   explicit MemRandomAccessFile(std::shared_ptr<MemFile> f) : f_(std::move(f)) {}
   Result<size_t> Read(uint64_t offset, size_t n, char* buf) const override {
-    std::lock_guard<std::mutex> l(f_->mu);
+    MutexLock l(&f_->mu);
     if (offset >= f_->data.size()) return size_t{0};
     size_t got = std::min<uint64_t>(n, f_->data.size() - offset);
     f_->data.copy(buf, got, offset);
     return got;
   }
   Result<uint64_t> Size() const override {
-    std::lock_guard<std::mutex> l(f_->mu);
+    MutexLock l(&f_->mu);
     return static_cast<uint64_t>(f_->data.size());
   }
 
@@ -37,14 +37,14 @@ class MemWritableFile final : public WritableFile {
  public:
   explicit MemWritableFile(std::shared_ptr<MemFile> f) : f_(std::move(f)) {}
   Status Append(std::string_view data) override {
-    std::lock_guard<std::mutex> l(f_->mu);
+    MutexLock l(&f_->mu);
     f_->data.append(data);
     return Status::Ok();
   }
   Status Sync() override { return Status::Ok(); }
   Status Close() override { return Status::Ok(); }
   uint64_t Size() const override {
-    std::lock_guard<std::mutex> l(f_->mu);
+    MutexLock l(&f_->mu);
     return f_->data.size();
   }
 
@@ -55,7 +55,7 @@ class MemWritableFile final : public WritableFile {
 class MemFileSystem final : public FileSystem {
  public:
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (locked_.count(path)) return Status::Unavailable(path + ": locked by another user");
     if (!files_.count(path)) files_[path] = std::make_shared<MemFile>();
     locked_.insert(path);
@@ -64,7 +64,7 @@ class MemFileSystem final : public FileSystem {
 
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path,
                                                                 const FileOptions&) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = files_.find(path);
     if (it == files_.end()) return Status::NotFound(path + ": no such file");
     return std::unique_ptr<RandomAccessFile>(new MemRandomAccessFile(it->second));
@@ -72,32 +72,32 @@ class MemFileSystem final : public FileSystem {
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         bool truncate) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (dirs_.count(path)) return Status::InvalidArgument(path + ": is a directory");
     auto& f = files_[path];
     if (!f) f = std::make_shared<MemFile>();
     if (truncate) {
-      std::lock_guard<std::mutex> fl(f->mu);
+      MutexLock fl(&f->mu);
       f->data.clear();
     }
     return std::unique_ptr<WritableFile>(new MemWritableFile(f));
   }
 
   Status CreateDir(const std::string& path) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (files_.count(path)) return Status::InvalidArgument(path + ": exists and is not a directory");
     dirs_.insert(path);
     return Status::Ok();
   }
 
   Status DeleteFile(const std::string& path) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (files_.erase(path) == 0) return Status::NotFound(path + ": no such file");
     return Status::Ok();
   }
 
   Status RenameFile(const std::string& from, const std::string& to) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = files_.find(from);
     if (it == files_.end()) return Status::NotFound(from + ": no such file");
     files_[to] = it->second;
@@ -108,16 +108,16 @@ class MemFileSystem final : public FileSystem {
   Status SyncDir(const std::string&) override { return Status::Ok(); }
 
   Status Truncate(const std::string& path, uint64_t size) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = files_.find(path);
     if (it == files_.end()) return Status::NotFound(path + ": no such file");
-    std::lock_guard<std::mutex> fl(it->second->mu);
+    MutexLock fl(&it->second->mu);
     it->second->data.resize(size);
     return Status::Ok();
   }
 
   Result<std::vector<std::string>> ListDir(const std::string& path) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     const std::string prefix = path + "/";
     std::set<std::string> names;
     auto collect = [&](const std::string& p) {
@@ -132,15 +132,15 @@ class MemFileSystem final : public FileSystem {
   }
 
   Result<uint64_t> FileSize(const std::string& path) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = files_.find(path);
     if (it == files_.end()) return Status::NotFound(path + ": no such file");
-    std::lock_guard<std::mutex> fl(it->second->mu);
+    MutexLock fl(&it->second->mu);
     return static_cast<uint64_t>(it->second->data.size());
   }
 
   bool FileExists(const std::string& path) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return files_.count(path) > 0 || dirs_.count(path) > 0;
   }
 
@@ -149,7 +149,7 @@ class MemFileSystem final : public FileSystem {
    public:
     MemLock(MemFileSystem* fs, std::string path) : fs_(fs), path_(std::move(path)) {}
     ~MemLock() override {
-      std::lock_guard<std::mutex> l(fs_->mu_);
+      MutexLock l(&fs_->mu_);
       fs_->locked_.erase(path_);
     }
 
@@ -158,10 +158,10 @@ class MemFileSystem final : public FileSystem {
     std::string path_;
   };
 
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<MemFile>> files_;
-  std::set<std::string> locked_;
-  std::set<std::string> dirs_;
+  Mutex mu_;  // the name space; each file's bytes have their own lock
+  std::map<std::string, std::shared_ptr<MemFile>> files_ TIERKV_GUARDED_BY(mu_);
+  std::set<std::string> locked_ TIERKV_GUARDED_BY(mu_);
+  std::set<std::string> dirs_ TIERKV_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -26,10 +26,10 @@ ThreadPool::ThreadPool(int workers, const std::string& name) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stop_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   for (auto& t : threads_) t.join();
 }
 
@@ -49,8 +49,8 @@ void ThreadPool::WorkerLoop() {
     }
     std::shared_ptr<Job> job;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      work_cv_.wait(l, [this] { return stop_ || !jobs_.empty(); });
+      MutexLock l(&mu_);
+      while (!stop_ && jobs_.empty()) work_cv_.Wait(&mu_);
       if (stop_) return;
       job = jobs_.front();
       // Every index handed out: the job leaves the queue; its caller and the
@@ -63,11 +63,11 @@ void ThreadPool::WorkerLoop() {
     }
     RunSome(job.get());
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       if (!jobs_.empty() && jobs_.front() == job) jobs_.pop_front();
       queued_.store(static_cast<int>(jobs_.size()), std::memory_order_release);
     }
-    done_cv_.notify_all();
+    done_cv_.SignalAll();
   }
 }
 
@@ -81,17 +81,17 @@ void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn) {
   job->fn = &fn;
   job->n = n;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     jobs_.push_back(job);
     queued_.store(static_cast<int>(jobs_.size()), std::memory_order_release);
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   RunSome(job.get());
   for (int i = 0; i < kSpinIterations && job->done.load(std::memory_order_acquire) != n; ++i) {
     _mm_pause();
   }
-  std::unique_lock<std::mutex> l(mu_);
-  done_cv_.wait(l, [&] { return job->done.load(std::memory_order_acquire) == n; });
+  MutexLock l(&mu_);
+  while (job->done.load(std::memory_order_acquire) != n) done_cv_.Wait(&mu_);
   for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
     if (*it == job) {
       jobs_.erase(it);

@@ -5,14 +5,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "util/mutex.h"
 
 namespace tierkv {
 
@@ -43,12 +43,12 @@ class ThreadPool {
   static void RunSome(Job* job);
   void WorkerLoop();
 
-  std::mutex mu_;
-  std::condition_variable work_cv_;  // workers wait for jobs
-  std::condition_variable done_cv_;  // callers wait for their job to finish
-  std::deque<std::shared_ptr<Job>> jobs_;  // guarded by mu_
-  std::atomic<int> queued_{0};             // jobs_.size(), readable without mu_
-  bool stop_ = false;                      // guarded by mu_
+  Mutex mu_;
+  CondVar work_cv_;  // workers wait for jobs
+  CondVar done_cv_;  // callers wait for their job to finish
+  std::deque<std::shared_ptr<Job>> jobs_ TIERKV_GUARDED_BY(mu_);
+  std::atomic<int> queued_{0};  // jobs_.size(), readable without mu_
+  bool stop_ TIERKV_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 
