@@ -15,6 +15,10 @@
 
 namespace tierkv::app {
 namespace {
+// CaR profiles on a few prompts once per model: the file's first prefixes.
+constexpr size_t kProfilingPrompts = 8;
+}  // namespace
+namespace {
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -152,7 +156,7 @@ void AddCompare(CLI::App& app, Action* run) {
           // CaR's profiling prompts: the file's first prefixes, unmeasured
           // (once: later rounds' engines open with the saved profile).
           std::vector<std::vector<int32_t>> profiling;
-          for (size_t i = 0; i < std::min<size_t>(8, reqs->size()); ++i) {
+          for (size_t i = 0; i < std::min(kProfilingPrompts, reqs->size()); ++i) {
             profiling.push_back((*reqs)[i].prefix);
           }
           RETURN_IF_ERROR(eng->Profile(profiling).status());

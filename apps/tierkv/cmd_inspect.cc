@@ -26,9 +26,9 @@ void AddInspect(CLI::App& app, Action* run) {
     *run = [a]() -> int {
       auto report = store::InspectStore(a->dir);
       if (!report.ok()) return Fail(report.status().ToString());
-      const store::StoreReport& s = *report;
-      const store::StoreReport& o = s;
-      const auto& segs = s.segments;
+      const store::StoreReport& o = *report;
+      const store::StoreStats& s = o.stats;
+      const auto& segs = o.segments;
       const uint64_t disk_bytes = s.live_bytes + s.dead_bytes;
       if (a->json) {
         // Paths and the model description are the user's: escaped by nlohmann.
@@ -44,7 +44,7 @@ void AddInspect(CLI::App& app, Action* run) {
                     nlohmann::json(o.model).dump().c_str(), o.chunk_tokens,
                     o.layers, o.row_bytes, o.probe_bytes,
                     o.dtype.c_str(), s.nodes,
-                    s.chunks, disk_bytes, s.live_bytes, s.dead_bytes, s.skipped_records,
+                    s.live_chunks, disk_bytes, s.live_bytes, s.dead_bytes, s.skipped_records,
                     s.recovery_us, s.manifest_chunks, s.manifest_errors, s.scanned_segments);
         for (size_t i = 0; i < segs.size(); ++i) {
           std::printf("%s{\"name\": \"%s\", \"bytes\": %" PRIu64 "}", i ? ", " : "",
@@ -65,7 +65,7 @@ void AddInspect(CLI::App& app, Action* run) {
       } else {
         std::printf("probe keys       none stored (sliced from K records when asked for)\n");
       }
-      std::printf("index            %" PRIu64 " nodes, %" PRIu64 " chunks\n", s.nodes, s.chunks);
+      std::printf("index            %" PRIu64 " nodes, %" PRIu64 " chunks\n", s.nodes, s.live_chunks);
       std::printf("bytes per tier   device 0, host 0 (pools of running processes), disk %" PRIu64
                   " (%" PRIu64 " live, %" PRIu64 " dead)\n",
                   disk_bytes, s.live_bytes, s.dead_bytes);
@@ -75,7 +75,7 @@ void AddInspect(CLI::App& app, Action* run) {
       std::printf("manifest         %s: %" PRIu64 " chunks from it, %" PRIu64
                   " segments scanned after it\n",
                   s.manifest_errors                          ? "damaged (every segment scanned)"
-                  : s.manifest_present                        ? "present"
+                  : o.manifest_present                        ? "present"
                                                              : "absent",
                   s.manifest_chunks, s.scanned_segments);
       std::printf("segments         %zu\n", segs.size());

@@ -1,36 +1,23 @@
-// The request pipeline (issue #5): a request's stored prefix R is found in
-// the store, its K/V are loaded layer by layer through the device and host
-// pools, the rest (NR + query) is computed over them, and NR's K/V are
-// stored for the next request. Every system of the papers is a
-// configuration of this one engine, so that they run the same work.
+// The engine: a request's stored prefix R is found in the store, its K/V
+// rows are loaded layer by layer (only the important ones, for the
+// selective systems) through the device and host pools, the rest of the
+// prompt is computed over them, and its K/V are stored for later requests.
+// Every system of the papers is a row of one table (src/engine/system_table.h;
+// docs/systems.md), so that they all run the same work:
+//   recompute     no reuse
+//   as-like       all of R's rows, read from the request's start (AttentionStore)
+//   as-h2o-lru/-lfu  all keys, each KV head's H2O top-k, only those values
+//   impress-itf   probe-head identification (IMPRESS 4.3), H2O where the probes disagree
+//   impress-ro    plus importance reports: reordering packs important rows (4.4.1)
+//   impress       plus score-based pools (4.4.2)
+//   spec          impress plus SPEC's speculation (layer l's set read ahead for l+1)
+//   car           CaR: per-layer retention from a sparsity profile, H2O, car pools
 //
-// The systems (docs/systems.md): `recompute` (no reuse); `as-like` (all of
-// R's K/V, requested at the start and consumed layer by layer through the
-// pools); `as-h2o-lru`/`-lfu` (all of R's keys, per-head H2O top-k, only the
-// selected rows' values); `impress-itf` (probe-head identification with the
-// per-layer fallback to all keys, then only the selected rows);
-// `impress-ro` (plus importance reports, whose reordering rounds pack the
-// important rows together); `impress` (plus the score-based pools); `spec`
-// (impress plus SPEC's speculation: right after layer l's identification,
-// when its probes agreed, the load thread reads layer l's set for layer l+1
-// while layer l computes; layer l+1 reads only what the prediction missed);
-// `car` (CaR: per-layer retention from a sparsity profile, H2O selection,
-// the car pool policy with the request's score events and asynchronous
-// offload). The selective systems' pools hold the rows requests read, per
-// chunk layer (and the probe keys per chunk layer): a later request reads
-// from disk only the rows the pools lack. The probe-key systems request
-// every layer's probe keys at the start, on the load thread. The trace shows
-// when reads were issued and done.
-//
-// Threads: Serve runs on the caller's thread (the compute thread; the
-// forward pass uses the model's own workers). One `tierkv-load` thread per
-// engine takes layer loads from a FIFO queue, in layer order: for each chunk
-// of R it pins the pool copy or reads the record from disk (verified) and
-// admits it. The compute thread waits for layer l's load inside the model's
-// hook before layer l, so loads of later layers overlap earlier layers'
-// compute. Buffers: pool buffers are immutable and shared (pins keep them
-// alive); the per-request staging copy of layer l's rows (the "device"
-// rows the attention reads) is owned by the request until Serve returns.
+// Threads: Serve runs on the caller's thread (with the model's compute
+// workers); one `tierkv-load` thread per engine serves reads queued by
+// requests, nearest layer first; `tierkv-maint` runs Maintain on a timer
+// when maintain_interval_ms is set. A request's path through the modules,
+// its buffers and who owns them: docs/architecture.md.
 #pragma once
 
 #include <cstdint>

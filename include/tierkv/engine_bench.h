@@ -1,5 +1,5 @@
 // Throughput of the forward pass next to the BLAS library's own sgemm peak,
-// measured in the same run (issue #2, "bench-engine").
+// measured in the same run ("bench-engine").
 #pragma once
 
 #include <string>

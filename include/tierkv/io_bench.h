@@ -1,4 +1,4 @@
-// The disk tier's read path (issue #4, "bench-io"): O_DIRECT reads of real
+// The disk tier's read path ("bench-io"): O_DIRECT reads of real
 // chunk records through ChunkStore::Read (checksums verified), per chunk size,
 // backend and queue depth, each next to the device's sequential read ceiling
 // measured right before and right after it (a virtual disk's rate drifts

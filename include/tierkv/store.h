@@ -12,14 +12,30 @@
 
 namespace tierkv::store {
 
+// A store's counters and sizes (ChunkStore::stats()).
+struct StoreStats {
+  uint64_t records_written = 0, bytes_written = 0, puts = 0;
+  uint64_t records_read = 0, bytes_read = 0;
+  uint64_t corrupt_records = 0, read_errors = 0;
+  uint64_t evicted_chunks = 0, dropped_chunks = 0;  // budget evictions; dropped for corruption
+  uint64_t recovered_chunks = 0, skipped_records = 0, recovery_us = 0;
+  uint64_t manifest_chunks = 0;      // of the recovered, how many came from the manifest
+  uint64_t manifest_errors = 0;      // a damaged manifest (recovery then scanned every segment)
+  uint64_t scanned_segments = 0;     // segments recovery read record by record
+  uint64_t compactions = 0, compacted_segments = 0, compacted_records = 0, reclaimed_bytes = 0;
+  uint64_t row_reads = 0, pages_read = 0, reordered_records_read = 0;
+  uint64_t probe_reads = 0, probe_fallbacks = 0;  // probe keys read; of them, sliced from K
+  uint64_t reorders = 0, reordered_runs_dropped = 0;
+  uint64_t live_chunks = 0, live_bytes = 0, dead_bytes = 0, segments = 0, nodes = 0;
+  uint64_t reordered_chunks = 0, reordered_bytes = 0;  // live reordered copies (in live_bytes)
+};
+
 struct StoreReport {
   std::string dir, model;  // model: the human-readable line of the STORE file
   uint64_t fingerprint = 0;
   uint32_t chunk_tokens = 0, layers = 0, row_bytes = 0, probe_bytes = 0;
   std::string dtype;  // f16 or f32
-  uint64_t nodes = 0, chunks = 0, live_bytes = 0, dead_bytes = 0;
-  uint64_t skipped_records = 0, recovery_us = 0;
-  uint64_t manifest_chunks = 0, manifest_errors = 0, scanned_segments = 0;
+  StoreStats stats;  // after a read-only recovery
   bool manifest_present = false;
   std::vector<std::pair<std::string, uint64_t>> segments;  // file name, bytes; sorted
 };

@@ -3,14 +3,9 @@
 namespace tierkv::engine {
 
 void AllRowsSource::Start(Request& rq) {
-  const store::LookupResult* m = rq.m;
-  const size_t R = rq.R;
-  PooledReader* reader = d_.reader;
-  for (int l = 0; l < d_.config->n_layers; ++l) {
-    rq.whole[l] = d_.queue->Read(rq.t0, l, [reader, m, R, l](Fetch& f, IoCounts* io) {
-      return reader->ReadWholeLayer(*m, R, l, &f.k, &f.v, io);
-    });
-  }
+  FetchEveryLayer(d_, rq, &rq.whole,
+                  [](PooledReader& reader, const store::LookupResult& m, size_t R, int l, Fetch& f,
+                     IoCounts* io) { return reader.ReadWholeLayer(m, R, l, &f.k, &f.v, io); });
 }
 
 Status AllRowsSource::Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,

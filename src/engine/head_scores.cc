@@ -34,12 +34,6 @@ std::vector<float> Score(const LayerView& view, const ModelConfig& c, int head,
 
 }  // namespace
 
-std::vector<float> HeadScores(const LayerView& view, const ModelConfig& c, int head,
-                              const uint16_t* keys, size_t stride, size_t rows) {
-  kernels::AttentionScratch scratch;
-  return Score(view, c, head, keys, stride, rows, &scratch);
-}
-
 std::vector<std::vector<float>> AllHeadScores(const LayerView& view, const ModelConfig& c, int n,
                                               const uint16_t* keys, size_t stride, size_t rows) {
   std::vector<std::vector<float>> out(n);

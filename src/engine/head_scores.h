@@ -10,15 +10,11 @@
 
 namespace tierkv::engine {
 
-// Column sums of the new tokens' attention over `rows` prefix keys of KV
-// head `head` (its query group summed), the keys given as fp16 rows at
-// keys + j * stride elements.
-std::vector<float> HeadScores(const LayerView& view, const ModelConfig& c, int head,
-                              const uint16_t* keys, size_t stride, size_t rows);
-
-// HeadScores of KV heads [0, n), whose rows are at keys + h * head_dim with
-// `stride` elements per row, on the compute threads (one task per head):
-// scoring every head reads all of R's keys, as much work as the attention.
+// For each KV head h in [0, n): the column sums of the new tokens'
+// attention over `rows` prefix keys (its query group summed), the keys fp16
+// rows at keys + h * head_dim + j * stride elements. On the compute threads
+// (one task per head): scoring every head reads all of R's keys, as much
+// work as the attention.
 std::vector<std::vector<float>> AllHeadScores(const LayerView& view, const ModelConfig& c, int n,
                                               const uint16_t* keys, size_t stride, size_t rows);
 

@@ -19,6 +19,18 @@ std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps) {
   return nullptr;
 }
 
+void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::shared_ptr<Fetch>>* into,
+                     LayerRead read) {
+  const store::LookupResult* m = rq.m;
+  const size_t R = rq.R;
+  PooledReader* reader = deps.reader;
+  for (int l = 0; l < deps.config->n_layers; ++l) {
+    (*into)[l] = deps.queue->Read(rq.t0, l, [reader, m, R, l, read](Fetch& f, IoCounts* io) {
+      return read(*reader, *m, R, l, f, io);
+    });
+  }
+}
+
 Status SelectiveSource::Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,
                                LayerTrace* trace) {
   // Reads issued inside the layer; a read ahead (spec) sets its own times.

@@ -47,6 +47,12 @@ class LayerSource {
   virtual void Finish(Request& rq, const RequestStats& stats) {}
 };
 
+// Submits one read per layer to the load thread, each into into[layer]:
+// `read(reader, lookup, R, layer, fetch, counts)`.
+using LayerRead = Status (*)(PooledReader&, const store::LookupResult&, size_t, int, Fetch&, IoCounts*);
+void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::shared_ptr<Fetch>>* into,
+                     LayerRead read);
+
 // The source of a system's row (null for a system that reuses nothing).
 std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps);
 

@@ -12,17 +12,12 @@ ProbeSource::ProbeSource(const SourceDeps& deps) : d_(deps), h2o_(deps) {
 }
 
 void ProbeSource::Start(Request& rq) {
-  const store::LookupResult* m = rq.m;
-  const size_t R = rq.R;
-  PooledReader* reader = d_.reader;
   // The probe keys do not depend on the queries: every layer's now. They
   // are submitted before any all-keys read: the loader serves a layer's
   // jobs in submission order, and the probes decide first.
-  for (int l = 0; l < d_.config->n_layers; ++l) {
-    rq.probe_fetch[l] = d_.queue->Read(rq.t0, l, [reader, m, R, l](Fetch& f, IoCounts* io) {
-      return reader->ReadProbes(*m, R, l, &f.probe_keys, io);
-    });
-  }
+  FetchEveryLayer(d_, rq, &rq.probe_fetch,
+                  [](PooledReader& reader, const store::LookupResult& m, size_t R, int l, Fetch& f,
+                     IoCounts* io) { return reader.ReadProbes(m, R, l, &f.probe_keys, io); });
   std::vector<bool> hint;
   {
     MutexLock l(&mu_);

@@ -1,6 +1,6 @@
 // Set arithmetic over token importance (H2O column sums): top-k selection,
 // Jaccard similarity, attention mass. Used by the attention study now and by
-// probe-head identification (issue #5).
+// probe-head identification.
 #pragma once
 
 #include <cstddef>

@@ -38,6 +38,7 @@
 #include "store/io_backend.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/status.h"
+#include "tierkv/store.h"
 
 namespace tierkv::store {
 
@@ -165,6 +166,13 @@ struct RowReadStats {
   uint64_t pages = 0;              // payload pages read (plus one header block per record)
   uint64_t bytes = 0;              // bytes read
   uint64_t ios = 0;                // read requests issued (adjacent blocks merged)
+  void Add(const RowReadStats& o) {
+    records += o.records;
+    reordered_records += o.reordered_records;
+    pages += o.pages;
+    bytes += o.bytes;
+    ios += o.ios;
+  }
 };
 
 struct ReorderOptions {
@@ -178,22 +186,6 @@ struct ReorderResult {
   uint64_t bytes_written = 0;
 };
 
-struct StoreStats {
-  uint64_t records_written = 0, bytes_written = 0, puts = 0;
-  uint64_t records_read = 0, bytes_read = 0;
-  uint64_t corrupt_records = 0, read_errors = 0;
-  uint64_t evicted_chunks = 0, dropped_chunks = 0;  // budget evictions; dropped for corruption
-  uint64_t recovered_chunks = 0, skipped_records = 0, recovery_us = 0;
-  uint64_t manifest_chunks = 0;      // of the recovered, how many came from the manifest
-  uint64_t manifest_errors = 0;      // a damaged manifest (recovery then scanned every segment)
-  uint64_t scanned_segments = 0;     // segments recovery read record by record
-  uint64_t compactions = 0, compacted_segments = 0, compacted_records = 0, reclaimed_bytes = 0;
-  uint64_t row_reads = 0, pages_read = 0, reordered_records_read = 0;
-  uint64_t probe_reads = 0, probe_fallbacks = 0;  // probe keys read; of them, sliced from K
-  uint64_t reorders = 0, reordered_runs_dropped = 0;
-  uint64_t live_chunks = 0, live_bytes = 0, dead_bytes = 0, segments = 0, nodes = 0;
-  uint64_t reordered_chunks = 0, reordered_bytes = 0;  // live reordered copies (in live_bytes)
-};
 
 struct CompactResult {
   uint32_t segments = 0;       // segments rewritten and deleted

@@ -10,25 +10,10 @@ Result<StoreReport> InspectStore(const std::string& dir) {
   ASSIGN_OR_RETURN(StoreOptions o, ReadStoreIdentity(nullptr, dir));
   o.read_only = true;
   ASSIGN_OR_RETURN(std::unique_ptr<ChunkStore> st, ChunkStore::Open(o));
-  const StoreStats s = st->stats();
-  StoreReport r;
-  r.dir = dir;
-  r.model = o.model_description;
-  r.fingerprint = o.fingerprint;
-  r.chunk_tokens = o.chunk_tokens;
-  r.layers = o.layers;
-  r.row_bytes = o.row_bytes;
-  r.probe_bytes = o.probe_bytes;
-  r.dtype = o.dtype == KvDtype::kF16 ? "f16" : "f32";
-  r.nodes = s.nodes;
-  r.chunks = s.live_chunks;
-  r.live_bytes = s.live_bytes;
-  r.dead_bytes = s.dead_bytes;
-  r.skipped_records = s.skipped_records;
-  r.recovery_us = s.recovery_us;
-  r.manifest_chunks = s.manifest_chunks;
-  r.manifest_errors = s.manifest_errors;
-  r.scanned_segments = s.scanned_segments;
+  StoreReport r{.dir = dir, .model = o.model_description, .fingerprint = o.fingerprint,
+                .chunk_tokens = o.chunk_tokens, .layers = o.layers, .row_bytes = o.row_bytes,
+                .probe_bytes = o.probe_bytes, .dtype = o.dtype == KvDtype::kF16 ? "f16" : "f32",
+                .stats = st->stats()};
   FileSystem* fs = FileSystem::Default();
   r.manifest_present = fs->FileExists(dir + "/MANIFEST");
   auto names = fs->ListDir(dir);

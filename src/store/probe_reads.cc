@@ -131,10 +131,7 @@ Status SliceFromK(ChunkStore::Impl& s, std::span<ProbeRead> reads, const std::ve
   }
   RowReadStats more;
   RETURN_IF_ERROR(s.Read(kreads, &more));
-  st->records += more.records;
-  st->pages += more.pages;
-  st->bytes += more.bytes;
-  st->ios += more.ios;
+  st->Add(more);
   for (size_t n = 0; n < fallback.size(); ++n) {
     ProbeRead& r = reads[fallback[n]];
     r.status = kreads[n].status;
@@ -187,14 +184,10 @@ Status ChunkStore::Impl::ReadProbeKeys(std::span<ProbeRead> reads, RowReadStats*
       plan.fallback.push_back(p.read);
     }
   }
+  CountRead(st, corrupt, errors);
   Count([&](StoreStats& s) {
     s.probe_reads += reads.size();
     s.probe_fallbacks += plan.fallback.size();
-    s.records_read += st.records;
-    s.bytes_read += st.bytes;
-    s.pages_read += st.pages;
-    s.corrupt_records += corrupt;
-    s.read_errors += errors;
   });
   if (!plan.fallback.empty()) RETURN_IF_ERROR(SliceFromK(*this, reads, plan.fallback, &st));
   if (out_stats) *out_stats = st;

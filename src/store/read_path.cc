@@ -43,6 +43,17 @@ Status ChunkStore::Impl::ReadOnSide(std::span<ReadOp> ops) {
   return s;
 }
 
+void ChunkStore::Impl::CountRead(const RowReadStats& st, uint64_t corrupt, uint64_t errors) const {
+  Count([&](StoreStats& s) {
+    s.records_read += st.records;
+    s.reordered_records_read += st.reordered_records;
+    s.pages_read += st.pages;
+    s.bytes_read += st.bytes;
+    s.corrupt_records += corrupt;
+    s.read_errors += errors;
+  });
+}
+
 Status ChunkStore::Impl::ReadOnMain(std::span<ReadOp> ops) {
   MutexLock io(&io_mu_);
   return io_->Read(ops);

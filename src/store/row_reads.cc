@@ -206,14 +206,6 @@ void DeliverRows(std::span<RowRead> reads, const RowPlan& plan, uint64_t rb, std
   }
 }
 
-void AddStats(RowReadStats* to, const RowReadStats& more) {
-  to->records += more.records;
-  to->reordered_records += more.reordered_records;
-  to->pages += more.pages;
-  to->bytes += more.bytes;
-  to->ios += more.ios;
-}
-
 }  // namespace
 
 Status ChunkStore::Impl::ReadRows(std::span<RowRead> reads, RowReadStats* out_stats) {
@@ -253,15 +245,8 @@ Status ChunkStore::Impl::ReadRows(std::span<RowRead> reads, RowReadStats* out_st
   DeliverRows(reads, plan, opts_.row_bytes, &retry);
   st.records = plan.recs.size();
   st.ios = ops.size();
-  Count([&](StoreStats& s) {
-    s.row_reads += reads.size();
-    s.records_read += plan.recs.size();
-    s.reordered_records_read += st.reordered_records;
-    s.pages_read += st.pages;
-    s.bytes_read += st.bytes;
-    s.corrupt_records += corrupt;
-    s.read_errors += errors;
-  });
+  CountRead(st, corrupt, errors);
+  Count([&](StoreStats& s) { s.row_reads += reads.size(); });
   if (!retry.empty()) {
     // The layout is gone now, so these read the chunks' own records.
     std::vector<RowRead> again;
@@ -269,7 +254,7 @@ Status ChunkStore::Impl::ReadRows(std::span<RowRead> reads, RowReadStats* out_st
     RowReadStats more;
     RETURN_IF_ERROR(ReadRows(again, &more));
     for (size_t n = 0; n < retry.size(); ++n) reads[retry[n]].status = again[n].status;
-    AddStats(&st, more);
+    st.Add(more);
   }
   if (out_stats) *out_stats = st;
   return Status::Ok();

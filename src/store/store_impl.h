@@ -147,6 +147,10 @@ struct ChunkStore::Impl {
   void EncodeChunkRecord(RecordKind kind, uint16_t layer, std::span<const int32_t> tokens, size_t p,
                          uint32_t n, uint64_t parent, uint64_t prefix_hash, const std::string& payload,
                          std::string* record) TIERKV_REQUIRES(write_mu_);
+  // Counts a selective read (rows or probe keys): records, pages, bytes,
+  // and the records that failed.
+  void CountRead(const RowReadStats& st, uint64_t corrupt, uint64_t errors) const
+      TIERKV_EXCLUDES(stats_mu_);
   // Adds to the store's counters.
   template <typename F>
   void Count(F&& add) const TIERKV_EXCLUDES(stats_mu_) {

@@ -263,41 +263,49 @@ TEST_F(EngineTest, RetentionOneGivesTheSameLogitsOnStories260K) {
 
 // At lower retention the selective systems use fewer rows per layer, read
 // fewer bytes than as-like, and impress counts the layers that fell back.
+// A selective system at retention 0.25 supplies a quarter of R's rows to
+// every layer and reads fewer bytes than the same system at retention 1.0
+// on the same requests. (Whether it reads fewer than as-like depends on how
+// the selected rows fall on pages: docs/systems.md.)
 TEST_F(EngineTest, SelectiveSystemsReadLessAtLowerRetention) {
   const size_t P = 640, Q = 40;
   const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
   ServeOptions so;
   so.logits_from = P;
-  uint64_t as_like_bytes = 0;
-  {
-    store::testing::TempDir dir;
-    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
-    ASSERT_OK(eng->Serve(a).status());
-    ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
-    as_like_bytes = r.stats.disk_bytes_read;
-  }
-  for (System sys : {System::kImpressItf, System::kAsH2oLru}) {
+  auto run = [&](System sys, double retention) -> ServeResult {
     store::testing::TempDir dir;
     EngineOptions o = Options(dir.path());
     o.system = sys;
-    o.retention = 0.25;
-    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
-    ASSERT_OK(eng->Serve(a).status());
-    ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
-    std::printf("%s, retention 0.25: %d of %zu layers fell back, %llu bytes read (as-like %llu)\n",
-                std::string(SystemName(sys)).c_str(), r.stats.fallback_layers,
-                r.stats.layers.size(), (unsigned long long)r.stats.disk_bytes_read,
-                (unsigned long long)as_like_bytes);
+    o.retention = retention;
+    auto eng = Engine::Open(*model_, o);
+    EXPECT_OK(eng.status());
+    EXPECT_OK((*eng)->Serve(a).status());
+    auto r = (*eng)->Serve(b, so);
+    EXPECT_OK(r.status());
+    return r.ok() ? std::move(r).value() : ServeResult{};
+  };
+  const uint64_t as_like_bytes = run(System::kAsLike, 1.0).stats.disk_bytes_read;
+  for (System sys : {System::kImpressItf, System::kAsH2oLru}) {
+    const ServeResult full = run(sys, 1.0);
+    const ServeResult r = run(sys, 0.25);
+    std::printf("%s: %d of %zu layers fell back; bytes read at retention 0.25 %llu, at 1.0 %llu "
+                "(as-like %llu)\n",
+                std::string(SystemName(sys)).c_str(), r.stats.fallback_layers, r.stats.layers.size(),
+                (unsigned long long)r.stats.disk_bytes_read,
+                (unsigned long long)full.stats.disk_bytes_read, (unsigned long long)as_like_bytes);
+    ASSERT_EQ(r.stats.layers.size(), 8u);
     for (const LayerTrace& t : r.stats.layers) {
       EXPECT_EQ(t.rows, P / 4);
       EXPECT_NEAR(t.retention, 0.25, 1e-9);
     }
+    for (const LayerTrace& t : full.stats.layers) EXPECT_EQ(t.rows, P);
     if (sys == System::kImpressItf) {
       int fallbacks = 0;
       for (const LayerTrace& t : r.stats.layers) fallbacks += t.fallback;
       EXPECT_EQ(fallbacks, r.stats.fallback_layers);
     }
-    EXPECT_LT(r.stats.disk_bytes_read, as_like_bytes * 2);
+    EXPECT_GT(r.stats.disk_bytes_read, 0u);
+    EXPECT_LT(r.stats.disk_bytes_read, full.stats.disk_bytes_read);
     for (float x : r.logits) ASSERT_TRUE(std::isfinite(x));
   }
 }

@@ -113,15 +113,42 @@ TEST(GgufParseTest, RejectsBadMagicVersionTypeAndCounts) {
               StatusIs(StatusCode::kInvalidArgument, "'blk.0.attn_q.weight' has ggml type 2"));
 }
 
-TEST(GgufParseTest, FuzzedBytesNeverCrash) {
+// Random byte flips: never a crash, and every refusal is a clear error
+// (InvalidArgument or Corruption naming the file), never another code; a
+// file that parses yields its tensor or a clear error, never a wrong size.
+TEST(GgufParseTest, FuzzedBytesAreRefusedWithClearErrorsOrParse) {
   const std::string d = ValidGguf();
   std::mt19937 rng(9);
+  int refused = 0, parsed = 0, tensors = 0;
+  auto clear = [](const Status& s) {
+    return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kCorruption ||
+           s.code() == StatusCode::kNotFound;
+  };
   for (int i = 0; i < 3000; ++i) {
     std::string m = d;
     for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k) m[rng() % m.size()] = static_cast<char>(rng());
-    auto f = model::GgufFile::Parse("fuzz", m);
-    if (f.ok()) f->ReadTensor("t", {4, 2}).status().IgnoreError();
+    auto f = model::GgufFile::Parse("fuzz.gguf", m);
+    if (!f.ok()) {
+      ++refused;
+      EXPECT_TRUE(f.status().code() == StatusCode::kInvalidArgument ||
+                  f.status().code() == StatusCode::kCorruption)
+          << f.status().ToString();
+      EXPECT_NE(f.status().message().find("fuzz.gguf"), std::string::npos) << f.status().ToString();
+      continue;
+    }
+    ++parsed;
+    auto t = f->ReadTensor("t", {4, 2});
+    if (t.ok()) {
+      ++tensors;
+      EXPECT_EQ(t->size(), 8u);
+    } else {
+      EXPECT_TRUE(clear(t.status())) << t.status().ToString();
+    }
   }
+  // Both paths ran: flips in the header are refused, flips in the data parse.
+  EXPECT_GT(refused, 100);
+  EXPECT_GT(tensors, 100);
+  std::printf("3000 mutants: %d refused, %d parsed (%d with their tensor)\n", refused, parsed, tensors);
 }
 
 TEST(GgufModelLoadTest, MissingTensorAndWrongArchitectureAreNamed) {

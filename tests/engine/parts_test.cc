@@ -1,0 +1,209 @@
+// The engine's parts alone, without a model: the system table, the pools'
+// entry format and keys, the load queue's order, request statistics, the
+// maintenance timer.
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "engine/io_counts.h"
+#include "engine/load_queue.h"
+#include "engine/periodic_task.h"
+#include "engine/pool_entries.h"
+#include "engine/system_table.h"
+#include "testing/status_matchers.h"
+
+namespace tierkv::engine {
+namespace {
+
+using ::tierkv::testing::StatusIs;
+
+TEST(SystemTableTest, EverySystemHasItsRowAndNameAndParsesBack) {
+  std::set<std::string_view> names;
+  for (System s : AllSystems()) {
+    const SystemRow& row = RowOf(s);
+    EXPECT_EQ(row.system, s);
+    EXPECT_TRUE(names.insert(row.name).second) << row.name;
+    ASSERT_OK_AND_ASSIGN(System parsed, ParseSystem(row.name));
+    EXPECT_EQ(parsed, s);
+  }
+  EXPECT_EQ(names.size(), SystemTable().size());
+  EXPECT_THAT(ParseSystem("impres").status(), StatusIs(StatusCode::kInvalidArgument, "known: recompute"));
+}
+
+TEST(SystemTableTest, RowsSayWhatThePapersConfigure) {
+  EXPECT_FALSE(RowOf(System::kRecompute).reuses());
+  EXPECT_EQ(RowOf(System::kAsLike).selection, Selection::kAllRows);
+  EXPECT_FALSE(RowOf(System::kAsLike).selective());
+  for (System s : {System::kAsH2oLru, System::kAsH2oLfu, System::kCar}) {
+    EXPECT_EQ(RowOf(s).selection, Selection::kH2o) << SystemName(s);
+  }
+  for (System s : {System::kImpressItf, System::kImpressRo, System::kImpress, System::kSpec}) {
+    EXPECT_EQ(RowOf(s).selection, Selection::kProbeHeads) << SystemName(s);
+    EXPECT_TRUE(RowOf(s).selective());
+  }
+  // IMPRESS's ablation: +ITF alone, +RO reports importance, all adds score pools.
+  EXPECT_FALSE(RowOf(System::kImpressItf).reports_importance);
+  EXPECT_TRUE(RowOf(System::kImpressRo).reports_importance);
+  EXPECT_EQ(RowOf(System::kImpressRo).default_policy, cache::PolicyKind::kLru);
+  EXPECT_EQ(RowOf(System::kImpress).default_policy, cache::PolicyKind::kScore);
+  // spec is impress plus speculation; car is H2O with a profile, events and its policy.
+  EXPECT_TRUE(RowOf(System::kSpec).speculates);
+  EXPECT_TRUE(RowOf(System::kSpec).reports_importance);
+  int speculating = 0, profiled = 0, events = 0;
+  for (const SystemRow& row : SystemTable()) {
+    speculating += row.speculates;
+    profiled += row.retention == RetentionFrom::kProfile;
+    events += row.score_events;
+  }
+  EXPECT_EQ(speculating, 1);
+  EXPECT_EQ(profiled, 1);
+  EXPECT_EQ(events, 1);
+  EXPECT_EQ(RowOf(System::kCar).retention, RetentionFrom::kProfile);
+  EXPECT_TRUE(RowOf(System::kCar).score_events);
+  EXPECT_EQ(RowOf(System::kCar).default_policy, cache::PolicyKind::kCar);
+  EXPECT_EQ(RowOf(System::kAsH2oLfu).default_policy, cache::PolicyKind::kLfu);
+  // The public traits are the row's.
+  EXPECT_TRUE(TraitsOf(System::kCar).profiled);
+  EXPECT_TRUE(TraitsOf(System::kSpec).speculates);
+  EXPECT_FALSE(TraitsOf(System::kRecompute).reuses);
+  EXPECT_TRUE(TraitsOf(System::kImpress).reorders);
+}
+
+TEST(EngineOptionsTest, NamesParseAndBadOnesNameTheField) {
+  ASSERT_OK_AND_ASSIGN(PoolPolicy p, ParsePoolPolicy("score"));
+  EXPECT_EQ(p, PoolPolicy::kScore);
+  EXPECT_EQ(PoolPolicyName(p), "score");
+  EXPECT_THAT(ParsePoolPolicy("mru").status(), StatusIs(StatusCode::kInvalidArgument, "policy"));
+  ASSERT_OK_AND_ASSIGN(Aggregation a, ParseAggregation("vote"));
+  EXPECT_EQ(AggregationName(a), "vote");
+  EngineOptions o;
+  o.cache_dir = "/tmp/x";
+  EXPECT_OK(o.Validate());
+  o.retention = 1.5;
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "retention"));
+  o = EngineOptions{};
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "cache_dir"));
+  o.system = System::kRecompute;
+  EXPECT_OK(o.Validate());  // recompute stores nothing
+}
+
+TEST(PoolEntriesTest, KeysDifferByKindAndLayerAndKeepTheWholeEntrySeed) {
+  const uint64_t hash = 0x1234abcd;
+  std::set<uint64_t> keys;
+  for (EntryKind kind : {EntryKind::kWhole, EntryKind::kRows, EntryKind::kProbe}) {
+    for (int l = 0; l < 32; ++l) EXPECT_TRUE(keys.insert(PoolKey(kind, hash, l)).second);
+  }
+  EXPECT_EQ(PoolKey(EntryKind::kWhole, hash, 3), XXH3_64bits_withSeed(&hash, sizeof hash, 4));
+  EXPECT_NE(PoolKey(EntryKind::kRows, hash, 0), PoolKey(EntryKind::kRows, hash + 1, 0));
+}
+
+TEST(PoolEntriesTest, ARowEntryHoldsExactlyItsRows) {
+  const size_t rb = 6;
+  auto bytes = [](char tag, uint16_t r) {
+    static thread_local char buf[6];
+    std::memset(buf, tag, sizeof buf);
+    buf[0] = static_cast<char>(r);
+    return static_cast<const char*>(buf);
+  };
+  const std::vector<uint16_t> krows = {1, 5, 9}, vrows = {5};
+  cache::Buffer e = BuildRowEntry(krows, vrows, rb, [&](uint16_t r) { return bytes('k', r); },
+                                  [&](uint16_t r) { return bytes('v', r); });
+  EXPECT_EQ(e->size(), RowEntryHeaderBytes(3, 1) + 4 * rb);
+  EXPECT_EQ(RowEntryHeaderBytes(3, 1) % 8, 0u);
+  const RowEntryView v = ParseRowEntry(*e, rb);
+  ASSERT_EQ(v.krows.size(), 3u);
+  ASSERT_EQ(v.vrows.size(), 1u);
+  for (uint16_t r : krows) {
+    ASSERT_NE(v.K(r, rb), nullptr);
+    EXPECT_EQ(v.K(r, rb)[0], static_cast<char>(r));
+    EXPECT_EQ(v.K(r, rb)[1], 'k');
+  }
+  EXPECT_EQ(v.K(2, rb), nullptr);
+  EXPECT_EQ(v.V(1, rb), nullptr);
+  ASSERT_NE(v.V(5, rb), nullptr);
+  EXPECT_EQ(v.V(5, rb)[1], 'v');
+  EXPECT_EQ(UnionRows(krows, std::vector<uint16_t>{0, 5, 10}), (std::vector<uint16_t>{0, 1, 5, 9, 10}));
+}
+
+TEST(LoadQueueTest, ServesTheNearestLayerFirstThenInSubmissionOrder) {
+  LoadQueue q;  // not started: jobs wait, and the test drains them itself
+  std::vector<std::string> order;
+  q.Submit(3, [&] { order.push_back("3a"); });
+  q.Submit(1, [&] { order.push_back("1a"); });
+  q.Submit(1, [&] { order.push_back("1b"); });
+  q.Submit(0, [&] { order.push_back("0a"); });
+  q.Submit(3, [&] { order.push_back("3b"); });
+  q.TEST_Drain();
+  EXPECT_EQ(order, (std::vector<std::string>{"0a", "1a", "1b", "3a", "3b"}));
+}
+
+TEST(LoadQueueTest, AFetchPublishesItsBuffersCountsAndStatusOnTheLoadThread) {
+  LoadQueue q;
+  q.Start();
+  const auto t0 = Clock::now();
+  auto ok = q.Read(t0, 0, [](Fetch& f, IoCounts* io) {
+    f.k = "keys";
+    io->bytes = 4096;
+    io->records = 1;
+    return Status::Ok();
+  });
+  auto bad = q.Read(t0, 1, [](Fetch&, IoCounts*) { return Status::Corruption("page 1"); }, {7, 9});
+  double waited = 0;
+  EXPECT_OK(Await(*ok, &waited));
+  EXPECT_EQ(ok->k, "keys");
+  EXPECT_EQ(ok->io.bytes, 4096u);
+  EXPECT_GE(ok->completed_ms, ok->issued_ms);
+  EXPECT_GE(waited, 0);
+  EXPECT_THAT(Await(*bad), StatusIs(StatusCode::kCorruption, "page 1"));
+  EXPECT_EQ(bad->rows, (std::vector<int32_t>{7, 9}));
+  q.Stop();
+  q.Stop();  // idempotent
+}
+
+TEST(RequestStatsTest, CountsAddUpAndFillTheRequestsStatistics) {
+  IoCounts a, b;
+  a.Hit(cache::Tier::kDevice);
+  a.FromPool(cache::Tier::kDevice, 100);
+  a.Hit(cache::Tier::kHost);
+  a.FromPool(cache::Tier::kHost, 50);
+  b.disk_reads = 2;
+  b.bytes = 8192;
+  b.records = 3;
+  a.Add(b);
+  RequestStats st;
+  a.FillStats(&st);
+  EXPECT_EQ(st.device_hits, 1u);
+  EXPECT_EQ(st.host_hits, 1u);
+  EXPECT_EQ(st.disk_reads, 2u);
+  EXPECT_EQ(st.device_bytes_read, 100u);
+  EXPECT_EQ(st.host_bytes_read, 50u);
+  EXPECT_EQ(st.disk_bytes_read, 8192u);
+  EXPECT_EQ(st.disk_chunks_read, 3u);
+  EXPECT_DOUBLE_EQ(st.device_hit_ratio(), 0.25);
+  EXPECT_DOUBLE_EQ(RequestStats{}.device_hit_ratio(), 0.0);
+}
+
+TEST(PeriodicTaskTest, RunsEveryIntervalAndStopsPromptly) {
+  std::atomic<int> runs{0};
+  PeriodicTask t;
+  t.Start("test-periodic", std::chrono::milliseconds(5), [&] { ++runs; });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (runs < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GE(runs.load(), 3);
+  const auto a = std::chrono::steady_clock::now();
+  t.Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - a, std::chrono::seconds(5));
+  const int after = runs.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(runs.load(), after);
+}
+
+}  // namespace
+}  // namespace tierkv::engine
