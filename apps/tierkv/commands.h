@@ -23,6 +23,7 @@ void AddBenchIo(CLI::App& app, Action* run);
 void AddSimCache(CLI::App& app, Action* run);
 void AddBenchIndex(CLI::App& app, Action* run);
 void AddInspect(CLI::App& app, Action* run);
+void AddVerify(CLI::App& app, Action* run);
 void AddCheck(CLI::App& app, Action* run);
 void AddCompare(CLI::App& app, Action* run);
 

@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddSimCache(app, &action);
   tierkv::app::AddBenchIndex(app, &action);
   tierkv::app::AddInspect(app, &action);
+  tierkv::app::AddVerify(app, &action);
   tierkv::app::AddCheck(app, &action);
   tierkv::app::AddCompare(app, &action);
   try {

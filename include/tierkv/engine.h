@@ -56,6 +56,10 @@ std::string_view SystemName(System s);
 Result<System> ParseSystem(std::string_view name);
 // Every system, in the order of the system table (docs/systems.md).
 std::span<const System> AllSystems();
+// The files an engine keeps in its cache directory beside the store's (car's
+// profile): tools that open a cache directory without an engine tolerate them.
+std::vector<std::string> OwnerFiles();
+
 // What a caller may ask of a system (its row of the system table).
 struct SystemTraits {
   bool reuses = false;      // reuses stored K/V (false: recompute)
@@ -131,8 +135,14 @@ struct RequestStats {
   uint64_t device_bytes_read = 0, host_bytes_read = 0;  // copied out of the pools
   uint64_t device_hits = 0, host_hits = 0, disk_reads = 0;  // chunk-layer accesses by tier
   uint64_t stored_chunks = 0;
+  // Storing the prompt failed (a full disk, an I/O error): the answer stands,
+  // later requests lose this reuse. Logged with the reason.
+  bool store_failed = false;
   int fallback_layers = 0;  // impress: layers whose identification fell back to all keys
-  int attempts = 1;  // > 1: a chunk failed mid-request and the request ran again with less reuse
+  // > 1: stored data failed mid-request (damaged, unreadable) and the
+  // request ran again with less reuse, down to none if need be: damage is a
+  // miss, never a failed request.
+  int attempts = 1;
   double device_hit_ratio() const;
   std::vector<LayerTrace> layers;
 };

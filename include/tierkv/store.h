@@ -30,6 +30,24 @@ struct StoreStats {
   uint64_t reordered_chunks = 0, reordered_bytes = 0;  // live reordered copies (in live_bytes)
 };
 
+// A record that failed verification.
+struct DamagedRecord {
+  std::string segment;  // file name, e.g. seg-000003.tkv
+  uint64_t offset = 0;  // bytes into the segment
+  std::string kind;     // "kv" or "probe"
+  uint32_t chunk = 0;
+  uint16_t layer = 0;
+  std::string error;
+};
+
+// What reading every record of every live chunk found.
+struct VerifyReport {
+  uint64_t records = 0, bytes = 0;     // read and checked
+  std::vector<DamagedRecord> damaged;  // by segment, then offset
+  uint64_t dropped_chunks = 0;         // repair: chunks that left the index (with their descendants)
+  bool repaired = false;               // repair: the index without them is durable (a new manifest)
+};
+
 struct StoreReport {
   std::string dir, model;  // model: the human-readable line of the STORE file
   uint64_t fingerprint = 0;
@@ -38,10 +56,21 @@ struct StoreReport {
   StoreStats stats;  // after a read-only recovery
   bool manifest_present = false;
   std::vector<std::pair<std::string, uint64_t>> segments;  // file name, bytes; sorted
+  bool verified = false;
+  VerifyReport verify;  // when verified
+};
+
+// The files a store's owner keeps beside it (tolerated, never touched):
+// the engine's, for tools that open a cache directory without an engine.
+struct InspectOptions {
+  std::vector<std::string> owner_files;
+  bool verify = true;   // read every record of every live chunk
+  bool repair = false;  // verify, then drop the damaged chunks durably (opens for writing)
 };
 
 // NotFound: not a cache directory; InvalidArgument: a damaged identity file
-// or a directory the store refuses, naming the field or file.
-Result<StoreReport> InspectStore(const std::string& dir);
+// or a directory the store refuses, naming the field or file; Unavailable:
+// repair while another process holds the directory.
+Result<StoreReport> InspectStore(const std::string& dir, const InspectOptions& options = {});
 
 }  // namespace tierkv::store

@@ -24,9 +24,6 @@
 namespace tierkv::engine {
 namespace {
 
-// A request whose stored chunks fail mid-request runs again with what the
-// store still holds (it has dropped the failed chunks); this many times in all.
-constexpr int kMaxAttempts = 3;
 
 cache::PolicyKind PolicyFor(PoolPolicy p, const SystemRow& row) {
   switch (p) {
@@ -62,6 +59,8 @@ class ScoreEvents {
 };
 
 }  // namespace
+
+std::vector<std::string> OwnerFiles() { return {CarProfile::kFileName}; }
 
 std::string_view AggregationName(Aggregation a) { return a == Aggregation::kVote ? "vote" : "sum"; }
 
@@ -119,15 +118,17 @@ struct Engine::Impl {
 
   Status OpenStore();
   void StartParts();
-  // One attempt at a request; *load_failed: a stored chunk failed (retry).
+  // One attempt at a request, reusing fewer than `cap` prefix rows; on a
+  // stored chunk that failed, *load_error says why and *reused how many rows
+  // the attempt tried to reuse.
   Result<ServeResult> Attempt(std::span<const int32_t> tokens, const ServeOptions& so,
-                              Clock::time_point t0, int attempt, bool* load_failed,
+                              Clock::time_point t0, int attempt, size_t cap, size_t* reused,
                               Status* load_error);
   // The rows of the stored prefix this request reuses (below `cap`).
   size_t Reusable(const store::LookupResult& m, size_t cap) const;
   std::vector<uint64_t> ScoreKeys(const store::LookupResult& m, size_t R) const;
   PrefillOptions ForwardOptions(Request& rq, RequestStats& st, bool store, bool last_only,
-                                bool* load_failed, Status* load_error);
+                                Status* load_error);
   void FillStats(const Request& rq, Clock::time_point t_compute, Clock::time_point t_done,
                  RequestStats* st) const;
 
@@ -151,7 +152,7 @@ struct Engine::Impl {
 Status Engine::Impl::OpenStore() {
   store::StoreOptions so;
   so.dir = opts.cache_dir;
-  so.owner_files = {CarProfile::kFileName};
+  so.owner_files = OwnerFiles();
   // A chunk leaving the store leaves the pools too: the same prefix may be
   // stored again with other K/V (a selective system's NR rows), and a pool
   // entry of the old copy must not serve the new one.
@@ -269,18 +270,17 @@ std::vector<uint64_t> Engine::Impl::ScoreKeys(const store::LookupResult& m, size
 }
 
 PrefillOptions Engine::Impl::ForwardOptions(Request& rq, RequestStats& st, bool store_kv,
-                                            bool last_only, bool* load_failed, Status* load_error) {
+                                            bool last_only, Status* load_error) {
   PrefillOptions po;
   po.start_pos = static_cast<int>(rq.R);
   po.capture_kv = store_kv && row.reuses();
   po.kv_dtype = KvDType::kF16;
   po.logits = last_only ? LogitsMode::kLast : LogitsMode::kAll;
   if (rq.R == 0) return po;
-  po.before_attention = [this, &rq, &st, load_failed, load_error](const LayerView& v,
-                                                                  LayerPrefix* prefix) -> Status {
+  po.before_attention = [this, &rq, &st, load_error](const LayerView& v,
+                                                    LayerPrefix* prefix) -> Status {
     Status s = source->Supply(rq, v, prefix, &st.layers[v.layer]);
     if (s.ok()) return s;
-    *load_failed = true;
     *load_error = s;
     return Status::Cancelled("layer " + std::to_string(v.layer) + " load failed");
   };
@@ -298,13 +298,14 @@ void Engine::Impl::FillStats(const Request& rq, Clock::time_point t_compute,
 }
 
 Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const ServeOptions& so,
-                                          Clock::time_point t0, int attempt, bool* load_failed,
-                                          Status* load_error) {
+                                          Clock::time_point t0, int attempt, size_t cap,
+                                          size_t* reused, Status* load_error) {
   const size_t n = tokens.size();
   const bool last_only = so.logits_from == std::numeric_limits<size_t>::max();
   store::LookupResult m;
   if (row.reuses()) m = store->Lookup(tokens);
-  const size_t R = row.reuses() ? Reusable(m, last_only ? n - 1 : so.logits_from) : 0;
+  const size_t R = row.reuses() ? Reusable(m, cap) : 0;
+  *reused = R;
   ServeResult out;
   RequestStats& st = out.stats;
   st.prompt_tokens = n;
@@ -317,7 +318,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   if (profile) rq.layer_retention = profile->LayerRetention();
   ScoreEvents events(pools.get(), ScoreKeys(m, R));
   if (R > 0) source->Start(rq);
-  PrefillOptions po = ForwardOptions(rq, st, so.store, last_only, load_failed, load_error);
+  PrefillOptions po = ForwardOptions(rq, st, so.store, last_only, load_error);
   const auto t_compute = Clock::now();
   auto r = model.Prefill(tokens.subspan(R), po);
   const auto t_done = Clock::now();
@@ -355,14 +356,19 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     RETURN_IF_ERROR(im.profile->Measure(im.model, std::span(&own, 1)).status());
   }
   const auto t0 = Clock::now();
+  // Stored data that fails (a damaged record, an I/O error) never fails the
+  // request: each attempt reuses strictly fewer rows than the one before
+  // (the store has dropped what failed its checks), down to computing
+  // everything, which reads nothing.
+  size_t cap = last_only ? n - 1 : so.logits_from;
   for (int attempt = 1;; ++attempt) {
-    bool load_failed = false;
+    size_t reused = 0;
     Status load_error;
-    auto r = im.Attempt(tokens, so, t0, attempt, &load_failed, &load_error);
-    if (r.ok() || !load_failed) return r;
-    if (attempt >= kMaxAttempts) return load_error.WithContext("serve");
+    auto r = im.Attempt(tokens, so, t0, attempt, cap, &reused, &load_error);
+    if (r.ok() || load_error.ok() || reused == 0) return r;
     TIERKV_LOG(kWarn) << "serve: " << load_error.ToString()
                       << "; computing the request again with what the store still holds";
+    cap = reused - 1;
   }
 }
 

@@ -61,6 +61,7 @@ void PromptWriter::Put(std::span<const int32_t> tokens, const Request& rq,
   if (!put.ok()) {
     // The answer stands; only later requests lose this reuse.
     TIERKV_LOG(kWarn) << "serve: storing the prompt failed: " << put.status().ToString();
+    stats->store_failed = true;
     return;
   }
   stats->stored_chunks = put->new_chunks;
@@ -76,6 +77,7 @@ void PromptWriter::Store(std::span<const int32_t> tokens, const Request& rq,
       // Nothing is stored rather than the approximation.
       TIERKV_LOG(kWarn) << "serve: recomputing NR over all of R for exact-store: "
                         << exact.status().ToString() << "; not stored";
+      stats->store_failed = true;
       return;
     }
     kv = std::move(exact).value();

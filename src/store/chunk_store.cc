@@ -45,6 +45,7 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
   return impl_->Compact(min_dead_fraction);
 }
 StoreStats ChunkStore::stats() const { return impl_->stats(); }
+Result<VerifyReport> ChunkStore::Verify(bool repair) { return impl_->Verify(repair); }
 const StoreOptions& ChunkStore::options() const { return impl_->opts_; }
 uint64_t ChunkStore::record_bytes(uint32_t tokens) const { return impl_->record_bytes(tokens); }
 uint64_t ChunkStore::probe_record_bytes(uint32_t tokens) const {

@@ -270,6 +270,12 @@ class ChunkStore {
   // A crash at any step leaves either the old or the new copy findable.
   Result<CompactResult> Compact(double min_dead_fraction = 0.5);
 
+  // Reads every record of every live chunk (K/V and probe copies) and
+  // checks it. With `repair`, damaged chunks (and their descendants) leave
+  // the index, damaged probe copies are dropped, and a manifest makes that
+  // durable; InvalidArgument when read-only.
+  Result<VerifyReport> Verify(bool repair);
+
   StoreStats stats() const;
   const StoreOptions& options() const;
   uint64_t record_bytes(uint32_t tokens) const;  // bytes of one chunk layer on disk

@@ -6,14 +6,20 @@
 
 namespace tierkv::store {
 
-Result<StoreReport> InspectStore(const std::string& dir) {
+Result<StoreReport> InspectStore(const std::string& dir, const InspectOptions& options) {
   ASSIGN_OR_RETURN(StoreOptions o, ReadStoreIdentity(nullptr, dir));
-  o.read_only = true;
+  o.read_only = !options.repair;
+  o.owner_files = options.owner_files;
   ASSIGN_OR_RETURN(std::unique_ptr<ChunkStore> st, ChunkStore::Open(o));
   StoreReport r{.dir = dir, .model = o.model_description, .fingerprint = o.fingerprint,
                 .chunk_tokens = o.chunk_tokens, .layers = o.layers, .row_bytes = o.row_bytes,
                 .probe_bytes = o.probe_bytes, .dtype = o.dtype == KvDtype::kF16 ? "f16" : "f32",
                 .stats = st->stats()};
+  if (options.verify || options.repair) {
+    ASSIGN_OR_RETURN(r.verify, st->Verify(options.repair));
+    r.verified = true;
+    r.stats = st->stats();
+  }
   FileSystem* fs = FileSystem::Default();
   r.manifest_present = fs->FileExists(dir + "/MANIFEST");
   auto names = fs->ListDir(dir);

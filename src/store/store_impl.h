@@ -67,6 +67,9 @@ struct ChunkStore::Impl {
       TIERKV_EXCLUDES(mu_);
   Result<ReorderResult> Reorder(const ReorderOptions& options) TIERKV_EXCLUDES(mu_);
 
+  // ---- verify.cc
+  Result<VerifyReport> Verify(bool repair) TIERKV_EXCLUDES(mu_, write_mu_);
+
   // ---- compaction.cc
   Result<CompactResult> Compact(double min_dead_fraction) TIERKV_EXCLUDES(mu_);
 

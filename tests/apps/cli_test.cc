@@ -239,5 +239,56 @@ TEST(CliTest, CheckComparesASystemWithRecomputeAndRejectsBadPromptFiles) {
   std::filesystem::remove_all(dir);
 }
 
+// A prompt file of two requests sharing a long prefix.
+std::string WritePromptFile(const std::string& dir) {
+  std::ofstream f(dir + "/p.jsonl");
+  const std::string prefix =
+      "The store holds every prefix's keys and values on disk, caches the valuable part in "
+      "bounded host and device pools, finds the longest stored prefix of a request, and never "
+      "serves a wrong KV. It is the storage half of the design, built to the standard of a "
+      "storage engine, with records that carry their own identity and checksums.";
+  f << "{\"prefix\": \"" << prefix << "\", \"query\": \" What does the store hold?\"}\n";
+  f << "{\"prefix\": \"" << prefix << " And more.\", \"query\": \" Why checksums?\"}\n";
+  return dir + "/p.jsonl";
+}
+
+// inspect works on a directory car wrote (its profile beside the store);
+// a segment cut in half behind a manifest is found by inspect and verify,
+// and verify --repair drops the damaged chunks durably.
+TEST(CliTest, DamagedStoreIsReportedAndRepaired) {
+  char tmpl[] = "/var/tmp/tierkv_verify_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, cache = dir + "/cache";
+  const std::string prompts = WritePromptFile(dir);
+  CliRun r = Tierkv("check --system car --retention 0.5 --prompt-file " + prompts + " --cache-dir " + cache);
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_TRUE(std::filesystem::exists(cache + "/car-profile.json"));
+  ASSERT_TRUE(std::filesystem::exists(cache + "/MANIFEST"));
+  r = Tierkv("inspect --cache-dir " + cache);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(": 0 damaged"), std::string::npos) << r.out;
+  r = Tierkv("verify --cache-dir " + cache);
+  EXPECT_EQ(r.code, 0) << r.out;
+  const std::string seg = cache + "/seg-000001.tkv";
+  std::filesystem::resize_file(seg, std::filesystem::file_size(seg) / 2);
+  r = Tierkv("inspect --json --cache-dir " + cache);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"damaged\":[{"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("seg-000001.tkv"), std::string::npos) << r.out;
+  r = Tierkv("verify --cache-dir " + cache);
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("seg-000001.tkv offset "), std::string::npos) << r.out;
+  r = Tierkv("verify --repair --json --cache-dir " + cache);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"repaired\":true"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\"dropped_chunks\":0"), std::string::npos) << r.out;
+  r = Tierkv("verify --cache-dir " + cache);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(": 0 damaged"), std::string::npos) << r.out;
+  r = Tierkv("check --system as-like --prompt-file " + prompts + " --cache-dir " + cache);
+  EXPECT_EQ(r.code, 0) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tierkv

@@ -206,6 +206,35 @@ TEST_F(EngineTest, ACorruptChunkMidRequestIsRecomputedAndTheAnswerStands) {
   EXPECT_EQ(again.stats.attempts, 1);
 }
 
+// Damage found one chunk at a time, more times than any fixed retry count:
+// chunk 9-l is damaged at layer l (l = 0..4), and impress-itf reads each
+// layer's rows only when the layer runs, so every attempt finds one more.
+// The request still answers, over the five chunks left, as recompute would.
+TEST_F(EngineTest, DamageFoundAttemptAfterAttemptNeverFailsTheRequest) {
+  store::testing::TempDir dir;
+  const size_t P = 640, Q = 30;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1600, Q);
+  EngineOptions o = Options(dir.path());
+  o.system = System::kImpressItf;
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+  ASSERT_OK(eng->Serve(a).status());
+  store::ChunkStore* st = eng->TEST_store();
+  const store::LookupResult m = st->Lookup(b);
+  ASSERT_EQ(m.chunks.size(), 10u);
+  for (int l = 0; l < 5; ++l) {
+    const auto w = st->TEST_location(m.chunks[9 - l], static_cast<uint16_t>(l));
+    store::testing::FlipByte(st->SegmentPath(w.segment),
+                             uint64_t{w.block} * store::kBlockSize + store::kBlockSize + 300);
+  }
+  ServeOptions so;
+  so.logits_from = P;
+  ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
+  EXPECT_EQ(r.stats.attempts, 6);
+  EXPECT_EQ(r.stats.reused_tokens, 320u);
+  EXPECT_EQ(st->stats().corrupt_records, 5u);
+  EXPECT_LE(MaxDiff(r.logits, SplitReference(b, 320, P)), 1e-3);
+}
+
 // Must-show 1 for the selective systems: at retention 1.0 they select every
 // row and give the logits of the same computation in memory.
 // Must-show 1 of issue #5, on the default model (MHA) and on stories260K
