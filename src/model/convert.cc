@@ -2,6 +2,8 @@
 
 #include <sentencepiece_processor.h>
 
+#include <filesystem>
+
 #include "model/gguf.h"
 #include "model/weights.h"
 #include "tierkv/tokenizer.h"
@@ -36,11 +38,28 @@ std::vector<float> Rows(const std::vector<float>& v, size_t first, size_t count,
   return std::vector<float>(v.begin() + first * width, v.begin() + (first + count) * width);
 }
 
+// The output must not be the input (it would be replaced) nor a directory.
+Status CheckOutput(const ConvertOptions& o) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(o.output, ec)) {
+    return Status::InvalidArgument("output " + o.output + " is a directory; name the GGUF file to write");
+  }
+  if (std::filesystem::exists(o.output, ec) && std::filesystem::equivalent(o.input, o.output, ec)) {
+    return Status::InvalidArgument("output " + o.output + " is the input file; name another file");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ConvertLlama2cToGguf(const ConvertOptions& o, FileSystem* fs) {
+  RETURN_IF_ERROR(CheckOutput(o));
   auto data = ReadFileToString(fs, o.input);
   if (!data.ok()) return data.status().WithContext("cannot read model file");
+  if (data->compare(0, 4, "GGUF") == 0) {
+    return Status::InvalidArgument(o.input + " is already a GGUF file; convert takes a llama2.c "
+                                   "checkpoint (.bin), and tierkv loads GGUF files as they are");
+  }
   ASSIGN_OR_RETURN(model::LoadedModel m, model::ParseLlama2c(o.input, *data));
   const ModelConfig& c = m.config;
   model::GgufWriter w;

@@ -162,70 +162,81 @@ Result<std::vector<uint32_t>> ListSegments(FileSystem* fs, const std::string& di
   return out;
 }
 
-Status PrepareCacheDir(const StoreOptions& o, FileSystem* fs, std::unique_ptr<FileLock>* lock) {
-  if (o.read_only) {
-    if (!fs->FileExists(o.dir)) {
-      return Status::NotFound("cache directory " + o.dir + " does not exist");
-    }
-  } else {
-    RETURN_IF_ERROR(fs->CreateDir(o.dir).WithContext("cache directory " + o.dir));
-    // One writer per directory: two would fight over budgets and manifests.
-    // (Read-only opens, as `inspect`, take no lock.)
-    auto taken = fs->LockFile(o.dir + "/" + kLockFile);
-    if (!taken.ok()) {
-      if (taken.status().code() == StatusCode::kUnavailable) {
-        return Status::Unavailable("cache directory " + o.dir +
-                                   " is in use by another tierkv store (its LOCK is held); use "
-                                   "another directory or stop the other process");
-      }
-      return taken.status().WithContext("cache directory " + o.dir);
-    }
-    *lock = std::move(taken).value();
-  }
-  ASSIGN_OR_RETURN(auto names, fs->ListDir(o.dir));
-  const std::string identity_path = o.dir + "/" + kStoreFile;
-  const std::string identity = StoreIdentity(o);
-  bool has_identity = false;
+namespace {
+
+// A file the store did not write (nor its owner) means the directory is not
+// the store's: refused, before anything is written into it.
+Status CheckForeignFiles(const StoreOptions& o, const std::vector<std::string>& names) {
   for (const std::string& name : names) {
-    if (name == kStoreFile) {
-      has_identity = true;
-    } else if (SegmentNumber(name) == 0 && name != std::string(kStoreFile) + ".tmp" &&
-               name != kManifestFile && name != std::string(kManifestFile) + ".tmp" &&
-               name != kLockFile && !IsOwnerFile(o, name)) {
-      return Status::InvalidArgument("cache directory " + o.dir +
-                                     " holds a file the store did not write: " + name +
-                                     " (use an empty or tierkv-only directory)");
+    if (name == kStoreFile || SegmentNumber(name) != 0 || name == std::string(kStoreFile) + ".tmp" ||
+        name == kManifestFile || name == std::string(kManifestFile) + ".tmp" || name == kLockFile ||
+        IsOwnerFile(o, name)) {
+      continue;
     }
-  }
-  if (has_identity) {
-    ASSIGN_OR_RETURN(std::string text, ReadFileToString(fs, identity_path));
-    if (text.compare(0, std::strlen(kStoreMagic), kStoreMagic) != 0) {
-      return Status::InvalidArgument(identity_path + ": not a tierkv store identity file");
-    }
-    if (ValueOf(text, "fingerprint") != Hex(o.fingerprint)) {
-      return Status::InvalidArgument(
-          "cache directory " + o.dir + " belongs to another model (fingerprint " +
-          ValueOf(text, "fingerprint") + ", this model " + Hex(o.fingerprint) +
-          "); use another cache directory");
-    }
-    if (IdentityPart(text) != identity) {
-      return Status::InvalidArgument("cache directory " + o.dir +
-                                     " was written with another geometry (" + identity_path +
-                                     " says chunk_tokens " + ValueOf(text, "chunk_tokens") +
-                                     ", layers " + ValueOf(text, "layers") + ", row_bytes " +
-                                     ValueOf(text, "row_bytes") + ", dtype " +
-                                     ValueOf(text, "dtype") + ")");
-    }
-  } else if (std::any_of(names.begin(), names.end(),
-                         [](const std::string& n) { return SegmentNumber(n) != 0; })) {
-    return Status::InvalidArgument("cache directory " + o.dir +
-                                   " holds segments but no STORE identity file");
-  } else if (o.read_only) {
-    return Status::NotFound(o.dir + " is not a tierkv cache directory (no STORE identity file)");
-  } else {
-    RETURN_IF_ERROR(WriteFileAtomically(fs, identity_path, StoreIdentityFile(o)));
+    return Status::InvalidArgument("cache directory " + o.dir + " holds a file the store did not write: " +
+                                   name + " (use an empty or tierkv-only directory)");
   }
   return Status::Ok();
+}
+
+// One writer per directory: two would fight over budgets and manifests.
+// (Read-only opens, as `inspect`, take no lock.)
+Status TakeLock(const StoreOptions& o, FileSystem* fs, std::unique_ptr<FileLock>* lock) {
+  auto taken = fs->LockFile(o.dir + "/" + kLockFile);
+  if (taken.ok()) {
+    *lock = std::move(taken).value();
+    return Status::Ok();
+  }
+  if (taken.status().code() == StatusCode::kUnavailable) {
+    return Status::Unavailable("cache directory " + o.dir +
+                               " is in use by another tierkv store (its LOCK is held); use "
+                               "another directory or stop the other process");
+  }
+  return taken.status().WithContext("cache directory " + o.dir);
+}
+
+// The identity file's text against this store's identity.
+Status CheckIdentity(const StoreOptions& o, const std::string& text) {
+  const std::string path = o.dir + "/" + kStoreFile;
+  if (text.compare(0, std::strlen(kStoreMagic), kStoreMagic) != 0) {
+    return Status::InvalidArgument(path + ": not a tierkv store identity file");
+  }
+  if (ValueOf(text, "fingerprint") != Hex(o.fingerprint)) {
+    return Status::InvalidArgument("cache directory " + o.dir + " belongs to another model (fingerprint " +
+                                   ValueOf(text, "fingerprint") + ", this model " + Hex(o.fingerprint) +
+                                   "); use another cache directory");
+  }
+  if (IdentityPart(text) != StoreIdentity(o)) {
+    return Status::InvalidArgument("cache directory " + o.dir + " was written with another geometry (" +
+                                   path + " says chunk_tokens " + ValueOf(text, "chunk_tokens") +
+                                   ", layers " + ValueOf(text, "layers") + ", row_bytes " +
+                                   ValueOf(text, "row_bytes") + ", dtype " + ValueOf(text, "dtype") + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status PrepareCacheDir(const StoreOptions& o, FileSystem* fs, std::unique_ptr<FileLock>* lock) {
+  if (o.read_only && !fs->FileExists(o.dir)) {
+    return Status::NotFound("cache directory " + o.dir + " does not exist");
+  }
+  if (!o.read_only) RETURN_IF_ERROR(fs->CreateDir(o.dir).WithContext("cache directory " + o.dir));
+  ASSIGN_OR_RETURN(auto names, fs->ListDir(o.dir));
+  RETURN_IF_ERROR(CheckForeignFiles(o, names));
+  if (!o.read_only) RETURN_IF_ERROR(TakeLock(o, fs, lock));
+  const std::string identity_path = o.dir + "/" + kStoreFile;
+  if (std::find(names.begin(), names.end(), kStoreFile) != names.end()) {
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(fs, identity_path));
+    return CheckIdentity(o, text);
+  }
+  if (std::any_of(names.begin(), names.end(), [](const std::string& n) { return SegmentNumber(n) != 0; })) {
+    return Status::InvalidArgument("cache directory " + o.dir + " holds segments but no STORE identity file");
+  }
+  if (o.read_only) {
+    return Status::NotFound(o.dir + " is not a tierkv cache directory (no STORE identity file)");
+  }
+  return WriteFileAtomically(fs, identity_path, StoreIdentityFile(o));
 }
 
 }  // namespace tierkv::store

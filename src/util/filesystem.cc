@@ -44,7 +44,10 @@ Status WriteFileAtomically(FileSystem* fs, const std::string& path, std::string_
       return s;
     }
   }
-  RETURN_IF_ERROR(fs->RenameFile(tmp, path));
+  if (Status s = fs->RenameFile(tmp, path); !s.ok()) {
+    fs->DeleteFile(tmp).IgnoreError();  // never leave the temporary behind
+    return s;
+  }
   return fs->SyncDir(DirName(path));
 }
 

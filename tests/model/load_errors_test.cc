@@ -1,6 +1,8 @@
 // Issue #2, must-show 5: bad model files, mismatched tokenizers and prompts
 // that do not fit get a clear status naming the problem, never a crash.
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <sentencepiece_trainer.h>
 
 #include <cstring>
@@ -90,6 +92,33 @@ TEST_F(LoadErrorsTest, WrongMagic) {
   EXPECT_THAT(Model::Load(Write("gt.gguf", g.substr(0, g.size() / 2))),
               StatusIs(StatusCode::kCorruption, "past the end of the file"));
   EXPECT_THAT(Model::Load(dir_ + "/missing.gguf"), StatusIs(StatusCode::kNotFound, "missing.gguf"));
+}
+
+// convert refuses to overwrite its input, to write onto a directory (and
+// leaves no temporary behind), and names a GGUF input for what it is.
+TEST_F(LoadErrorsTest, ConvertRefusesItsInputADirectoryAndAGguf) {
+  const std::string bin = Write("m.bin", Slurp(Stories("stories260K.bin")));
+  ConvertOptions o;
+  o.input = bin;
+  o.output = bin;
+  EXPECT_THAT(ConvertLlama2cToGguf(o), StatusIs(StatusCode::kInvalidArgument, "is the input file"));
+  EXPECT_EQ(Slurp(bin), Slurp(Stories("stories260K.bin")));  // untouched
+  std::filesystem::create_directories(dir_ + "/outdir");
+  o.output = dir_ + "/outdir";
+  EXPECT_THAT(ConvertLlama2cToGguf(o), StatusIs(StatusCode::kInvalidArgument, "is a directory"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/outdir.tmp"));
+  o.output = dir_ + "/m.gguf";
+  ASSERT_THAT(ConvertLlama2cToGguf(o), IsOk());
+  o.input = o.output;
+  o.output = dir_ + "/again.gguf";
+  EXPECT_THAT(ConvertLlama2cToGguf(o), StatusIs(StatusCode::kInvalidArgument, "already a GGUF file"));
+}
+
+// A failed rename (the target is a directory) leaves no temporary file.
+TEST_F(LoadErrorsTest, AtomicWriteLeavesNoTemporaryWhenTheRenameFails) {
+  std::filesystem::create_directories(dir_ + "/target/sub");
+  EXPECT_FALSE(WriteFileAtomically(FileSystem::Default(), dir_ + "/target", "data").ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/target.tmp"));
 }
 
 TEST_F(LoadErrorsTest, TokenizerVocabularyMustMatchTheModel) {

@@ -195,6 +195,20 @@ TEST(ChunkStoreEvictionTest, OftenReadPromptOutlivesNewerOnesUnlessRecencyOnly) 
   }
 }
 
+// A directory holding a file the store did not write is refused before the
+// store writes anything into it (no LOCK, no identity file left behind).
+TEST(ChunkStoreOpenTest, AForeignDirectoryIsRefusedUntouched) {
+  testing::TempDir dir;
+  { std::ofstream(dir.path() + "/notes.txt") << "mine"; }
+  EXPECT_THAT(ChunkStore::Open(Options(dir.path())),
+              StatusIs(StatusCode::kInvalidArgument, "did not write: notes.txt"));
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"notes.txt"});
+}
+
 // A caller that holds only the rows after the stored prefix (first_row):
 // Put writes the new chunks from them, and never a chunk that would need
 // rows it was not given.
