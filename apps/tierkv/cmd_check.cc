@@ -51,6 +51,7 @@ void AddCheck(CLI::App& app, Action* run) {
       engine::EngineOptions eo = EngineOptionsFrom(a->f, scratch->path(), a->retention);
       eo.system = *system;
       const bool reuse = engine::TraitsOf(*system).reuses;
+      size_t not_stored = 0;  // prefixes whose storing failed (a full disk): less reuse, said below
       if (reuse) {
         // Store every prefix through a normal request.
         auto writer = engine::Engine::Open(model, eo);
@@ -58,6 +59,7 @@ void AddCheck(CLI::App& app, Action* run) {
         for (const PromptPair& p : *prompts) {
           auto r = (*writer)->Serve(p.prefix);
           if (!r.ok()) return Fail("storing a prefix: " + r.status().ToString());
+          not_stored += r->stats.store_failed;
         }
       }
       engine::EngineOptions ro;
@@ -102,6 +104,7 @@ void AddCheck(CLI::App& app, Action* run) {
         j["query_tokens"] = fid.rows;
         j["prefix_tokens"] = prefix_tokens;
         j["reused_tokens"] = reused_tokens;
+        j["prefixes_not_stored"] = not_stored;
         j["max_abs_logit_diff"] = fid.max_abs_logit_diff;
         j["top1_agree"] = fid.top1_agree();
         j["kl_mean"] = fid.kl_mean();
@@ -128,6 +131,10 @@ void AddCheck(CLI::App& app, Action* run) {
                     static_cast<unsigned long long>(prefix_tokens));
         std::printf("max |dlogit| %.4g, top-1 agreement %.4f, mean KL %.4g (against recompute)\n",
                     fid.max_abs_logit_diff, fid.top1_agree(), fid.kl_mean());
+        if (not_stored > 0) {
+          std::printf("%zu prefixes could not be stored (see the warnings): less was reused\n",
+                      not_stored);
+        }
       }
       return 0;
     };

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "signals.h"
 #include "tierkv/commands.h"
 #include "tierkv/logging.h"
 
@@ -54,6 +55,7 @@ std::function<void(int, int)> ProgressPrinter(const std::string& unit) {
 }  // namespace tierkv::app
 
 int main(int argc, char** argv) {
+  tierkv::app::InstallSignalCleanup();  // first: every thread inherits its signal mask
   CLI::App app{
       "tierkv: reuse of long LLM prompt prefixes from a tiered KV store.\n"
       "Subcommands run a real CPU transformer (llama2.c or GGUF llama models)."};

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "signals.h"
 #include "tierkv/commands.h"
 
 namespace tierkv::app {
@@ -85,6 +86,7 @@ Result<ScratchDir> ScratchDir::Make(const std::string& flag, const std::string& 
   const char* base = std::getenv("TMPDIR");
   std::string tmpl = std::string(base && *base ? base : "/var/tmp") + "/tierkv-" + name + "-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) return Status::IOError("cannot create a directory " + tmpl);
+  RegisterScratch(tmpl);  // removed on SIGINT/SIGTERM too
   return ScratchDir(tmpl, true);
 }
 
@@ -92,6 +94,7 @@ ScratchDir::~ScratchDir() {
   if (remove_) {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
+    UnregisterScratch(path_);
   }
 }
 
@@ -113,7 +116,9 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option("--aggregation", f->aggregation,
                   "How the probe heads' sets combine: sum (default) or vote")
       ->transform(CLI::CheckedTransformer(aggregations));
-  sub->add_option("--chunk-tokens", f->chunk_tokens, "Tokens per chunk")
+  sub->add_option("--chunk-tokens", f->chunk_tokens,
+                  "Tokens per chunk (at most what one record's header lists: several hundred for "
+                  "small models; a larger value is refused naming this model's limit)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   sub->add_option("--policy", f->policy,

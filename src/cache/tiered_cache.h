@@ -41,7 +41,7 @@
 
 #include "cache/policy.h"
 #include "tierkv/status.h"
-#include "util/mutex.h"
+#include "tierkv/mutex.h"
 
 namespace tierkv::cache {
 

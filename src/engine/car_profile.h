@@ -12,7 +12,7 @@
 
 #include "tierkv/model.h"
 #include "tierkv/status.h"
-#include "util/mutex.h"
+#include "tierkv/mutex.h"
 
 namespace tierkv::engine {
 

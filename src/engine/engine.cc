@@ -19,6 +19,7 @@
 #include "select/identify.h"
 #include "store/chunk_store.h"
 #include "store/fingerprint.h"
+#include "store/format.h"
 #include "tierkv/logging.h"
 
 namespace tierkv::engine {
@@ -149,7 +150,30 @@ struct Engine::Impl {
   PeriodicTask maint;
 };
 
+namespace {
+
+// InvalidArgument naming chunk_tokens and the largest chunk one record of
+// this model holds (a record's 4 KiB header lists its tokens and pages).
+Status CheckChunkTokens(uint32_t chunk_tokens, uint32_t row_bytes, uint32_t probe_bytes) {
+  auto fits = [&](uint32_t n) {
+    return store::CheckGeometry(store::RecordKind::kKeyValue, n, row_bytes).ok() &&
+           store::CheckGeometry(store::RecordKind::kProbeKeys, n, probe_bytes).ok();
+  };
+  if (fits(chunk_tokens)) return Status::Ok();
+  uint32_t lo = 1, hi = chunk_tokens;  // fits(lo), !fits(hi)
+  while (hi - lo > 1) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return Status::InvalidArgument("chunk_tokens " + std::to_string(chunk_tokens) +
+                                 ": one record of this model holds at most " + std::to_string(lo) +
+                                 " tokens");
+}
+
+}  // namespace
+
 Status Engine::Impl::OpenStore() {
+  RETURN_IF_ERROR(CheckChunkTokens(opts.chunk_tokens, row_bytes, probe_bytes));
   store::StoreOptions so;
   so.dir = opts.cache_dir;
   so.owner_files = OwnerFiles();

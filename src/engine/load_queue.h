@@ -20,7 +20,7 @@
 #include "engine/io_counts.h"
 #include "engine/timing.h"
 #include "tierkv/status.h"
-#include "util/mutex.h"
+#include "tierkv/mutex.h"
 
 namespace tierkv::engine {
 

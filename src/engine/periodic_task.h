@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "util/mutex.h"
+#include "tierkv/mutex.h"
 
 namespace tierkv::engine {
 

@@ -12,7 +12,7 @@
 #include "engine/h2o_source.h"
 #include "engine/layer_source.h"
 #include "select/identify.h"
-#include "util/mutex.h"
+#include "tierkv/mutex.h"
 
 namespace tierkv::engine {
 

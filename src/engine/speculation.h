@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/probe_source.h"
-#include "util/mutex.h"
+#include "tierkv/mutex.h"
 
 namespace tierkv::engine {
 

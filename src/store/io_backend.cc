@@ -1,6 +1,6 @@
 #include "store/io_backend.h"
 
-#include "util/mutex.h"
+#include "tierkv/mutex.h"
 
 #include <liburing.h>
 

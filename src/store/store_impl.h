@@ -31,7 +31,7 @@
 #include "store/io_backend.h"
 #include "store/record_check.h"
 #include "store/segment_writer.h"
-#include "util/mutex.h"
+#include "tierkv/mutex.h"
 
 namespace tierkv::store {
 

@@ -14,7 +14,7 @@
 #include <set>
 
 #include "tierkv/filesystem.h"
-#include "util/mutex.h"
+#include "tierkv/mutex.h"
 
 namespace tierkv {
 

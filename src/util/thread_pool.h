@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "util/mutex.h"
+#include "tierkv/mutex.h"
 
 namespace tierkv {
 

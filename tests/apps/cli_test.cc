@@ -1,5 +1,6 @@
 // Black-box tests of the tierkv binary: exit codes and messages.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -287,6 +288,69 @@ TEST(CliTest, DamagedStoreIsReportedAndRepaired) {
   EXPECT_NE(r.out.find(": 0 damaged"), std::string::npos) << r.out;
   r = Tierkv("check --system as-like --prompt-file " + prompts + " --cache-dir " + cache);
   EXPECT_EQ(r.code, 0) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+// Prompt files are regular files of JSON Lines: a device or a FIFO is
+// refused at once (never read without end, never waited on), and a line of
+// ill-formed UTF-8 is named as such.
+TEST(CliTest, PromptFilesMustBeRegularFilesOfWellFormedJson) {
+  char tmpl[] = "/var/tmp/tierkv_prompts_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  CliRun r = Tierkv("check --prompt-file /dev/zero");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("not a regular file"), std::string::npos) << r.out;
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  r = Tierkv("check --prompt-file " + dir + "/fifo", "timeout 60 ");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("not a regular file"), std::string::npos) << r.out;
+  {
+    std::ofstream f(dir + "/latin1.jsonl");
+    f << "{\"prefix\": \"caf\xe9\", \"query\": \" x\"}\n";
+  }
+  r = Tierkv("check --prompt-file " + dir + "/latin1.jsonl");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("line 1: not JSON"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("UTF-8"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+// SIGTERM mid-run removes the scratch cache directory the command made (and
+// the process ends with 128 + 15).
+TEST(CliTest, SigtermRemovesTheScratchCacheDirectory) {
+  char tmpl[] = "/var/tmp/tierkv_sigterm_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string prompts = WritePromptFile(dir);
+  std::filesystem::create_directories(dir + "/tmp");
+  const std::string script =
+      "TMPDIR=" + dir + "/tmp " + TIERKV_BINARY + " compare --systems as-like,impress --repeat 50 "
+      "--prompt-file " + prompts + " >/dev/null 2>&1 & pid=$!; "
+      "for i in $(seq 1 300); do ls " + dir + "/tmp | grep -q tierkv-compare && break; sleep 0.1; done; "
+      "sleep 0.5; kill -TERM $pid; wait $pid; echo exit=$?";
+  FILE* p = ::popen(("sh -c '" + script + "'").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 256> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  ::pclose(p);
+  EXPECT_NE(out.find("exit=143"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::is_empty(dir + "/tmp"));
+  std::filesystem::remove_all(dir);
+}
+
+// --chunk-tokens beyond what one record of the model holds is refused,
+// naming the limit.
+TEST(CliTest, ChunkTokensBeyondARecordAreRefusedNamingTheLimit) {
+  char tmpl[] = "/var/tmp/tierkv_chunks_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  CliRun r = Tierkv("check --chunk-tokens 4000 --prompt-file " + WritePromptFile(dir));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("chunk_tokens 4000: one record of this model holds at most "), std::string::npos)
+      << r.out;
   std::filesystem::remove_all(dir);
 }
 

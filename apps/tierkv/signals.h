@@ -1,0 +1,17 @@
+// SIGINT, SIGTERM and SIGHUP end the process the same way wherever it is:
+// the scratch directories it made are removed first. main() calls
+// InstallSignalCleanup before any other thread exists (threads inherit its
+// signal mask); a `tierkv-signal` thread then waits for those signals and
+// exits with 128 + the signal after the cleanup.
+#pragma once
+
+#include <string>
+
+namespace tierkv::app {
+
+void InstallSignalCleanup();
+// A directory to remove if a signal ends the process (until unregistered).
+void RegisterScratch(const std::string& dir);
+void UnregisterScratch(const std::string& dir);
+
+}  // namespace tierkv::app
