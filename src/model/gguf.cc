@@ -1,5 +1,7 @@
 #include "model/gguf.h"
 
+#include <algorithm>
+
 #include <cstring>
 
 #include "kernels/fp16.h"
@@ -225,7 +227,29 @@ Result<GgufFile> GgufFile::Parse(const std::string& name, const std::string& dat
     }
     f.tensors_[t.name] = std::move(t);
   }
+  // Each tensor's bytes are its own: data shared between two tensors means
+  // a damaged or forged file.
+  std::vector<const GgufTensor*> by_offset;
+  for (const auto& [n, t] : f.tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensor& a = *by_offset[i - 1];
+    const uint64_t end = a.offset + a.n_elements() * (a.type == GgmlType::kF32 ? 4 : 2);
+    if (end > by_offset[i]->offset) {
+      return Status::Corruption(name + ": tensor '" + a.name + "' data overlaps tensor '" +
+                                by_offset[i]->name + "' (offsets " + std::to_string(a.offset) +
+                                " and " + std::to_string(by_offset[i]->offset) + ")");
+    }
+  }
   return f;
+}
+
+std::vector<std::string> GgufFile::TensorNames() const {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : tensors_) out.push_back(n);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 Result<int64_t> GgufFile::GetInt(const std::string& key) const {

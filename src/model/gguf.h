@@ -53,6 +53,8 @@ class GgufFile {
   Result<std::vector<double>> GetNumbers(const std::string& key) const;
 
   const GgufTensor* FindTensor(const std::string& name) const;
+  // Every tensor's name, sorted.
+  std::vector<std::string> TensorNames() const;
   // The tensor converted to fp32; checks its shape against `dims`.
   Result<std::vector<float>> ReadTensor(const std::string& name,
                                         const std::vector<uint64_t>& dims) const;

@@ -1,5 +1,7 @@
 // Llama-architecture models in GGUF, with the llama.cpp tensor and key names.
 // RoPE: adjacent pairs (llama.cpp's "normal" mode for LLAMA), as llama2.c.
+#include <cstdio>
+
 #include "model/gguf.h"
 #include "model/weights.h"
 #include "tierkv/tokenizer.h"
@@ -74,6 +76,14 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, const std::string& d
   ASSIGN_OR_RETURN(m.weights.output_norm, f.ReadTensor("output_norm.weight", {dim}));
   if (f.FindTensor("output.weight") != nullptr) {
     ASSIGN_OR_RETURN(m.weights.output, f.ReadTensor("output.weight", {dim, V}));
+  }
+  // Tensors of blocks past block_count mean the count and the file disagree.
+  for (const std::string& t : f.TensorNames()) {
+    int block = -1;
+    if (std::sscanf(t.c_str(), "blk.%d.", &block) == 1 && block >= c.n_layers) {
+      return Status::Corruption(name + ": llama.block_count=" + std::to_string(c.n_layers) +
+                                " but the file has tensor '" + t + "'");
+    }
   }
   m.weights.layers.resize(c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {

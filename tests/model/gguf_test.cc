@@ -1,6 +1,9 @@
 #include "model/gguf.h"
 
 #include <gtest/gtest.h>
+#include <iterator>
+#include <fstream>
+#include <cstring>
 
 #include <cmath>
 
@@ -149,6 +152,52 @@ TEST(GgufParseTest, FuzzedBytesAreRefusedWithClearErrorsOrParse) {
   EXPECT_GT(refused, 100);
   EXPECT_GT(tensors, 100);
   std::printf("3000 mutants: %d refused, %d parsed (%d with their tensor)\n", refused, parsed, tensors);
+}
+
+// Byte position of the u64 field that follows `key`'s string in a GGUF
+// (for tensor infos: n_dims, dims, type come first; skip = their bytes).
+size_t FieldAfter(const std::string& gguf, const std::string& key, size_t skip) {
+  const size_t at = gguf.find(key);
+  EXPECT_NE(at, std::string::npos) << key;
+  return at + key.size() + skip;
+}
+
+// Two tensors whose data overlap: a damaged or forged file, refused.
+TEST(GgufParseTest, OverlappingTensorDataIsCorruption) {
+  model::GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.AddTensor("a", {4, 2}, model::GgmlType::kF32, {1, 2, 3, 4, 5, 6, 7, 8});
+  w.AddTensor("b", {4, 2}, model::GgmlType::kF32, {8, 7, 6, 5, 4, 3, 2, 1});
+  std::string d = w.Serialize();
+  ASSERT_OK(model::GgufFile::Parse("ok.gguf", d).status());
+  // b's offset (after its name: u32 n_dims, 2 x u64 dims, u32 type) set to a's.
+  const uint64_t zero = 0;
+  std::memcpy(d.data() + FieldAfter(d, std::string("\x01\0\0\0\0\0\0\0b", 9), 4 + 16 + 4), &zero, 8);
+  EXPECT_THAT(model::GgufFile::Parse("forged.gguf", d).status(),
+              StatusIs(StatusCode::kCorruption, "overlaps tensor"));
+}
+
+// A block count below the blocks the file holds: refused, not loaded as a
+// smaller model that prints garbage.
+TEST(GgufModelLoadTest, BlockCountThatDisagreesWithTheTensorsIsCorruption) {
+  const std::string dir = testing::MakeTempDir("ggufblocks");
+  const ModelConfig c = testing::TinyConfig();
+  ASSERT_GE(c.n_layers, 2);
+  testing::WriteBytes(dir + "/m.bin", testing::MakeLlama2cBytes(c, true, 3));
+  ConvertOptions o;
+  o.input = dir + "/m.bin";
+  o.output = dir + "/m.gguf";
+  ASSERT_THAT(ConvertLlama2cToGguf(o), IsOk());
+  std::string g;
+  {
+    std::ifstream in(o.output, std::ios::binary);
+    g.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const uint32_t fewer = static_cast<uint32_t>(c.n_layers - 1);
+  std::memcpy(g.data() + FieldAfter(g, "llama.block_count", 4), &fewer, 4);  // after the u32 type
+  testing::WriteBytes(dir + "/fewer.gguf", g);
+  EXPECT_THAT(Model::Load(dir + "/fewer.gguf"),
+              StatusIs(StatusCode::kCorruption, "llama.block_count=" + std::to_string(fewer)));
 }
 
 TEST(GgufModelLoadTest, MissingTensorAndWrongArchitectureAreNamed) {
