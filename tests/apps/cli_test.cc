@@ -39,7 +39,7 @@ TEST(CliTest, HelpDocumentsEverySubcommand) {
   CliRun r = Tierkv("--help");
   EXPECT_EQ(r.code, 0);
   for (const char* sub : {"run", "convert", "bench-engine", "eval", "analyze", "bench-io",
-                          "bench-index", "sim-cache", "inspect", "check", "compare"}) {
+                          "bench-index", "sim-cache", "inspect", "verify", "check", "compare"}) {
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub << " missing from:\n" << r.out;
   }
   r = Tierkv("run --help");
