@@ -18,7 +18,11 @@ DEMO_PROMPT ?= It is a truth universally acknowledged, that
 # clang's lock-annotation check (the thread-safety preset) needs these too.
 TS_PACKAGES := clang libomp-dev
 
-.PHONY: demo test build deps train-deps thread-safety clean
+# libFuzzer needs clang's runtime libraries.
+FUZZ_PACKAGES := clang libomp-dev libclang-rt-14-dev
+FUZZ_SECONDS ?= 30
+
+.PHONY: demo test build deps train-deps thread-safety fuzz clean
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \
@@ -54,6 +58,13 @@ thread-safety:
 	$(MAKE) deps EXTRA_PACKAGES="$(TS_PACKAGES)"
 	cmake --preset thread-safety >/dev/null
 	cmake --build --preset thread-safety
+
+# Builds the libFuzzer targets (tests/fuzz) and runs each for FUZZ_SECONDS.
+fuzz:
+	$(MAKE) deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
+	cmake --preset fuzz >/dev/null
+	cmake --build --preset fuzz
+	bash tools/dev/fuzz.sh $(FUZZ_SECONDS)
 
 clean:
 	rm -rf build

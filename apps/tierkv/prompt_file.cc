@@ -27,7 +27,8 @@ namespace {
 // (or /dev/zero), and would be read into memory whole.
 constexpr uintmax_t kMaxPromptFileBytes = 256ull << 20;
 
-// One line: {"prefix": ..., "query": ...}, tokenized.
+}  // namespace
+
 Result<PromptPair> ParsePromptLine(const std::string& line, const std::string& where,
                                    const Tokenizer& tok) {
   nlohmann::json j;
@@ -50,8 +51,6 @@ Result<PromptPair> ParsePromptLine(const std::string& line, const std::string& w
   if (p.query.empty()) return Status::InvalidArgument(where + ": 'query' has no tokens");
   return p;
 }
-
-}  // namespace
 
 Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok) {
   // Checked before opening: opening a FIFO without a writer blocks.

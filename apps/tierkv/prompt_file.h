@@ -20,6 +20,10 @@ struct PromptPair {
 };
 
 Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok);
+// One line of a prompt file, tokenized; `where` (file and line) starts every
+// error message. InvalidArgument naming the field, or JSON's own complaint.
+Result<PromptPair> ParsePromptLine(const std::string& line, const std::string& where,
+                                   const Tokenizer& tok);
 
 // A scratch directory for a command's store: `flag` if set (kept), else a
 // new directory under $TMPDIR or /var/tmp, removed when this goes away.

@@ -1,0 +1,92 @@
+// Writes the fuzzers' seed corpora (committed under tests/fuzz/corpus/):
+// valid inputs of each format, so that fuzzing starts from the real shapes.
+// Usage: fuzz_make_seeds DIR   (then copy DIR/* over tests/fuzz/corpus/)
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "model/gguf.h"
+#include "store/format.h"
+#include "store/manifest.h"
+
+namespace {
+
+void Write(const std::string& path, const std::string& bytes) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string Gguf() {
+  tierkv::model::GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetU32("llama.block_count", 1);
+  w.SetStrings("tokenizer.ggml.tokens", {"<unk>", "<s>", "a", "bc"});
+  w.AddTensor("token_embd.weight", {4, 2}, tierkv::model::GgmlType::kF32, {1, 2, 3, 4, 5, 6, 7, 8});
+  w.AddTensor("blk.0.attn_norm.weight", {4}, tierkv::model::GgmlType::kF16, {1, 0.5f, 0.25f, 2});
+  return w.Serialize();
+}
+
+std::string Record(tierkv::store::RecordKind kind, uint32_t tokens, uint32_t row_bytes) {
+  tierkv::store::RecordHeader h;
+  h.fingerprint = 0x5eed;
+  h.kind = kind;
+  h.dtype = tierkv::store::KvDtype::kF16;
+  h.layer = 1;
+  h.first_token = 64;
+  h.token_count = tokens;
+  h.row_bytes = row_bytes;
+  h.prefix_hash = 0x1234;
+  h.parent_hash = 0x99;
+  h.sequence = 7;
+  for (uint32_t i = 0; i < tokens; ++i) h.tokens.push_back(static_cast<int32_t>(100 + i));
+  const size_t payload = tokens * row_bytes * (kind == tierkv::store::RecordKind::kKeyValue ? 2 : 1);
+  std::string bytes(payload, '\0');
+  for (size_t i = 0; i < payload; ++i) bytes[i] = static_cast<char>(i * 31);
+  std::string out;
+  tierkv::store::EncodeRecord(h, bytes, &out);
+  return out;
+}
+
+std::string Manifest() {
+  tierkv::store::Manifest m;
+  m.fingerprint = 0x5eed;
+  m.chunk_tokens = 16;
+  m.layers = 2;
+  m.log_from = 3;
+  m.sequence = 40;
+  m.segments = {1, 2};
+  tierkv::store::ManifestChunk a;
+  a.prefix_hash = 0x10;
+  a.tokens = std::vector<int32_t>(16, 5);
+  a.where = {{1, 0}, {1, 2}};
+  a.probe_block = 4;
+  a.probe_stride = 1;
+  tierkv::store::ManifestChunk b = a;
+  b.prefix_hash = 0x20;
+  b.parent_hash = 0x10;
+  b.first_token = 16;
+  b.where = {{2, 0}, {2, 2}};
+  b.probe_block = UINT32_MAX;
+  m.chunks = {a, b};
+  return tierkv::store::EncodeManifest(m);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  Write(dir + "/gguf/tiny.gguf", Gguf());
+  Write(dir + "/record/kv.rec", Record(tierkv::store::RecordKind::kKeyValue, 16, 128));
+  Write(dir + "/record/probe.rec", Record(tierkv::store::RecordKind::kProbeKeys, 16, 64));
+  Write(dir + "/manifest/two-chunks.manifest", Manifest());
+  Write(dir + "/prompt/plain.jsonl", "{\"prefix\": \"Once upon a time\", \"query\": \" there was\"}");
+  Write(dir + "/prompt/escapes.jsonl",
+        "{\"prefix\": \"caf\\u00e9 \\\"quoted\\\"\\n\\ttab\", \"query\": \" \\ud83d\\ude00?\"}");
+  Write(dir + "/prompt/missing.jsonl", "{\"prefix\": \"x\"}");
+  return 0;
+}
