@@ -35,6 +35,20 @@ CliRun Tierkv(const std::string& args, const std::string& env = "") {
   return r;
 }
 
+// A prompt file of two requests sharing a long prefix (and a blank line).
+std::string WritePromptFile(const std::string& dir) {
+  std::ofstream f(dir + "/p.jsonl");
+  const std::string prefix =
+      "The store holds every prefix's keys and values on disk, caches the valuable part in "
+      "bounded host and device pools, finds the longest stored prefix of a request, and never "
+      "serves a wrong KV. It is the storage half of the design, built to the standard of a "
+      "storage engine, with records that carry their own identity and checksums.";
+  f << "{\"prefix\": \"" << prefix << "\", \"query\": \" What does the store hold?\"}\n";
+  f << "\n";  // blank lines are skipped
+  f << "{\"prefix\": \"" << prefix << " And more.\", \"query\": \" Why checksums?\"}\n";
+  return dir + "/p.jsonl";
+}
+
 TEST(CliTest, HelpDocumentsEverySubcommand) {
   CliRun r = Tierkv("--help");
   EXPECT_EQ(r.code, 0);
@@ -176,17 +190,7 @@ TEST(CliTest, CheckComparesASystemWithRecomputeAndRejectsBadPromptFiles) {
   char tmpl[] = "/var/tmp/tierkv_check_XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
-  {
-    std::ofstream f(dir + "/p.jsonl");
-    const std::string prefix =
-        "The store holds every prefix's keys and values on disk, caches the valuable part in "
-        "bounded host and device pools, finds the longest stored prefix of a request, and never "
-        "serves a wrong KV. It is the storage half of the design, built to the standard of a "
-        "storage engine, with records that carry their own identity and checksums.";
-    f << "{\"prefix\": \"" << prefix << "\", \"query\": \" What does the store hold?\"}\n";
-    f << "\n";
-    f << "{\"prefix\": \"" << prefix << " And more.\", \"query\": \" Why checksums?\"}\n";
-  }
+  WritePromptFile(dir);
   CliRun r = Tierkv("check --system as-like --prompt-file " + dir + "/p.jsonl --json");
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* key : {"\"max_abs_logit_diff\"", "\"top1_agree\"", "\"kl_mean\"",
@@ -238,19 +242,6 @@ TEST(CliTest, CheckComparesASystemWithRecomputeAndRejectsBadPromptFiles) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("unknown system 'nope'"), std::string::npos) << r.out;
   std::filesystem::remove_all(dir);
-}
-
-// A prompt file of two requests sharing a long prefix.
-std::string WritePromptFile(const std::string& dir) {
-  std::ofstream f(dir + "/p.jsonl");
-  const std::string prefix =
-      "The store holds every prefix's keys and values on disk, caches the valuable part in "
-      "bounded host and device pools, finds the longest stored prefix of a request, and never "
-      "serves a wrong KV. It is the storage half of the design, built to the standard of a "
-      "storage engine, with records that carry their own identity and checksums.";
-  f << "{\"prefix\": \"" << prefix << "\", \"query\": \" What does the store hold?\"}\n";
-  f << "{\"prefix\": \"" << prefix << " And more.\", \"query\": \" Why checksums?\"}\n";
-  return dir + "/p.jsonl";
 }
 
 // inspect works on a directory car wrote (its profile beside the store);

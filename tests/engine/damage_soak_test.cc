@@ -15,6 +15,7 @@
 #include <random>
 #include <sstream>
 
+#include "engine/model_fixture.h"
 #include "store/chunk_store.h"
 #include "store/kv_fixture.h"
 #include "testing/status_matchers.h"
@@ -75,31 +76,8 @@ std::string Damage(const std::vector<std::string>& segs, std::mt19937_64& rng) {
   return seg + " " + std::to_string(len) + " bytes at " + std::to_string(at);
 }
 
-class DamageSoakTest : public ::testing::Test {
+class DamageSoakTest : public DefaultModelTest {
  protected:
-  static void SetUpTestSuite() {
-    auto m = Model::Load(TIERKV_DEFAULT_MODEL);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = std::move(m).value().release();
-    auto tok = LoadTokenizerFor(*model_, "");
-    ASSERT_TRUE(tok.ok());
-    std::string path = TIERKV_DEFAULT_MODEL;
-    std::ifstream in(path.substr(0, path.rfind('/')) + "/README.md");
-    std::stringstream text;
-    text << in.rdbuf();
-    auto ids = (*tok)->Encode(text.str(), true);
-    ASSERT_TRUE(ids.ok());
-    corpus_ = new std::vector<int32_t>(std::move(ids).value());
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete corpus_;
-  }
-  static std::vector<int32_t> Prompt(size_t prefix, size_t q_from, size_t query) {
-    std::vector<int32_t> t(corpus_->begin(), corpus_->begin() + prefix);
-    t.insert(t.end(), corpus_->begin() + q_from, corpus_->begin() + q_from + query);
-    return t;
-  }
   static EngineOptions Options(System sys, const std::string& dir) {
     EngineOptions o;
     o.system = sys;
@@ -107,12 +85,7 @@ class DamageSoakTest : public ::testing::Test {
     o.retention = 1.0;
     return o;
   }
-  static Model* model_;
-  static std::vector<int32_t>* corpus_;
 };
-
-Model* DamageSoakTest::model_ = nullptr;
-std::vector<int32_t>* DamageSoakTest::corpus_ = nullptr;
 
 TEST_F(DamageSoakTest, EveryRequestAnswersAsOnTheCleanStore) {
   store::testing::TempDir work;

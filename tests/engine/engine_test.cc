@@ -20,6 +20,7 @@
 #include "cache/tiered_cache.h"
 #include "store/chunk_store.h"
 #include "store/kv_fixture.h"
+#include "engine/model_fixture.h"
 #include "testing/shared.h"
 #include "testing/status_matchers.h"
 #include "kernels/fp16.h"
@@ -31,35 +32,8 @@ namespace {
 
 using ::tierkv::testing::StatusIs;
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public DefaultModelTest {
  protected:
-  static void SetUpTestSuite() {
-    auto m = Model::Load(TIERKV_DEFAULT_MODEL);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = std::move(m).value().release();
-    auto tok = LoadTokenizerFor(*model_, "");
-    ASSERT_TRUE(tok.ok());
-    std::string path = TIERKV_DEFAULT_MODEL;
-    path = path.substr(0, path.rfind('/')) + "/README.md";
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto ids = (*tok)->Encode(text.str(), true);
-    ASSERT_TRUE(ids.ok());
-    corpus_ = new std::vector<int32_t>(std::move(ids).value());
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete corpus_;
-  }
-
-  // prefix tokens of the corpus, then `query` tokens from offset `q_from`.
-  static std::vector<int32_t> Prompt(size_t prefix, size_t q_from, size_t query) {
-    std::vector<int32_t> t(corpus_->begin(), corpus_->begin() + prefix);
-    t.insert(t.end(), corpus_->begin() + q_from, corpus_->begin() + q_from + query);
-    return t;
-  }
-
   // The reference: the prompt's first `split` tokens prefilled with their
   // K/V captured in fp16, the rest computed over them in memory; the logits
   // of positions [from, n).
@@ -101,6 +75,13 @@ class EngineTest : public ::testing::Test {
     return d;
   }
 
+  // Flips a byte in the first payload page of a chunk's K/V record of `layer`.
+  static void FlipPayload(store::ChunkStore* st, uint32_t chunk, uint16_t layer) {
+    const auto w = st->TEST_location(chunk, layer);
+    store::testing::FlipByte(st->SegmentPath(w.segment),
+                             uint64_t{w.block} * store::kBlockSize + store::kBlockSize + 300);
+  }
+
   EngineOptions Options(const std::string& dir) {
     EngineOptions o;
     o.system = System::kAsLike;
@@ -112,12 +93,7 @@ class EngineTest : public ::testing::Test {
   void ExpectRetentionOneEqualsReference(const Model& model, const std::vector<int32_t>& a,
                                          const std::vector<int32_t>& b, size_t P);
 
-  static Model* model_;
-  static std::vector<int32_t>* corpus_;
 };
-
-Model* EngineTest::model_ = nullptr;
-std::vector<int32_t>* EngineTest::corpus_ = nullptr;
 
 TEST_F(EngineTest, AsLikeReuseEqualsTheSameComputationInMemoryColdAndWarm) {
   store::testing::TempDir dir;
@@ -190,9 +166,7 @@ TEST_F(EngineTest, ACorruptChunkMidRequestIsRecomputedAndTheAnswerStands) {
   ASSERT_GE(m.chunks.size(), 4u);
   // Damage chunk 2's layer-5 record on disk: the pools are cold, so the
   // request reads it, fails its checksum, and runs again over chunks 0-1.
-  const auto w = st->TEST_location(m.chunks[2], 5);
-  store::testing::FlipByte(st->SegmentPath(w.segment),
-                           uint64_t{w.block} * store::kBlockSize + store::kBlockSize + 300);
+  FlipPayload(st, m.chunks[2], 5);
   ServeOptions so;
   so.logits_from = P;
   ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
@@ -221,11 +195,7 @@ TEST_F(EngineTest, DamageFoundAttemptAfterAttemptNeverFailsTheRequest) {
   store::ChunkStore* st = eng->TEST_store();
   const store::LookupResult m = st->Lookup(b);
   ASSERT_EQ(m.chunks.size(), 10u);
-  for (int l = 0; l < 5; ++l) {
-    const auto w = st->TEST_location(m.chunks[9 - l], static_cast<uint16_t>(l));
-    store::testing::FlipByte(st->SegmentPath(w.segment),
-                             uint64_t{w.block} * store::kBlockSize + store::kBlockSize + 300);
-  }
+  for (int l = 0; l < 5; ++l) FlipPayload(st, m.chunks[9 - l], static_cast<uint16_t>(l));
   ServeOptions so;
   so.logits_from = P;
   ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
@@ -314,7 +284,8 @@ TEST_F(EngineTest, SelectiveSystemsReadLessAtLowerRetention) {
     return r.ok() ? std::move(r).value() : ServeResult{};
   };
   const uint64_t as_like_bytes = run(System::kAsLike, 1.0).stats.disk_bytes_read;
-  for (System sys : {System::kImpressItf, System::kAsH2oLru}) {
+  // (system, whether it identifies with probe heads and may fall back)
+  for (const auto& [sys, probes] : {std::pair{System::kImpressItf, true}, std::pair{System::kAsH2oLru, false}}) {
     const ServeResult full = run(sys, 1.0);
     const ServeResult r = run(sys, 0.25);
     std::printf("%s: %d of %zu layers fell back; bytes read at retention 0.25 %llu, at 1.0 %llu "
@@ -328,7 +299,7 @@ TEST_F(EngineTest, SelectiveSystemsReadLessAtLowerRetention) {
       EXPECT_NEAR(t.retention, 0.25, 1e-9);
     }
     for (const LayerTrace& t : full.stats.layers) EXPECT_EQ(t.rows, P);
-    if (sys == System::kImpressItf) {
+    if (probes) {
       int fallbacks = 0;
       for (const LayerTrace& t : r.stats.layers) fallbacks += t.fallback;
       EXPECT_EQ(fallbacks, r.stats.fallback_layers);
