@@ -304,6 +304,14 @@ TEST(CliTest, PromptFilesMustBeRegularFilesOfWellFormedJson) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("line 1: not JSON"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("UTF-8"), std::string::npos) << r.out;
+  {
+    std::ofstream f(dir + "/overflow.jsonl");
+    f << "{\"prefix\": \"x\", \"query\": \" y\"}\n5555E5555555555\n";  // found by fuzz_prompt
+  }
+  r = Tierkv("check --prompt-file " + dir + "/overflow.jsonl");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("line 2: not JSON"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("number overflow"), std::string::npos) << r.out;
   std::filesystem::remove_all(dir);
 }
 
