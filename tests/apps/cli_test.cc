@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
+#include <iterator>
 
 #include <algorithm>
 #include <array>
@@ -350,6 +352,48 @@ TEST(CliTest, ChunkTokensBeyondARecordAreRefusedNamingTheLimit) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("chunk_tokens 4000: one record of this model holds at most "), std::string::npos)
       << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+// On a disk that fills (a 6 MiB ext4 on a loop device; skipped without root
+// and a loop device): check says in its JSON how many prefixes could not be
+// stored, and compare skips a reordering round that fails instead of
+// aborting the comparison.
+TEST(CliTest, AFullDiskIsReportedNotFatal) {
+  char tmpl[] = "/var/tmp/tierkv_full_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, mnt = dir + "/mnt";
+  std::filesystem::create_directories(mnt);
+  const std::string mount = "dd if=/dev/zero of=" + dir + "/disk.img bs=1M count=6 status=none && "
+                            "mkfs.ext4 -q -F " + dir + "/disk.img >/dev/null 2>&1 && mount -o loop " +
+                            dir + "/disk.img " + mnt + " >/dev/null 2>&1";
+  if (::geteuid() != 0 || std::system(mount.c_str()) != 0) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "needs root and a loop device to mount a small ext4 disk";
+  }
+  {
+    // Eight long prefixes that share nothing: about 1 MB of records each.
+    std::ofstream f(dir + "/long.jsonl");
+    std::ifstream card(std::string(TIERKV_DEFAULT_MODEL).substr(0, std::string(TIERKV_DEFAULT_MODEL).rfind('/')) +
+                       "/README.md");
+    std::string text((std::istreambuf_iterator<char>(card)), {});
+    for (char& c : text) {
+      if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = ' ';
+    }
+    for (int i = 0; i < 8; ++i) {
+      f << "{\"prefix\": \"" << i << " " << text.substr(300 * i, 2400) << "\", \"query\": \" and?\"}\n";
+    }
+  }
+  CliRun r = Tierkv("check --system impress --json --prompt-file " + dir + "/long.jsonl --cache-dir " + mnt + "/c1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"prefixes_not_stored\":"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\"prefixes_not_stored\":0"), std::string::npos) << r.out;
+  r = Tierkv("compare --systems impress --rounds 1 --json --prompt-file " + dir + "/long.jsonl --cache-dir " +
+             mnt + "/c1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"maintain_errors\":"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\"maintain_errors\":0"), std::string::npos) << r.out;  // the round did fail
+  std::system(("umount " + mnt + " >/dev/null 2>&1").c_str());
   std::filesystem::remove_all(dir);
 }
 
