@@ -52,8 +52,9 @@ cache::Buffer BuildRowEntry(const std::vector<uint16_t>& krows, const std::vecto
   auto e = std::make_shared<std::vector<char>>(header + (nk + nv) * row_bytes);
   const uint32_t n32[2] = {static_cast<uint32_t>(nk), static_cast<uint32_t>(nv)};
   std::memcpy(e->data(), n32, sizeof n32);
-  std::memcpy(e->data() + sizeof n32, krows.data(), 2 * nk);
-  std::memcpy(e->data() + sizeof n32 + 2 * nk, vrows.data(), 2 * nv);
+  // (An empty list's data() may be null, which memcpy must not be given.)
+  if (nk) std::memcpy(e->data() + sizeof n32, krows.data(), 2 * nk);
+  if (nv) std::memcpy(e->data() + sizeof n32 + 2 * nk, vrows.data(), 2 * nv);
   char* k = e->data() + header;
   char* v = k + nk * row_bytes;
   for (size_t i = 0; i < nk; ++i) std::memcpy(k + i * row_bytes, kof(krows[i]), row_bytes);
