@@ -10,6 +10,7 @@
 #include "engine/car_profile.h"
 #include "engine/layer_source.h"
 #include "engine/load_queue.h"
+#include "engine/options.h"
 #include "engine/periodic_task.h"
 #include "engine/pool_entries.h"
 #include "engine/pooled_reader.h"
@@ -24,18 +25,6 @@
 
 namespace tierkv::engine {
 namespace {
-
-
-cache::PolicyKind PolicyFor(PoolPolicy p, const SystemRow& row) {
-  switch (p) {
-    case PoolPolicy::kSystemDefault: return row.default_policy;
-    case PoolPolicy::kLru: return cache::PolicyKind::kLru;
-    case PoolPolicy::kLfu: return cache::PolicyKind::kLfu;
-    case PoolPolicy::kScore: return cache::PolicyKind::kScore;
-    case PoolPolicy::kCar: return cache::PolicyKind::kCar;
-  }
-  return row.default_policy;
-}
 
 // CaR's score events for the chunk layers a request reuses (III-B3): +1 when
 // it enters the scheduler's window, +1 when it starts (the same moment until
@@ -62,54 +51,6 @@ class ScoreEvents {
 }  // namespace
 
 std::vector<std::string> OwnerFiles() { return {CarProfile::kFileName}; }
-
-std::string_view AggregationName(Aggregation a) { return a == Aggregation::kVote ? "vote" : "sum"; }
-
-Result<Aggregation> ParseAggregation(std::string_view name) {
-  if (name == "sum") return Aggregation::kSum;
-  if (name == "vote") return Aggregation::kVote;
-  return Status::InvalidArgument("unknown aggregation '" + std::string(name) + "' (known: sum, vote)");
-}
-
-std::string_view PoolPolicyName(PoolPolicy p) {
-  if (p == PoolPolicy::kSystemDefault) return "default";
-  return cache::PolicyName(PolicyFor(p, RowOf(System::kAsLike)));
-}
-
-Result<PoolPolicy> ParsePoolPolicy(std::string_view name) {
-  for (PoolPolicy p : {PoolPolicy::kLru, PoolPolicy::kLfu, PoolPolicy::kScore, PoolPolicy::kCar}) {
-    if (name == PoolPolicyName(p)) return p;
-  }
-  return Status::InvalidArgument("unknown pool policy '" + std::string(name) +
-                                 "' (known: lru, lfu, score, car)");
-}
-
-Status EngineOptions::Validate() const {
-  if (!(retention > 0 && retention <= 1)) {
-    return Status::InvalidArgument("retention " + std::to_string(retention) + " is outside (0, 1]");
-  }
-  if (chunk_tokens < 1 || chunk_tokens > 4096) {
-    return Status::InvalidArgument("chunk_tokens " + std::to_string(chunk_tokens) +
-                                   " is outside 1..4096");
-  }
-  if (!(alpha >= 0 && alpha <= 16)) {
-    return Status::InvalidArgument("alpha " + std::to_string(alpha) + " is outside [0, 16]");
-  }
-  if (!(spec_min_recall >= 0 && spec_min_recall <= 1)) {
-    return Status::InvalidArgument("spec_min_recall " + std::to_string(spec_min_recall) +
-                                   " is outside [0, 1]");
-  }
-  if (RowOf(system).reuses() && cache_dir.empty()) {
-    return Status::InvalidArgument("system " + std::string(SystemName(system)) +
-                                   " needs a cache directory (cache_dir)");
-  }
-  return Status::Ok();
-}
-
-double RequestStats::device_hit_ratio() const {
-  const uint64_t all = device_hits + host_hits + disk_reads;
-  return all == 0 ? 0.0 : static_cast<double>(device_hits) / static_cast<double>(all);
-}
 
 struct Engine::Impl {
   Impl(const Model& m, EngineOptions o)

@@ -1,14 +1,14 @@
 #include "engine/probe_source.h"
 
 #include "engine/head_scores.h"
+#include "engine/options.h"
 
 namespace tierkv::engine {
 
 ProbeSource::ProbeSource(const SourceDeps& deps) : d_(deps), h2o_(deps) {
   identify_.retention = d_.options->retention;
   identify_.alpha = d_.options->alpha;
-  identify_.aggregation = d_.options->aggregation == Aggregation::kVote ? select::Aggregation::kVote
-                                                                         : select::Aggregation::kSum;
+  identify_.aggregation = ToSelect(d_.options->aggregation);
 }
 
 void ProbeSource::Start(Request& rq) {

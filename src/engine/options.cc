@@ -1,0 +1,78 @@
+#include "engine/options.h"
+
+#include <string>
+
+namespace tierkv::engine {
+namespace {
+
+// The named pool policies and the cache's kinds, both ways.
+constexpr std::pair<PoolPolicy, cache::PolicyKind> kPolicies[] = {
+    {PoolPolicy::kLru, cache::PolicyKind::kLru},
+    {PoolPolicy::kLfu, cache::PolicyKind::kLfu},
+    {PoolPolicy::kScore, cache::PolicyKind::kScore},
+    {PoolPolicy::kCar, cache::PolicyKind::kCar},
+};
+
+}  // namespace
+
+select::Aggregation ToSelect(Aggregation a) {
+  return a == Aggregation::kVote ? select::Aggregation::kVote : select::Aggregation::kSum;
+}
+
+std::string_view AggregationName(Aggregation a) { return select::AggregationName(ToSelect(a)); }
+
+Result<Aggregation> ParseAggregation(std::string_view name) {
+  ASSIGN_OR_RETURN(select::Aggregation a, select::ParseAggregation(name));
+  return a == select::Aggregation::kVote ? Aggregation::kVote : Aggregation::kSum;
+}
+
+cache::PolicyKind PolicyFor(PoolPolicy p, const SystemRow& row) {
+  for (const auto& [policy, kind] : kPolicies) {
+    if (policy == p) return kind;
+  }
+  return row.default_policy;  // kSystemDefault
+}
+
+std::string_view PoolPolicyName(PoolPolicy p) {
+  for (const auto& [policy, kind] : kPolicies) {
+    if (policy == p) return cache::PolicyName(kind);
+  }
+  return "default";
+}
+
+Result<PoolPolicy> ParsePoolPolicy(std::string_view name) {
+  ASSIGN_OR_RETURN(cache::PolicyKind kind, cache::ParsePolicy(name));
+  for (const auto& [policy, k] : kPolicies) {
+    if (k == kind) return policy;
+  }
+  return Status::InvalidArgument("pool policy '" + std::string(name) + "' has no engine option");
+}
+
+Status EngineOptions::Validate() const {
+  if (!(retention > 0 && retention <= 1)) {
+    return Status::InvalidArgument("retention " + std::to_string(retention) + " is outside (0, 1]");
+  }
+  if (chunk_tokens < 1 || chunk_tokens > 4096) {
+    return Status::InvalidArgument("chunk_tokens " + std::to_string(chunk_tokens) +
+                                   " is outside 1..4096");
+  }
+  if (!(alpha >= 0 && alpha <= 16)) {
+    return Status::InvalidArgument("alpha " + std::to_string(alpha) + " is outside [0, 16]");
+  }
+  if (!(spec_min_recall >= 0 && spec_min_recall <= 1)) {
+    return Status::InvalidArgument("spec_min_recall " + std::to_string(spec_min_recall) +
+                                   " is outside [0, 1]");
+  }
+  if (RowOf(system).reuses() && cache_dir.empty()) {
+    return Status::InvalidArgument("system " + std::string(SystemName(system)) +
+                                   " needs a cache directory (cache_dir)");
+  }
+  return Status::Ok();
+}
+
+double RequestStats::device_hit_ratio() const {
+  const uint64_t all = device_hits + host_hits + disk_reads;
+  return all == 0 ? 0.0 : static_cast<double>(device_hits) / static_cast<double>(all);
+}
+
+}  // namespace tierkv::engine
