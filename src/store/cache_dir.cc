@@ -146,10 +146,14 @@ std::string ValueOf(const std::string& text, const std::string& key) {
 
 }  // namespace
 
-std::string SegmentPath(const std::string& dir, uint32_t segment) {
+std::string SegmentFileName(uint32_t segment) {
   char name[32];
-  std::snprintf(name, sizeof name, "/seg-%06u.tkv", segment);
-  return dir + name;
+  std::snprintf(name, sizeof name, "seg-%06u.tkv", segment);
+  return name;
+}
+
+std::string SegmentPath(const std::string& dir, uint32_t segment) {
+  return dir + "/" + SegmentFileName(segment);
 }
 
 Result<std::vector<uint32_t>> ListSegments(FileSystem* fs, const std::string& dir) {

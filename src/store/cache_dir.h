@@ -21,7 +21,8 @@ inline constexpr const char* kLockFile = "LOCK";
 
 // seg-000123.tkv -> 123; 0 if the name is not a segment's.
 uint32_t SegmentNumber(const std::string& name);
-// The path of segment `segment` in `dir`.
+// seg-000123.tkv for 123, and its path in `dir`.
+std::string SegmentFileName(uint32_t segment);
 std::string SegmentPath(const std::string& dir, uint32_t segment);
 // The segment numbers in `dir`, ascending.
 Result<std::vector<uint32_t>> ListSegments(FileSystem* fs, const std::string& dir);

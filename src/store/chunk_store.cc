@@ -240,6 +240,15 @@ void ChunkStore::Impl::DropCorruptLocked(uint32_t chunk, uint64_t prefix_hash) {
   if (IsCurrentLocked(chunk, prefix_hash)) DropLocked(chunk, /*corrupt=*/true);
 }
 
+void ChunkStore::Impl::DropProbeCopyLocked(uint32_t chunk) {
+  if (!table_.HasProbes(chunk)) return;
+  const uint64_t bytes = opts_.layers * probe_record_bytes(table_.Tokens(chunk));
+  table_.ClearProbes(chunk);
+  live_bytes_ -= bytes;
+  dead_bytes_ += bytes;
+  dirty_ = true;
+}
+
 uint64_t ChunkStore::Impl::ChunkBytesLocked(uint32_t chunk) const {
   const uint32_t n = table_.Tokens(chunk);
   return opts_.layers * (record_bytes(n) + (table_.HasProbes(chunk) ? probe_record_bytes(n) : 0));

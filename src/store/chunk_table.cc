@@ -57,7 +57,6 @@ std::vector<ChunkTable::Location> ChunkTable::LocationsOf(uint32_t chunk) const 
 }
 
 void ChunkTable::SetLocations(uint32_t chunk, std::span<const Location> where) {
-  Grow(chunk);
   const uint32_t blocks = RecordBlocks(chunk);
   bool packed = true;
   for (uint16_t l = 1; l < layers_ && packed; ++l) {
@@ -82,7 +81,6 @@ bool ChunkTable::HasProbes(uint32_t chunk) const {
 }
 
 void ChunkTable::SetProbes(uint32_t chunk, uint32_t probe_block, uint16_t probe_stride) {
-  Grow(chunk);
   probe_block_[chunk] = probe_block;
   probe_stride_[chunk] = probe_stride;
 }

@@ -41,6 +41,7 @@ class ChunkTable {
   // A chunk leaves (its id may be reused).
   void Clear(uint32_t chunk);
 
+  // The rest is about chunks already added (their entries exist).
   Location LocationOf(uint32_t chunk, uint16_t layer) const;
   std::vector<Location> LocationsOf(uint32_t chunk) const;
   void SetLocations(uint32_t chunk, std::span<const Location> where);

@@ -257,10 +257,7 @@ void SwitchProbesLocked(ChunkStore::Impl& s, std::vector<Move>& moves, CompactRe
       out->records_moved += L;
     } else {
       // Not a wrong KV, only a lost copy: the K records still hold these keys.
-      const uint64_t bytes = L * s.probe_record_bytes(m0.tokens);
-      s.table_.ClearProbes(m0.chunk);
-      s.live_bytes_ -= bytes;
-      s.dead_bytes_ += bytes;
+      s.DropProbeCopyLocked(m0.chunk);
     }
   }
 }

@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "store/cache_dir.h"
 #include "store/chunk_store.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/store.h"
@@ -21,15 +22,11 @@ Result<StoreReport> InspectStore(const std::string& dir, const InspectOptions& o
     r.stats = st->stats();
   }
   FileSystem* fs = FileSystem::Default();
-  r.manifest_present = fs->FileExists(dir + "/MANIFEST");
-  auto names = fs->ListDir(dir);
-  if (names.ok()) {
-    std::sort(names->begin(), names->end());
-    for (const auto& n : *names) {
-      if (n.rfind("seg-", 0) != 0) continue;
-      auto size = fs->FileSize(dir + "/" + n);
-      r.segments.emplace_back(n, size.ok() ? *size : 0);
-    }
+  r.manifest_present = fs->FileExists(dir + "/" + kManifestFile);
+  auto segments = ListSegments(fs, dir);
+  for (uint32_t seg : segments.ok() ? *segments : std::vector<uint32_t>{}) {
+    auto size = fs->FileSize(SegmentPath(dir, seg));
+    r.segments.emplace_back(SegmentFileName(seg), size.ok() ? *size : 0);
   }
   return r;
 }

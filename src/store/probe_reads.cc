@@ -102,18 +102,6 @@ std::vector<ReadOp> MergeProbes(std::vector<Probe>& probes, std::span<const Prob
   return ops;
 }
 
-// A probe copy that failed verification: dropped for every layer (only a
-// copy; the chunk stays and its K records still hold these keys).
-void DropProbeCopy(ChunkStore::Impl& s, const ProbeRead& r) TIERKV_EXCLUDES(s.mu_) {
-  MutexLock l(&s.mu_);
-  if (!s.IsCurrentLocked(r.chunk, r.prefix_hash) || !s.table_.HasProbes(r.chunk)) return;
-  const uint64_t bytes = s.opts_.layers * s.probe_record_bytes(s.tree_.chunk(r.chunk).tokens);
-  s.table_.ClearProbes(r.chunk);
-  s.live_bytes_ -= bytes;
-  s.dead_bytes_ += bytes;
-  s.dirty_ = true;
-}
-
 // The probe keys of the fallback reads, sliced from their K records.
 Status SliceFromK(ChunkStore::Impl& s, std::span<ProbeRead> reads, const std::vector<size_t>& fallback,
                   RowReadStats* st) TIERKV_EXCLUDES(s.mu_) {
@@ -180,7 +168,11 @@ Status ChunkStore::Impl::ReadProbeKeys(std::span<ProbeRead> reads, RowReadStats*
       TIERKV_LOG(kWarn) << "store: probe record of chunk " << r.chunk << " layer " << r.layer << " at "
                         << SegmentPath(p.where.segment) << " block " << p.where.block << ": "
                         << p.status.ToString() << "; reading its K record instead";
-      if (p.status.IsCorruption()) DropProbeCopy(*this, r);
+      if (p.status.IsCorruption()) {
+        // Only a copy: dropped for every layer, the chunk stays.
+        MutexLock l(&mu_);
+        if (IsCurrentLocked(r.chunk, r.prefix_hash)) DropProbeCopyLocked(r.chunk);
+      }
       plan.fallback.push_back(p.read);
     }
   }

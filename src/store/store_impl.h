@@ -104,6 +104,9 @@ struct ChunkStore::Impl {
   void DropLocked(uint32_t chunk, bool corrupt) TIERKV_REQUIRES(mu_);
   // Drops a chunk whose record failed verification, if it is still the one read.
   void DropCorruptLocked(uint32_t chunk, uint64_t prefix_hash) TIERKV_REQUIRES(mu_);
+  // Drops a chunk's probe copy (every layer's; a no-op without one): the
+  // chunk stays, its K records still hold the keys, the copy's bytes are dead.
+  void DropProbeCopyLocked(uint32_t chunk) TIERKV_REQUIRES(mu_);
   struct Published {
     size_t chunks = 0;
     uint64_t bytes = 0;

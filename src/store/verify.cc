@@ -51,9 +51,10 @@ std::vector<ToCheck> ListRecords(ChunkStore::Impl& s) TIERKV_REQUIRES(s.mu_) {
   return out;
 }
 
-// Reads and checks records [from, to); appends the damaged ones.
+// Reads and checks records [from, to); appends the damaged ones to the
+// report and their indices in `recs` to *bad.
 Status CheckBatch(ChunkStore::Impl& s, const std::vector<ToCheck>& recs, size_t from, size_t to,
-                  VerifyReport* report) {
+                  VerifyReport* report, std::vector<size_t>* bad) {
   std::vector<AlignedBuffer> bufs;
   std::vector<ReadOp> ops;
   for (size_t i = from; i < to; ++i) {
@@ -76,8 +77,8 @@ Status CheckBatch(ChunkStore::Impl& s, const std::vector<ToCheck>& recs, size_t 
     ++report->records;
     report->bytes += op.done;
     if (st.ok()) continue;
-    const std::string path = s.SegmentPath(r.at.segment);
-    report->damaged.push_back(DamagedRecord{path.substr(path.rfind('/') + 1),
+    bad->push_back(i);
+    report->damaged.push_back(DamagedRecord{SegmentFileName(r.at.segment),
                                             uint64_t{r.at.block} * kBlockSize, r.probe ? "probe" : "kv",
                                             r.chunk, r.expect.layer, st.ToString()});
   }
@@ -94,33 +95,26 @@ Result<VerifyReport> ChunkStore::Impl::Verify(bool repair) {
     recs = ListRecords(*this);
   }
   VerifyReport report;
+  std::vector<size_t> bad;  // indices in recs
   for (size_t i = 0; i < recs.size(); i += kVerifyBatch) {
-    RETURN_IF_ERROR(CheckBatch(*this, recs, i, std::min(recs.size(), i + kVerifyBatch), &report));
+    RETURN_IF_ERROR(CheckBatch(*this, recs, i, std::min(recs.size(), i + kVerifyBatch), &report, &bad));
   }
   Count([&](StoreStats& s) { s.corrupt_records += report.damaged.size(); });
-  if (!repair || report.damaged.empty()) return report;
-  const uint64_t before = stats().live_chunks;
+  if (!repair || bad.empty()) return report;
   {
     MutexLock l(&mu_);
-    for (const DamagedRecord& d : report.damaged) {
-      // Records are matched back by chunk id; the chunk is still the one
-      // checked unless it left meanwhile (then there is nothing to drop).
-      auto it = std::find_if(recs.begin(), recs.end(), [&](const ToCheck& r) {
-        return r.chunk == d.chunk && uint64_t{r.at.block} * kBlockSize == d.offset;
-      });
-      if (it == recs.end() || !IsCurrentLocked(it->chunk, it->prefix_hash)) continue;
-      if (!it->probe) {
-        DropLocked(it->chunk, /*corrupt=*/true);
-      } else if (table_.HasProbes(it->chunk)) {
-        const uint64_t bytes = opts_.layers * probe_record_bytes(table_.Tokens(it->chunk));
-        table_.ClearProbes(it->chunk);
-        live_bytes_ -= bytes;
-        dead_bytes_ += bytes;
-        dirty_ = true;
+    const uint64_t before = tree_.num_chunks();
+    for (size_t i : bad) {
+      // Nothing to drop if the chunk left meanwhile (with an earlier damaged one).
+      if (!IsCurrentLocked(recs[i].chunk, recs[i].prefix_hash)) continue;
+      if (recs[i].probe) {
+        DropProbeCopyLocked(recs[i].chunk);
+      } else {
+        DropLocked(recs[i].chunk, /*corrupt=*/true);
       }
     }
+    report.dropped_chunks = before - tree_.num_chunks();
   }
-  report.dropped_chunks = before - stats().live_chunks;
   RETURN_IF_ERROR(Checkpoint());
   report.repaired = true;
   TIERKV_LOG(kInfo) << "store " << opts_.dir << ": repair dropped " << report.dropped_chunks
