@@ -13,7 +13,7 @@ Status AllRowsSource::Supply(Request& rq, const LayerView& view, LayerPrefix* pr
   const ModelConfig& c = *d_.config;
   Fetch& f = *rq.whole[view.layer];
   double wait = 0;
-  Status s = Await(f, &wait);
+  Status s = rq.Use(f, &wait);
   const auto w1 = Clock::now();
   rq.load_ms += wait;
   trace->wait_ms = wait;
@@ -21,7 +21,6 @@ Status AllRowsSource::Supply(Request& rq, const LayerView& view, LayerPrefix* pr
   trace->completed_ms = f.completed_ms;
   trace->consumed_ms = Ms(rq.t0, w1);
   if (!s.ok()) return s;
-  rq.io.Add(f.io);
   trace->rows = rq.R;
   trace->retention = 1.0;
   prefix->heads.resize(c.n_kv_heads);

@@ -44,8 +44,7 @@ Result<const std::string*> H2oSource::Keys(Request& rq, LayerWork& work, std::st
   if (const auto& kf = rq.key_fetch[layer]) {
     // Requested at the start (H2O always reads all keys; impress when this
     // layer fell back in the previous request).
-    RETURN_IF_ERROR(Await(*kf, &work.io_ms));
-    rq.io.Add(kf->io);
+    RETURN_IF_ERROR(rq.Use(*kf, &work.io_ms));
     return &kf->k;
   }
   const std::vector<int32_t> all = AllRows(rq.R);

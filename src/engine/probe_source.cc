@@ -48,8 +48,7 @@ Result<select::ProbeDecision> ProbeSource::Identify(Request& rq, LayerWork& work
   std::string own;
   const std::string* keys = &own;
   if (const auto& pf = rq.probe_fetch[layer]) {
-    RETURN_IF_ERROR(Await(*pf, &work.io_ms));
-    rq.io.Add(pf->io);
+    RETURN_IF_ERROR(rq.Use(*pf, &work.io_ms));
     keys = &pf->probe_keys;
   } else {
     RETURN_IF_ERROR(work.Timed([&] { return d_.reader->ReadProbes(*rq.m, rq.R, layer, &own, &work.io); }));

@@ -39,7 +39,7 @@ Result<std::vector<PrefillResult::LayerKv>> PromptWriter::ExactKv(std::span<cons
   return std::move(exact.kv);
 }
 
-void PromptWriter::Put(std::span<const int32_t> tokens, const Request& rq,
+void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
                        const std::vector<PrefillResult::LayerKv>& kv, RequestStats* stats) {
   const int L = model_.config().n_layers;
   std::vector<std::string> k(L), v(L);
@@ -49,8 +49,8 @@ void PromptWriter::Put(std::span<const int32_t> tokens, const Request& rq,
   if (selective_) in.first_row = rq.R;
   for (int l = 0; l < L; ++l) {
     if (rq.R > 0 && !selective_) {
-      k[l] = rq.whole[l]->k;
-      v[l] = rq.whole[l]->v;
+      k[l] = std::move(rq.whole[l]->k);
+      v[l] = std::move(rq.whole[l]->v);
     }
     k[l].append(reinterpret_cast<const char*>(kv[l].k.data()), kv[l].k.size());
     v[l].append(reinterpret_cast<const char*>(kv[l].v.data()), kv[l].v.size());
@@ -67,7 +67,7 @@ void PromptWriter::Put(std::span<const int32_t> tokens, const Request& rq,
   stats->stored_chunks = put->new_chunks;
 }
 
-void PromptWriter::Store(std::span<const int32_t> tokens, const Request& rq,
+void PromptWriter::Store(std::span<const int32_t> tokens, Request& rq,
                          std::vector<PrefillResult::LayerKv> kv, RequestStats* stats) {
   if (selective_ && rq.R > 0 && exact_store_) {
     const auto s0 = Clock::now();

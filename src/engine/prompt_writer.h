@@ -26,14 +26,16 @@ class PromptWriter {
 
   // Stores `tokens` with the new rows' K/V `kv` (the forward pass's capture,
   // rows R.. of the prompt); counts stored chunks and store_ms into *stats.
-  void Store(std::span<const int32_t> tokens, const Request& rq,
+  // The last step of a request: R's whole rows are taken out of its
+  // fetches, not copied.
+  void Store(std::span<const int32_t> tokens, Request& rq,
              std::vector<PrefillResult::LayerKv> kv, RequestStats* stats);
 
  private:
   // The new rows' K/V computed over every row of R (read through the pools).
   Result<std::vector<PrefillResult::LayerKv>> ExactKv(std::span<const int32_t> tokens,
                                                       const Request& rq);
-  void Put(std::span<const int32_t> tokens, const Request& rq,
+  void Put(std::span<const int32_t> tokens, Request& rq,
            const std::vector<PrefillResult::LayerKv>& kv, RequestStats* stats);
 
   const Model& model_;

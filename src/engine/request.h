@@ -46,6 +46,14 @@ struct Request {
   std::vector<std::vector<int32_t>> predicted;  // spec: by layer, the prediction
   std::vector<bool> speculate;                  // spec: by layer, read the prediction ahead
 
+  // Waits for a fetch this request issued and counts its reads as the
+  // request's (whatever its status); adds the wait to *wait_ms unless null.
+  Status Use(Fetch& f, double* wait_ms = nullptr) {
+    Status s = Await(f, wait_ms);
+    io.Add(f.io);
+    return s;
+  }
+
   // Every fetch this attempt issued (to await before the lookup goes away).
   std::vector<std::shared_ptr<Fetch>> AllFetches() const {
     std::vector<std::shared_ptr<Fetch>> all;

@@ -57,11 +57,7 @@ Status SpeculatingSource::UseShared(Request& rq, LayerWork& work, const std::vec
     given.rows = pre->rows;
     given.k = &pre->k;
     given.v = &pre->v;
-    given.ready = [&] {
-      Status s = Await(*pre);  // inside ReadShared's timed read
-      rq.io.Add(pre->io);
-      return s;
-    };
+    given.ready = [&] { return rq.Use(*pre); };  // inside ReadShared's timed read
     RETURN_IF_ERROR(probes_.ReadShared(rq, work, shared, &given, prefix));
     work.trace->completed_ms = pre->completed_ms;
   } else {
@@ -88,8 +84,7 @@ Status SpeculatingSource::SupplyLayer(Request& rq, LayerWork& work, LayerPrefix*
   } else {
     if (pre) {
       // Read for nothing; still counted.
-      RETURN_IF_ERROR(Await(*pre, &work.io_ms));
-      rq.io.Add(pre->io);
+      RETURN_IF_ERROR(rq.Use(*pre, &work.io_ms));
     }
     RETURN_IF_ERROR(probes_.Fallback(rq, work, prefix, &selected));
   }
