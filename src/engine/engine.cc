@@ -96,18 +96,11 @@ namespace {
 // InvalidArgument naming chunk_tokens and the largest chunk one record of
 // this model holds (a record's 4 KiB header lists its tokens and pages).
 Status CheckChunkTokens(uint32_t chunk_tokens, uint32_t row_bytes, uint32_t probe_bytes) {
-  auto fits = [&](uint32_t n) {
-    return store::CheckGeometry(store::RecordKind::kKeyValue, n, row_bytes).ok() &&
-           store::CheckGeometry(store::RecordKind::kProbeKeys, n, probe_bytes).ok();
-  };
-  if (fits(chunk_tokens)) return Status::Ok();
-  uint32_t lo = 1, hi = chunk_tokens;  // fits(lo), !fits(hi)
-  while (hi - lo > 1) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? lo : hi) = mid;
-  }
+  const uint32_t most = std::min(store::MaxRecordTokens(store::RecordKind::kKeyValue, row_bytes),
+                                 store::MaxRecordTokens(store::RecordKind::kProbeKeys, probe_bytes));
+  if (chunk_tokens <= most) return Status::Ok();
   return Status::InvalidArgument("chunk_tokens " + std::to_string(chunk_tokens) +
-                                 ": one record of this model holds at most " + std::to_string(lo) +
+                                 ": one record of this model holds at most " + std::to_string(most) +
                                  " tokens");
 }
 

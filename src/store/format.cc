@@ -54,6 +54,17 @@ Status CheckGeometry(RecordKind kind, uint32_t tokens, uint32_t row_bytes) {
   return Status::Ok();
 }
 
+uint32_t MaxRecordTokens(RecordKind kind, uint32_t row_bytes) {
+  // The header grows with the tokens: the largest that fits, by bisection.
+  uint32_t lo = 0, hi = kBlockSize;  // CheckGeometry(lo) holds (or lo is 0); (hi) fails
+  if (CheckGeometry(kind, hi, row_bytes).ok()) return hi;
+  while (hi - lo > 1) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    (CheckGeometry(kind, mid, row_bytes).ok() ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 uint64_t PageChecksum(std::span<const char> bytes) {
   return XXH3_64bits_withSeed(bytes.data(), bytes.size(), kChecksumSeed);
 }

@@ -70,6 +70,9 @@ uint64_t PayloadBytesFor(RecordKind kind, uint32_t tokens, uint32_t row_bytes);
 // Whether a record of this geometry fits the header block (token ids and page
 // checksums share it); InvalidArgument naming the limit otherwise.
 Status CheckGeometry(RecordKind kind, uint32_t tokens, uint32_t row_bytes);
+// The most tokens one record of `kind` with rows of `row_bytes` holds (its
+// header lists the tokens and the pages' checksums); 0 if not even one.
+uint32_t MaxRecordTokens(RecordKind kind, uint32_t row_bytes);
 
 // Serialises a whole record (header block + padded payload) into `out`, which
 // is resized to a multiple of kBlockSize. Fills header.page_checksums.

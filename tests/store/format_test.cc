@@ -105,6 +105,18 @@ TEST(FormatTest, GeometryLimitsNameTheProblem) {
               StatusIs(StatusCode::kInvalidArgument, "use smaller chunks"));
 }
 
+// MaxRecordTokens is the boundary CheckGeometry draws.
+TEST(FormatTest, MaxRecordTokensIsTheLargestGeometryThatFits) {
+  for (uint32_t row : {64u, 512u, 4096u}) {
+    for (RecordKind kind : {RecordKind::kKeyValue, RecordKind::kProbeKeys}) {
+      const uint32_t most = MaxRecordTokens(kind, row);
+      ASSERT_GT(most, 0u);
+      EXPECT_OK(CheckGeometry(kind, most, row));
+      EXPECT_FALSE(CheckGeometry(kind, most + 1, row).ok()) << row;
+    }
+  }
+}
+
 TEST(FormatTest, WrongVersionAndMagicAreCorruption) {
   RecordHeader h = SampleHeader(4, 64);
   std::string payload = Payload(4, 64), record;
