@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -32,6 +31,22 @@ ScratchDir::~ScratchDir() {
   }
 }
 
+namespace {
+
+// A flag's value checked by the engine's own parser (the one place that
+// knows the names); `names` is what --help shows.
+template <typename Parse>
+CLI::Validator ParsedBy(Parse parse, const std::string& names) {
+  return CLI::Validator(
+      [parse](std::string& s) {
+        auto r = parse(s);
+        return r.ok() ? std::string() : r.status().message();
+      },
+      names);
+}
+
+}  // namespace
+
 void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option("--model", f->model,
                   "Model file (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
@@ -45,24 +60,20 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
                   "pairwise Jaccard is at least j^alpha (j: random sets' Jaccard)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 16.0));
-  const std::map<std::string, engine::Aggregation> aggregations = {
-      {"sum", engine::Aggregation::kSum}, {"vote", engine::Aggregation::kVote}};
-  sub->add_option("--aggregation", f->aggregation,
-                  "How the probe heads' sets combine: sum (default) or vote")
-      ->transform(CLI::CheckedTransformer(aggregations));
+  sub->add_option_function<std::string>(
+         "--aggregation", [f](const std::string& s) { f->aggregation = *engine::ParseAggregation(s); },
+         "How the probe heads' sets combine: sum (default) or vote")
+      ->check(ParsedBy(engine::ParseAggregation, "sum or vote"));
   sub->add_option("--chunk-tokens", f->chunk_tokens,
                   "Tokens per chunk (at most what one record's header lists: several hundred for "
                   "small models; a larger value is refused naming this model's limit)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  sub->add_option("--policy", f->policy,
-                  "Device/host pool policy: lru, lfu, score or car (default: each system's own: "
-                  "lfu for as-h2o-lfu, score for impress and spec, car for car, else lru)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, engine::PoolPolicy>{
-          {"lru", engine::PoolPolicy::kLru},
-          {"lfu", engine::PoolPolicy::kLfu},
-          {"score", engine::PoolPolicy::kScore},
-          {"car", engine::PoolPolicy::kCar}}));
+  sub->add_option_function<std::string>(
+         "--policy", [f](const std::string& s) { f->policy = *engine::ParsePoolPolicy(s); },
+         "Device/host pool policy: lru, lfu, score or car (default: each system's own: "
+         "lfu for as-h2o-lfu, score for impress and spec, car for car, else lru)")
+      ->check(ParsedBy(engine::ParsePoolPolicy, "lru, lfu, score or car"));
   sub->add_option("--maintain-interval-ms", f->maintain_interval_ms,
                   "Run background maintenance (impress, impress-ro, spec: KV reordering) every "
                   "this many ms on its own thread (0: off)")
