@@ -106,9 +106,19 @@ Result<StoreOptions> ReadStoreIdentity(FileSystem* fs, const std::string& dir);
 // has only the rows after the stored prefix (it loaded some of it) sets
 // first_row; Put then never writes a chunk that starts before it (if
 // eviction took part of the stored prefix meanwhile, it stores nothing).
+//
+// importance (optional; empty or one span per layer of the rows' count):
+// how much each row [first_row, tokens.size()) mattered to the request that
+// computed it (its attention column sums). Given, Put also writes the new
+// chunks' rows per layer in descending importance as reordered runs
+// (kReorderedKeyValue, as Reorder does later from requests' reports), so
+// that a store is packed by importance from its first write and a
+// selective read of the important rows touches few pages. Those copies
+// cost as many bytes again as the chunks' own records.
 struct KvInput {
   std::vector<std::span<const char>> k, v;
   size_t first_row = 0;
+  std::vector<std::span<const float>> importance;
 };
 
 struct PutResult {

@@ -32,6 +32,19 @@ Status CheckPut(const StoreOptions& o, std::span<const int32_t> tokens, const Kv
                                      std::to_string(want));
     }
   }
+  if (!kv.importance.empty()) {
+    if (kv.importance.size() != o.layers) {
+      return Status::InvalidArgument("store put: importance for " + std::to_string(kv.importance.size()) +
+                                     " layers, the store has " + std::to_string(o.layers));
+    }
+    for (uint16_t l = 0; l < o.layers; ++l) {
+      if (kv.importance[l].size() != tokens.size() - kv.first_row) {
+        return Status::InvalidArgument("store put: layer " + std::to_string(l) + " importance has " +
+                                       std::to_string(kv.importance[l].size()) + " rows, expected " +
+                                       std::to_string(tokens.size() - kv.first_row));
+      }
+    }
+  }
   return Status::Ok();
 }
 
@@ -210,7 +223,12 @@ Result<PutResult> ChunkStore::Impl::Put(std::span<const int32_t> tokens, const K
     }
   }
   std::vector<Written> written;
+  std::vector<std::shared_ptr<Run>> runs;
+  std::vector<uint64_t> run_bytes;
   Status s = WriteChunks(tokens, kv, plan, &written, &out.bytes_written);
+  const uint64_t chunk_bytes = out.bytes_written;
+  if (s.ok() && !kv.importance.empty()) s = WritePutRuns(kv, plan, written, &runs, &out.bytes_written);
+  for (const auto& run : runs) run_bytes.push_back(run->bytes);
   if (s.ok()) s = writer_.Sync();
   if (!s.ok()) {
     // Nothing is published.
@@ -226,7 +244,8 @@ Result<PutResult> ChunkStore::Impl::Put(std::span<const int32_t> tokens, const K
                      return it == by_hash.end() ? nullptr : &it->second->placed;
                    }));
   out.new_chunks = pub.chunks;
-  dead_bytes_ += out.bytes_written - pub.bytes;
+  dead_bytes_ += chunk_bytes - pub.bytes;
+  if (!runs.empty()) dead_bytes_ += InstallPutRunsLocked(tokens, kv, plan, runs, run_bytes);
   dirty_ = true;
   out.stored_tokens = tree_.Lookup(tokens).matched_tokens;
   Count([&](StoreStats& st) {

@@ -211,17 +211,17 @@ Status ReadSources(ChunkStore::Impl& s, const RunPlan& p, std::vector<AlignedBuf
   return Status::Ok();
 }
 
-// The run's records, layer by layer, back to back.
-std::string EncodeRun(ChunkStore::Impl& s, const RunPlan& p, const std::vector<AlignedBuffer>& bufs)
-    TIERKV_REQUIRES(s.write_mu_) {
-  const Run& run = *p.run;
-  const uint32_t C = s.opts_.chunk_tokens;
-  const uint64_t rb = s.opts_.row_bytes;
-  const uint16_t L = s.opts_.layers;
-  // Row r of the run lives in chunk k's record at row r - offset[k].
+}  // namespace
+
+std::string ChunkStore::Impl::EncodeRunRecords(const Run& run, std::span<const uint16_t> tokens,
+                                               const RunRows& rows_of) {
+  const uint32_t C = opts_.chunk_tokens;
+  const uint64_t rb = opts_.row_bytes;
+  const uint16_t L = opts_.layers;
+  // Row r of the run lives in chunk k at row r - (k's first row).
   std::vector<uint32_t> chunk_of(run.rows), row_in(run.rows);
-  for (uint32_t k = 0, r = 0; k < run.chunks.size(); ++k) {
-    for (uint32_t i = 0; i < p.tokens[k]; ++i, ++r) {
+  for (uint32_t k = 0, r = 0; k < tokens.size(); ++k) {
+    for (uint32_t i = 0; i < tokens[k]; ++i, ++r) {
       chunk_of[r] = k;
       row_in[r] = i;
     }
@@ -229,28 +229,29 @@ std::string EncodeRun(ChunkStore::Impl& s, const RunPlan& p, const std::vector<A
   std::string payload, record, all;
   for (uint16_t layer = 0; layer < L; ++layer) {
     const std::vector<uint32_t> rows = run.map.RowsOf(layer);
+    std::vector<std::pair<const char*, const char*>> src(tokens.size());
+    for (size_t k = 0; k < tokens.size(); ++k) src[k] = rows_of(k, layer);
     for (uint32_t i = 0; i < run.records; ++i) {
       const uint32_t n = run.RecordTokens(i);
       payload.assign(2 * n * rb, '\0');
       RecordHeader h;
-      h.fingerprint = s.opts_.fingerprint;
+      h.fingerprint = opts_.fingerprint;
       h.kind = RecordKind::kReorderedKeyValue;
-      h.dtype = s.opts_.dtype;
+      h.dtype = opts_.dtype;
       h.layer = layer;
       h.first_token = run.first_token;
       h.token_count = n;
-      h.row_bytes = s.opts_.row_bytes;
+      h.row_bytes = opts_.row_bytes;
       h.prefix_hash = run.end_hash;
       h.parent_hash = run.parent_hash;
       for (uint32_t j = 0; j < n; ++j) {
         const uint32_t row = rows[i * C + j];
-        const uint32_t k = chunk_of[row];
-        const char* src = bufs[k * L + layer].get() + kBlockSize;
-        std::memcpy(payload.data() + j * rb, src + row_in[row] * rb, rb);
-        std::memcpy(payload.data() + (n + j) * rb, src + (uint64_t{p.tokens[k]} + row_in[row]) * rb, rb);
+        const auto [k, v] = src[chunk_of[row]];
+        std::memcpy(payload.data() + j * rb, k + row_in[row] * rb, rb);
+        std::memcpy(payload.data() + (n + j) * rb, v + row_in[row] * rb, rb);
         h.tokens.push_back(static_cast<int32_t>(run.first_token + row));
       }
-      h.sequence = ++s.sequence_;
+      h.sequence = ++sequence_;
       EncodeRecord(h, payload, &record);
       all += record;
     }
@@ -258,48 +259,39 @@ std::string EncodeRun(ChunkStore::Impl& s, const RunPlan& p, const std::vector<A
   return all;
 }
 
-// Appends the run's records to one segment and syncs them; fills run.where.
-Status WriteRun(ChunkStore::Impl& s, Run& run, const std::string& all) TIERKV_REQUIRES(s.write_mu_) {
-  if (!s.writer_.open() || s.writer_.size() + all.size() > s.opts_.segment_bytes) {
-    RETURN_IF_ERROR(s.OpenSegment());
-  }
-  const Location base = s.writer_.Next();
-  RETURN_IF_ERROR(s.writer_.Append(all));
-  RETURN_IF_ERROR(s.writer_.Sync());
+Status ChunkStore::Impl::AppendRun(Run& run, const std::string& all) {
+  const Location base = writer_.Next();
+  RETURN_IF_ERROR(writer_.Append(all));
   uint32_t block = base.block;
-  for (uint16_t layer = 0; layer < s.opts_.layers; ++layer) {
+  run.where.clear();
+  for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
     for (uint32_t i = 0; i < run.records; ++i) {
       run.where.push_back(Location{base.segment, block});
-      block += static_cast<uint32_t>(s.record_bytes(run.RecordTokens(i)) / kBlockSize);
+      block += static_cast<uint32_t>(record_bytes(run.RecordTokens(i)) / kBlockSize);
     }
   }
   return Status::Ok();
 }
 
-// Swaps the layout in, if every chunk of the run is still what was read and
-// the budget still holds it; else its bytes are dead.
-bool InstallLocked(ChunkStore::Impl& s, const RunPlan& p, uint64_t written) TIERKV_REQUIRES(s.mu_) {
-  const Run& run = *p.run;
+bool ChunkStore::Impl::InstallRunLocked(const std::shared_ptr<Run>& run, uint64_t written) {
   bool still = true;
-  for (size_t k = 0; k < run.chunks.size() && still; ++k) still = s.IsCurrentLocked(run.chunks[k], run.hashes[k]);
-  const bool fits = s.opts_.disk_budget_bytes == 0 || s.live_bytes_ + run.bytes <= s.opts_.disk_budget_bytes;
+  for (size_t k = 0; k < run->chunks.size() && still; ++k) still = IsCurrentLocked(run->chunks[k], run->hashes[k]);
+  const bool fits = opts_.disk_budget_bytes == 0 || live_bytes_ + run->bytes <= opts_.disk_budget_bytes;
   if (!still || !fits) {
-    s.dead_bytes_ += written;
+    dead_bytes_ += written;
     return false;
   }
-  for (uint32_t c : run.chunks) s.DropRunLocked(c);
-  std::shared_ptr<const Run> installed = p.run;
-  for (uint32_t c : run.chunks) {
-    s.run_of_[c] = installed;
-    ++s.run_chunks_;
+  for (uint32_t c : run->chunks) DropRunLocked(c);
+  std::shared_ptr<const Run> installed = run;
+  for (uint32_t c : run->chunks) {
+    run_of_[c] = installed;
+    ++run_chunks_;
   }
-  MarkReordered(s, run);
-  s.live_bytes_ += run.bytes;
-  s.run_bytes_ += run.bytes;
+  MarkReordered(*this, *run);
+  live_bytes_ += run->bytes;
+  run_bytes_ += run->bytes;
   return true;
 }
-
-}  // namespace
 
 Result<ReorderResult> ChunkStore::Impl::Reorder(const ReorderOptions& ro) {
   if (opts_.read_only) return Status::InvalidArgument("store reorder: opened read-only");
@@ -330,15 +322,24 @@ Result<ReorderResult> ChunkStore::Impl::Reorder(const ReorderOptions& ro) {
       TIERKV_LOG(kWarn) << "store reorder: skipping a run: " << bad.ToString();
       continue;
     }
-    const std::string all = EncodeRun(*this, p, bufs);
-    Status s = WriteRun(*this, *p.run, all);
+    const uint16_t L = opts_.layers;
+    const std::string all = EncodeRunRecords(*p.run, p.tokens, [&](size_t k, uint16_t layer) {
+      const char* payload = bufs[k * L + layer].get() + kBlockSize;
+      return std::pair<const char*, const char*>(payload, payload + uint64_t{p.tokens[k]} * opts_.row_bytes);
+    });
+    if (!writer_.open() || writer_.size() + all.size() > opts_.segment_bytes) {
+      Status s = OpenSegment();
+      if (!s.ok()) return s.WithContext("store reorder");
+    }
+    Status s = AppendRun(*p.run, all);
+    if (s.ok()) s = writer_.Sync();
     if (!s.ok()) {
       AbandonSegment(all.size());
       return s.WithContext("store reorder");
     }
     out.bytes_written += all.size();
     MutexLock l(&mu_);
-    InstallLocked(*this, p, all.size()) ? ++out.runs : ++out.discarded;
+    InstallRunLocked(p.run, all.size()) ? ++out.runs : ++out.discarded;
   }
   Count([&](StoreStats& st) {
     st.reorders += out.runs;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -66,6 +67,18 @@ struct ChunkStore::Impl {
   void ReportImportance(const LookupResult& prefix, uint16_t layer, std::span<const float> importance)
       TIERKV_EXCLUDES(mu_);
   Result<ReorderResult> Reorder(const ReorderOptions& options) TIERKV_EXCLUDES(mu_);
+  // The K and V rows (payload pointers) of chunk k of a run at a layer.
+  using RunRows = std::function<std::pair<const char*, const char*>(size_t k, uint16_t layer)>;
+  // A run's records (kReorderedKeyValue), layer by layer, back to back; the
+  // run's map and records are set, tokens[k] are chunk k's tokens.
+  std::string EncodeRunRecords(const Run& run, std::span<const uint16_t> tokens, const RunRows& rows_of)
+      TIERKV_REQUIRES(write_mu_);
+  // Appends a run's encoded records to the active segment (not yet durable;
+  // the caller syncs) and fills run.where.
+  Status AppendRun(Run& run, const std::string& all) TIERKV_REQUIRES(write_mu_);
+  // Swaps a written run's layout in, if every chunk of it is still the one
+  // it was written for and the budget holds it; else its bytes are dead.
+  bool InstallRunLocked(const std::shared_ptr<Run>& run, uint64_t written) TIERKV_REQUIRES(mu_);
 
   // ---- verify.cc
   Result<VerifyReport> Verify(bool repair) TIERKV_EXCLUDES(mu_, write_mu_);
@@ -149,6 +162,17 @@ struct ChunkStore::Impl {
   Status WriteProbes(std::span<const int32_t> tokens, const KvInput& kv, size_t p,
                      const std::vector<uint32_t>& ns, const std::vector<uint64_t>& parents,
                      Written* batch, uint64_t* bytes) TIERKV_REQUIRES(write_mu_);
+  // put_order.cc: the new chunks' rows written once more in the order of
+  // the importance the caller gave (KvInput::importance), as reordered runs
+  // of at most `max_run_chunks` chunks; not yet durable. Installed after
+  // publishing (the runs' chunk ids exist then), with the importance as
+  // each chunk's first report.
+  Status WritePutRuns(const KvInput& kv, const PutPlan& plan, const std::vector<Written>& written,
+                      std::vector<std::shared_ptr<Run>>* runs, uint64_t* bytes) TIERKV_REQUIRES(write_mu_);
+  // Returns the bytes of runs that could not be installed (dead).
+  uint64_t InstallPutRunsLocked(std::span<const int32_t> tokens, const KvInput& kv, const PutPlan& plan,
+                                const std::vector<std::shared_ptr<Run>>& runs,
+                                const std::vector<uint64_t>& run_bytes) TIERKV_REQUIRES(mu_);
   // Encodes one record of the prompt into *record (its sequence number is the next).
   void EncodeChunkRecord(RecordKind kind, uint16_t layer, std::span<const int32_t> tokens, size_t p,
                          uint32_t n, uint64_t parent, uint64_t prefix_hash, const std::string& payload,

@@ -165,6 +165,51 @@ TEST(ReorderTest, PacksImportantRowsIntoFewerRecords) {
   EXPECT_EQ(store->stats().live_bytes, 4u * kLayers * store->record_bytes(kChunk) * 2);
 }
 
+TEST(ReorderTest, ImportanceGivenToPutPacksTheFirstWrite) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options(dir.path())));
+  Tokens p = Prompt(1, 0, 64);
+  PromptKv kv(p, kLayers, kRow);
+  std::vector<std::vector<float>> imp;
+  for (uint16_t l = 0; l < kLayers; ++l) imp.push_back(Spread(p.size(), l));
+  for (const auto& s : imp) kv.input.importance.emplace_back(s);
+  ASSERT_OK_AND_ASSIGN(PutResult put, store->Put(p, kv.input));
+  EXPECT_EQ(put.new_chunks, 4u);
+  // The chunks' own records plus one copy in importance order.
+  EXPECT_EQ(put.bytes_written, 4u * kLayers * store->record_bytes(kChunk) * 2);
+  EXPECT_EQ(store->stats().reordered_chunks, 4u);
+  // Before any report or maintenance round: the 16 important rows of each
+  // layer are one record, read exactly.
+  const RowReadStats st = ReadImportant(*store, p);
+  EXPECT_EQ(st.records, 1u * kLayers);
+  EXPECT_EQ(st.reordered_records, 1u * kLayers);
+  // A maintenance round has nothing to gain: the order is the reported one.
+  ASSERT_OK_AND_ASSIGN(ReorderResult r, store->Reorder());
+  EXPECT_EQ(r.runs, 0u);
+  // Later reports refine it: another importance moves the rows.
+  LookupResult m = store->Lookup(p);
+  for (int i = 0; i < 3; ++i) {
+    for (uint16_t l = 0; l < kLayers; ++l) store->ReportImportance(m, l, Spread(p.size(), l + 1));
+  }
+  ASSERT_OK_AND_ASSIGN(ReorderResult again, store->Reorder());
+  EXPECT_EQ(again.runs, 1u);
+
+  // A prompt extending the stored one: only its new chunk is ordered, and
+  // bad importance is refused naming the field.
+  Tokens longer = p;
+  for (int32_t t : Prompt(2, 0, 16)) longer.push_back(t);
+  PromptKv kv2(longer, kLayers, kRow);
+  std::vector<float> short_imp(3, 1.0f);
+  kv2.input.importance.assign(kLayers, short_imp);
+  EXPECT_THAT(store->Put(longer, kv2.input).status(),
+              ::tierkv::testing::StatusIs(StatusCode::kInvalidArgument, "importance"));
+  std::vector<float> full(longer.size(), 1.0f);
+  kv2.input.importance.assign(kLayers, full);
+  ASSERT_OK_AND_ASSIGN(PutResult put2, store->Put(longer, kv2.input));
+  EXPECT_EQ(put2.new_chunks, 1u);
+  EXPECT_EQ(store->stats().reordered_chunks, 5u);
+}
+
 TEST(ReorderTest, LayoutSurvivesASplitAndARestartDropsIt) {
   TempDir dir;
   StoreOptions o = Options(dir.path());
