@@ -64,6 +64,17 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
          "--aggregation", [f](const std::string& s) { f->aggregation = *engine::ParseAggregation(s); },
          "How the probe heads' sets combine: sum (default) or vote")
       ->check(ParsedBy(engine::ParseAggregation, "sum or vote"));
+  sub->add_option_function<std::string>(
+         "--granularity", [f](const std::string& s) { f->unit = *engine::ParseSelectionUnit(s); },
+         "Selective systems choose or skip as one: token (single rows), page (the rows sharing a "
+         "4 KiB page of the stored layout) or block:N (N consecutive tokens)")
+      ->check(ParsedBy(engine::ParseSelectionUnit, "token, page or block:N"));
+  sub->add_option_function<std::string>(
+         "--store-order",
+         [f](const std::string& s) { f->store_order = s == "on"; },
+         "impress-ro, impress, spec, car: also write new rows in the storing request's importance "
+         "order (on, the default; twice the bytes written) or only reorder in maintenance (off)")
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--chunk-tokens", f->chunk_tokens,
                   "Tokens per chunk (at most what one record's header lists: several hundred for "
                   "small models; a larger value is refused naming this model's limit)")
@@ -100,6 +111,8 @@ engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string&
   o.maintain_interval_ms = f.maintain_interval_ms;
   o.exact_store = f.exact_store;
   o.spec_min_recall = f.spec_min_recall;
+  o.unit = f.unit;
+  o.store_order = f.store_order;
   o.tokenizer_hash = TokenizerHash(f.tokenizer);
   return o;
 }

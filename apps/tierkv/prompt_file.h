@@ -51,6 +51,8 @@ struct EngineFlags {
   uint32_t maintain_interval_ms = 0;
   bool exact_store = false;
   double spec_min_recall = 0.5;
+  engine::SelectionUnit unit;
+  bool store_order = true;
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
 // The engine options the flags set (system and pool sizes left at their

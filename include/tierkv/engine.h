@@ -84,11 +84,28 @@ std::string_view PoolPolicyName(PoolPolicy p);  // "default" for kSystemDefault
 // lru, lfu, score or car; InvalidArgument naming the known ones.
 Result<PoolPolicy> ParsePoolPolicy(std::string_view name);
 
+// What selective systems choose or skip as one: single rows (token), the
+// rows that share a 4 KiB page of the stored layout (page: with the store
+// packed by importance, those are rows of like importance), or blocks of
+// consecutive tokens (block:N, ContiguousKV's unit). Coarser units read
+// whole pages: fewer bytes per selected row, rows chosen less finely.
+enum class Granularity { kToken, kPage, kBlock };
+struct SelectionUnit {
+  Granularity granularity = Granularity::kToken;
+  uint32_t block_tokens = 16;  // kBlock only
+  bool operator==(const SelectionUnit&) const = default;
+};
+// "token", "page" or "block:N".
+std::string SelectionUnitName(SelectionUnit u);
+// InvalidArgument naming the accepted forms (N in 1..4096).
+Result<SelectionUnit> ParseSelectionUnit(std::string_view name);
+
 struct EngineOptions {
   System system = System::kAsLike;
   double retention = 1.0;          // share of R's rows used per layer (selective systems)
   double alpha = 0.6;              // impress/spec: probes decide when their Jaccard >= j^alpha
   Aggregation aggregation = Aggregation::kSum;  // impress/spec
+  SelectionUnit unit;              // selective systems: what is chosen or skipped as one
   PoolPolicy policy = PoolPolicy::kSystemDefault;
   uint32_t chunk_tokens = 64;
   std::string cache_dir;           // the disk tier; required unless system is recompute
@@ -111,6 +128,11 @@ struct EngineOptions {
   // at least this; below, the layer loads as impress does. 0: always
   // (SPEC as published).
   double spec_min_recall = 0.5;
+  // Systems that order at store (impress-ro, impress, spec, car): the new
+  // rows are written once more in the storing request's importance order,
+  // so a store is packed before any maintenance round (twice the bytes
+  // written). Off: only maintenance rounds reorder.
+  bool store_order = true;
   // InvalidArgument naming the bad field.
   Status Validate() const;
 };

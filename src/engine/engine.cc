@@ -234,9 +234,12 @@ PrefillOptions Engine::Impl::ForwardOptions(Request& rq, RequestStats& st, bool 
   po.capture_kv = store_kv && row.reuses();
   po.kv_dtype = KvDType::kF16;
   po.logits = last_only ? LogitsMode::kLast : LogitsMode::kAll;
-  if (rq.R == 0) return po;
+  if (po.capture_kv && row.orders_at_store && opts.store_order) rq.order = std::make_unique<StoreImportance>(c);
+  if (rq.R == 0 && !rq.order) return po;
   po.before_attention = [this, &rq, &st, load_error](const LayerView& v,
                                                     LayerPrefix* prefix) -> Status {
+    if (rq.order) rq.order->Capture(v);
+    if (rq.R == 0) return Status::Ok();
     Status s = source->Supply(rq, v, prefix, &st.layers[v.layer]);
     if (s.ok()) return s;
     *load_error = s;

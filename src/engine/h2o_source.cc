@@ -66,10 +66,11 @@ Status H2oSource::Select(Request& rq, LayerWork& work, LayerPrefix* prefix,
   const std::vector<std::vector<float>> scores = AllHeadScores(
       work.view, c, H, reinterpret_cast<const uint16_t*>(kall->data()), static_cast<size_t>(c.kv_dim()), R);
   const size_t k = KeepCount(rq, layer);
+  const std::vector<uint32_t> groups = RowGroups(d_, rq, layer);
   std::vector<std::vector<int32_t>> sets(H);
   std::vector<bool> in_union(R, false);
   for (int h = 0; h < H; ++h) {
-    sets[h] = select::TopK(scores[h], k);
+    sets[h] = KeepRows(scores[h], groups, k);
     for (int32_t j : sets[h]) in_union[j] = true;
   }
   std::vector<int32_t> uni;

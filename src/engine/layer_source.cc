@@ -4,6 +4,7 @@
 #include "engine/h2o_source.h"
 #include "engine/probe_source.h"
 #include "engine/speculation.h"
+#include "select/importance.h"
 
 namespace tierkv::engine {
 
@@ -17,6 +18,24 @@ std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps) {
       return std::make_unique<ProbeSource>(deps);
   }
   return nullptr;
+}
+
+std::vector<uint32_t> RowGroups(const SourceDeps& deps, const Request& rq, int layer) {
+  const SelectionUnit& u = deps.options->unit;
+  std::vector<uint32_t> groups;
+  switch (u.granularity) {
+    case Granularity::kToken: break;
+    case Granularity::kPage: groups = deps.store->PageGroups(*rq.m, rq.R, static_cast<uint16_t>(layer)); break;
+    case Granularity::kBlock:
+      groups.resize(rq.R);
+      for (size_t j = 0; j < rq.R; ++j) groups[j] = static_cast<uint32_t>(j / u.block_tokens);
+      break;
+  }
+  return groups;
+}
+
+std::vector<int32_t> KeepRows(std::span<const float> scores, const std::vector<uint32_t>& groups, size_t k) {
+  return groups.empty() ? select::TopK(scores, k) : select::TopGroups(scores, groups, k);
 }
 
 void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::shared_ptr<Fetch>>* into,

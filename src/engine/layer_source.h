@@ -53,6 +53,12 @@ using LayerRead = Status (*)(PooledReader&, const store::LookupResult&, size_t, 
 void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::shared_ptr<Fetch>>* into,
                      LayerRead read);
 
+// The selection unit's groups of R's rows at `layer` (the options' unit:
+// empty for single rows; the store's pages; blocks of consecutive tokens).
+std::vector<uint32_t> RowGroups(const SourceDeps& deps, const Request& rq, int layer);
+// The rows kept by `scores`: the top k, or whole groups (select::TopGroups).
+std::vector<int32_t> KeepRows(std::span<const float> scores, const std::vector<uint32_t>& groups, size_t k);
+
 // The source of a system's row (null for a system that reuses nothing).
 std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps);
 

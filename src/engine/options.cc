@@ -48,7 +48,35 @@ Result<PoolPolicy> ParsePoolPolicy(std::string_view name) {
   return Status::InvalidArgument("pool policy '" + std::string(name) + "' has no engine option");
 }
 
+std::string SelectionUnitName(SelectionUnit u) {
+  switch (u.granularity) {
+    case Granularity::kToken: return "token";
+    case Granularity::kPage: return "page";
+    case Granularity::kBlock: return "block:" + std::to_string(u.block_tokens);
+  }
+  return "?";
+}
+
+Result<SelectionUnit> ParseSelectionUnit(std::string_view name) {
+  if (name == "token") return SelectionUnit{Granularity::kToken};
+  if (name == "page") return SelectionUnit{Granularity::kPage};
+  const std::string_view block = "block:";
+  if (name.substr(0, block.size()) == block) {
+    const std::string n(name.substr(block.size()));
+    if (!n.empty() && n.size() <= 4 && n.find_first_not_of("0123456789") == std::string::npos) {
+      const int v = std::stoi(n);
+      if (v >= 1 && v <= 4096) return SelectionUnit{Granularity::kBlock, static_cast<uint32_t>(v)};
+    }
+  }
+  return Status::InvalidArgument("selection unit '" + std::string(name) +
+                                 "' (known: token, page, block:N with N in 1..4096)");
+}
+
 Status EngineOptions::Validate() const {
+  if (unit.granularity == Granularity::kBlock && (unit.block_tokens < 1 || unit.block_tokens > 4096)) {
+    return Status::InvalidArgument("unit: block_tokens " + std::to_string(unit.block_tokens) +
+                                   " is outside 1..4096");
+  }
   if (!(retention > 0 && retention <= 1)) {
     return Status::InvalidArgument("retention " + std::to_string(retention) + " is outside (0, 1]");
   }

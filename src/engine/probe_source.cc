@@ -58,6 +58,11 @@ Result<select::ProbeDecision> ProbeSource::Identify(Request& rq, LayerWork& work
       AllHeadScores(work.view, c, P, reinterpret_cast<const uint16_t*>(keys->data()),
                     static_cast<size_t>(P) * c.head_dim(), rq.R);
   select::ProbeDecision d = select::DecideWithProbes(scores, identify_);
+  if (d.use_probes && d_.options->unit.granularity != Granularity::kToken) {
+    // The probes decide at row level; the shared set is taken in whole
+    // units by the probes' summed scores.
+    d.selected = KeepRows(SumScores(scores, rq.R), RowGroups(d_, rq, layer), d.k);
+  }
   work.trace->fallback = !d.use_probes;
   if (!d.use_probes) {
     ++rq.fallbacks;

@@ -57,6 +57,13 @@ void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
     in.k.emplace_back(k[l]);
     in.v.emplace_back(v[l]);
   }
+  // The first write's order (systems that order at store): over the rows
+  // given, which for a selective system are the new ones.
+  std::vector<std::vector<float>> importance;
+  if (rq.order && selective_) {
+    importance = rq.order->Scores(kv);
+    for (const auto& s : importance) in.importance.emplace_back(s);
+  }
   auto put = store_->Put(tokens, in);
   if (!put.ok()) {
     // The answer stands; only later requests lose this reuse.

@@ -10,6 +10,7 @@
 
 #include "engine/io_counts.h"
 #include "engine/load_queue.h"
+#include "engine/store_importance.h"
 #include "engine/timing.h"
 #include "store/chunk_store.h"
 
@@ -45,6 +46,9 @@ struct Request {
   std::vector<std::shared_ptr<Fetch>> whole, probe_fetch, key_fetch, prefetch;
   std::vector<std::vector<int32_t>> predicted;  // spec: by layer, the prediction
   std::vector<bool> speculate;                  // spec: by layer, read the prediction ahead
+  // Systems that order at store: the window captured by the forward pass,
+  // scored when the prompt is stored (null otherwise).
+  std::unique_ptr<StoreImportance> order;
 
   // Waits for a fetch this request issued and counts its reads as the
   // request's (whatever its status); adds the wait to *wait_ms unless null.

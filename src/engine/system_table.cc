@@ -9,26 +9,26 @@ namespace {
 using cache::PolicyKind;
 constexpr bool kYes = true, kNo = false;
 
-// system, name, selection, retention, reports importance, speculates,
-// score events, default pool policy
+// system, name, selection, retention, reports importance, orders at store,
+// speculates, score events, default pool policy
 constexpr SystemRow kTable[] = {
-    {System::kRecompute, "recompute", Selection::kNone, RetentionFrom::kUniform, kNo, kNo, kNo,
+    {System::kRecompute, "recompute", Selection::kNone, RetentionFrom::kUniform, kNo, kNo, kNo, kNo,
      PolicyKind::kLru},
-    {System::kAsLike, "as-like", Selection::kAllRows, RetentionFrom::kUniform, kNo, kNo, kNo,
+    {System::kAsLike, "as-like", Selection::kAllRows, RetentionFrom::kUniform, kNo, kNo, kNo, kNo,
      PolicyKind::kLru},
-    {System::kAsH2oLru, "as-h2o-lru", Selection::kH2o, RetentionFrom::kUniform, kNo, kNo, kNo,
+    {System::kAsH2oLru, "as-h2o-lru", Selection::kH2o, RetentionFrom::kUniform, kNo, kNo, kNo, kNo,
      PolicyKind::kLru},
-    {System::kAsH2oLfu, "as-h2o-lfu", Selection::kH2o, RetentionFrom::kUniform, kNo, kNo, kNo,
+    {System::kAsH2oLfu, "as-h2o-lfu", Selection::kH2o, RetentionFrom::kUniform, kNo, kNo, kNo, kNo,
      PolicyKind::kLfu},
-    {System::kImpress, "impress", Selection::kProbeHeads, RetentionFrom::kUniform, kYes, kNo, kNo,
+    {System::kImpress, "impress", Selection::kProbeHeads, RetentionFrom::kUniform, kYes, kYes, kNo, kNo,
      PolicyKind::kScore},
-    {System::kImpressItf, "impress-itf", Selection::kProbeHeads, RetentionFrom::kUniform, kNo, kNo,
+    {System::kImpressItf, "impress-itf", Selection::kProbeHeads, RetentionFrom::kUniform, kNo, kNo, kNo,
      kNo, PolicyKind::kLru},
-    {System::kImpressRo, "impress-ro", Selection::kProbeHeads, RetentionFrom::kUniform, kYes, kNo,
+    {System::kImpressRo, "impress-ro", Selection::kProbeHeads, RetentionFrom::kUniform, kYes, kYes, kNo,
      kNo, PolicyKind::kLru},
-    {System::kSpec, "spec", Selection::kProbeHeads, RetentionFrom::kUniform, kYes, kYes, kNo,
+    {System::kSpec, "spec", Selection::kProbeHeads, RetentionFrom::kUniform, kYes, kYes, kYes, kNo,
      PolicyKind::kScore},
-    {System::kCar, "car", Selection::kH2o, RetentionFrom::kProfile, kNo, kNo, kYes,
+    {System::kCar, "car", Selection::kH2o, RetentionFrom::kProfile, kNo, kYes, kNo, kYes,
      PolicyKind::kCar},
 };
 

@@ -31,6 +31,9 @@ struct SystemRow {
   Selection selection;
   RetentionFrom retention;
   bool reports_importance;  // feeds KV reordering (IMPRESS 4.4.1)
+  // Stores new rows in the storing request's importance order too (a copy,
+  // as reordering writes; CaR III-D decides at store time as well).
+  bool orders_at_store;
   bool speculates;          // reads layer l's set for layer l+1 ahead (SPEC)
   bool score_events;        // raises the scheduler's score events in the pools (CaR III-B3)
   cache::PolicyKind default_policy;

@@ -25,6 +25,34 @@ std::vector<int32_t> TopK(std::span<const float> scores, size_t k) {
   return idx;
 }
 
+std::vector<int32_t> TopGroups(std::span<const float> scores, std::span<const uint32_t> group, size_t k) {
+  const size_t n = std::min(scores.size(), group.size());
+  uint32_t groups = 0;
+  for (size_t j = 0; j < n; ++j) groups = std::max(groups, group[j] + 1);
+  std::vector<double> sum(groups, 0.0);
+  std::vector<size_t> rows(groups, 0);
+  for (size_t j = 0; j < n; ++j) {
+    sum[group[j]] += scores[j];
+    ++rows[group[j]];
+  }
+  std::vector<uint32_t> order(groups);
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return sum[a] > sum[b] || (sum[a] == sum[b] && a < b); });
+  std::vector<bool> take(groups, false);
+  size_t taken = 0;
+  for (size_t i = 0; i < order.size() && taken < k; ++i) {
+    take[order[i]] = true;
+    taken += rows[order[i]];
+  }
+  std::vector<int32_t> out;
+  out.reserve(taken);
+  for (size_t j = 0; j < n; ++j) {
+    if (take[group[j]]) out.push_back(static_cast<int32_t>(j));
+  }
+  return out;
+}
+
 size_t IntersectionSize(std::span<const int32_t> a, std::span<const int32_t> b) {
   size_t i = 0, j = 0, inter = 0;
   while (i < a.size() && j < b.size()) {

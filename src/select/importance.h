@@ -17,6 +17,13 @@ size_t CountForFraction(size_t n, double fraction);
 // in ascending index order. k is clamped to scores.size().
 std::vector<int32_t> TopK(std::span<const float> scores, size_t k);
 
+// Selection by groups of rows that are read together (a 4 KiB page of the
+// stored layout, or a block of consecutive tokens): group[j] is row j's
+// group (dense ids). Groups are ranked by the sum of their rows' scores
+// (ties by lower id) and taken whole until they hold at least k rows (at
+// most one group's worth more). Rows ascending.
+std::vector<int32_t> TopGroups(std::span<const float> scores, std::span<const uint32_t> group, size_t k);
+
 // |a ∩ b| of two ascending index sets.
 size_t IntersectionSize(std::span<const int32_t> a, std::span<const int32_t> b);
 

@@ -30,6 +30,9 @@ Status ChunkStore::Read(std::span<ChunkRead> reads, RowReadStats* stats) {
 Status ChunkStore::ReadRows(std::span<RowRead> reads, RowReadStats* stats) {
   return impl_->ReadRows(reads, stats);
 }
+std::vector<uint32_t> ChunkStore::PageGroups(const LookupResult& prefix, size_t R, uint16_t layer) const {
+  return impl_->PageGroups(prefix, R, layer);
+}
 Status ChunkStore::ReadProbeKeys(std::span<ProbeRead> reads, RowReadStats* stats) {
   return impl_->ReadProbeKeys(reads, stats);
 }

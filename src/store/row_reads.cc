@@ -5,7 +5,9 @@
 // reordered copy that fails is dropped and its rows are read again from the
 // chunks' own records.
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "store/store_impl.h"
 #include "tierkv/logging.h"
@@ -258,6 +260,36 @@ Status ChunkStore::Impl::ReadRows(std::span<RowRead> reads, RowReadStats* out_st
   }
   if (out_stats) *out_stats = st;
   return Status::Ok();
+}
+
+std::vector<uint32_t> ChunkStore::Impl::PageGroups(const LookupResult& prefix, size_t R,
+                                                   uint16_t layer) const {
+  const uint32_t C = opts_.chunk_tokens;
+  const uint32_t per_page = std::max<uint32_t>(1, kBlockSize / opts_.row_bytes);
+  std::vector<uint32_t> group(R);
+  // (record identity, page) -> dense id; a run's records are named by the
+  // run and the record index, a chunk's own by its index in the prefix.
+  std::map<std::tuple<const void*, uint32_t, uint32_t>, uint32_t> ids;
+  auto id = [&](const void* owner, uint32_t record, uint32_t page) {
+    return ids.try_emplace({owner, record, page}, static_cast<uint32_t>(ids.size())).first->second;
+  };
+  MutexLock l(&mu_);
+  for (size_t i = 0; i * C < R && i < prefix.chunks.size(); ++i) {
+    const uint32_t chunk = prefix.chunks[i];
+    const bool current = layer < opts_.layers && IsCurrentLocked(chunk, prefix.prefix_hashes[i]);
+    auto run_it = current ? run_of_.find(chunk) : run_of_.end();
+    const Run* run = run_it == run_of_.end() ? nullptr : run_it->second.get();
+    const size_t n = std::min<size_t>(prefix.chunk_tokens[i], R - i * C);
+    for (size_t r = 0; r < n; ++r) {
+      if (run) {
+        const uint32_t slot = run->map.SlotOf(layer, static_cast<uint32_t>(i * C + r - run->first_token));
+        group[i * C + r] = id(run, slot / C, slot % C / per_page);
+      } else {
+        group[i * C + r] = id(nullptr, static_cast<uint32_t>(i), static_cast<uint32_t>(r / per_page));
+      }
+    }
+  }
+  return group;
 }
 
 }  // namespace tierkv::store

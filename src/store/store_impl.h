@@ -57,6 +57,8 @@ struct ChunkStore::Impl {
   // ---- read_path.cc, row_reads.cc, probe_reads.cc
   Status Read(std::span<ChunkRead> reads, RowReadStats* stats) TIERKV_EXCLUDES(mu_, io_mu_);
   Status ReadRows(std::span<RowRead> reads, RowReadStats* stats) TIERKV_EXCLUDES(mu_);
+  std::vector<uint32_t> PageGroups(const LookupResult& prefix, size_t R, uint16_t layer) const
+      TIERKV_EXCLUDES(mu_);
   Status ReadProbeKeys(std::span<ProbeRead> reads, RowReadStats* stats) TIERKV_EXCLUDES(mu_);
   // Reads `ops` through a free side backend (waits for one if all are busy).
   Status ReadOnSide(std::span<ReadOp> ops) TIERKV_EXCLUDES(side_mu_);

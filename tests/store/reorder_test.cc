@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <set>
 
 #include "store/chunk_store.h"
 #include "store/kv_fixture.h"
@@ -149,6 +150,11 @@ TEST(ReorderTest, PacksImportantRowsIntoFewerRecords) {
   // Nothing reported: nothing to reorder.
   ASSERT_OK_AND_ASSIGN(ReorderResult none, store->Reorder());
   EXPECT_EQ(none.runs, 0u);
+  {
+    // Token order: rows of one chunk's page share a group.
+    const std::vector<uint32_t> g = store->PageGroups(store->Lookup(p), p.size(), 0);
+    for (size_t t = 0; t < p.size(); ++t) EXPECT_EQ(g[t], t / 16) << t;
+  }
   Report(*store, p);
   ASSERT_OK_AND_ASSIGN(ReorderResult r, store->Reorder());
   EXPECT_EQ(r.runs, 1u);
@@ -183,6 +189,22 @@ TEST(ReorderTest, ImportanceGivenToPutPacksTheFirstWrite) {
   const RowReadStats st = ReadImportant(*store, p);
   EXPECT_EQ(st.records, 1u * kLayers);
   EXPECT_EQ(st.reordered_records, 1u * kLayers);
+  // Page groups follow the layout: 16 rows per page here, so each layer's
+  // 64 rows are 4 groups, and the important rows (every 4th token) share one.
+  {
+    LookupResult m = store->Lookup(p);
+    for (uint16_t l = 0; l < kLayers; ++l) {
+      const std::vector<uint32_t> g = store->PageGroups(m, p.size(), l);
+      ASSERT_EQ(g.size(), p.size());
+      const std::vector<float> s = Spread(p.size(), l);
+      std::set<uint32_t> important, all(g.begin(), g.end());
+      for (size_t t = 0; t < p.size(); ++t) {
+        if (s[t] > 0) important.insert(g[t]);
+      }
+      EXPECT_EQ(all.size(), 4u);
+      EXPECT_EQ(important.size(), 1u);
+    }
+  }
   // A maintenance round has nothing to gain: the order is the reported one.
   ASSERT_OK_AND_ASSIGN(ReorderResult r, store->Reorder());
   EXPECT_EQ(r.runs, 0u);
