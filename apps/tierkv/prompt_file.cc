@@ -70,11 +70,11 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
          "4 KiB page of the stored layout) or block:N (N consecutive tokens)")
       ->check(ParsedBy(engine::ParseSelectionUnit, "token, page or block:N"));
   sub->add_option_function<std::string>(
-         "--store-order",
-         [f](const std::string& s) { f->store_order = s == "on"; },
-         "impress-ro, impress, spec, car: also write new rows in the storing request's importance "
-         "order (on, the default; twice the bytes written) or only reorder in maintenance (off)")
-      ->check(CLI::IsMember({"on", "off"}));
+         "--store-order", [f](const std::string& s) { f->store_order = *engine::ParseStoreOrder(s); },
+         "Write stored rows once more in the storing request's importance order (twice the bytes "
+         "written; selective reads then touch few pages): system (the default: impress-ro, "
+         "impress, spec and car do; compare's store is written so), on, or off")
+      ->check(ParsedBy(engine::ParseStoreOrder, "system, on or off"));
   sub->add_option("--chunk-tokens", f->chunk_tokens,
                   "Tokens per chunk (at most what one record's header lists: several hundred for "
                   "small models; a larger value is refused naming this model's limit)")

@@ -52,7 +52,7 @@ struct EngineFlags {
   bool exact_store = false;
   double spec_min_recall = 0.5;
   engine::SelectionUnit unit;
-  bool store_order = true;
+  engine::StoreOrder store_order = engine::StoreOrder::kSystem;
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
 // The engine options the flags set (system and pool sizes left at their

@@ -100,6 +100,11 @@ std::string SelectionUnitName(SelectionUnit u);
 // InvalidArgument naming the accepted forms (N in 1..4096).
 Result<SelectionUnit> ParseSelectionUnit(std::string_view name);
 
+enum class StoreOrder { kSystem, kOn, kOff };
+// "system", "on", "off"; InvalidArgument naming them.
+std::string_view StoreOrderName(StoreOrder o);
+Result<StoreOrder> ParseStoreOrder(std::string_view name);
+
 struct EngineOptions {
   System system = System::kAsLike;
   double retention = 1.0;          // share of R's rows used per layer (selective systems)
@@ -128,11 +133,13 @@ struct EngineOptions {
   // at least this; below, the layer loads as impress does. 0: always
   // (SPEC as published).
   double spec_min_recall = 0.5;
-  // Systems that order at store (impress-ro, impress, spec, car): the new
-  // rows are written once more in the storing request's importance order,
-  // so a store is packed before any maintenance round (twice the bytes
-  // written). Off: only maintenance rounds reorder.
-  bool store_order = true;
+  // Whether stored rows are written once more in the storing request's
+  // importance order (twice the bytes written), so that a store is packed
+  // before any maintenance round: kSystem for the systems whose row says so
+  // (impress-ro, impress, spec, car), kOn for every reusing system (a store
+  // written by as-like requests for selective readers), kOff never (only
+  // maintenance rounds reorder).
+  StoreOrder store_order = StoreOrder::kSystem;
   // InvalidArgument naming the bad field.
   Status Validate() const;
 };
@@ -214,7 +221,8 @@ class Engine {
   Result<MaintainResult> Maintain();
 
   const EngineOptions& options() const;
-  // Bytes of records the disk tier holds for live chunks (0 for recompute).
+  // Bytes of records the disk tier holds for live chunks, without the
+  // importance-ordered copies (the K/V once; 0 for recompute).
   uint64_t StoredBytes() const;
   // The disk tier (null for recompute): tests and inspection.
   store::ChunkStore* TEST_store();

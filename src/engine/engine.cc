@@ -163,7 +163,11 @@ const EngineOptions& Engine::options() const { return impl_->opts; }
 
 store::ChunkStore* Engine::TEST_store() { return impl_->store.get(); }
 
-uint64_t Engine::StoredBytes() const { return impl_->store ? impl_->store->stats().live_bytes : 0; }
+uint64_t Engine::StoredBytes() const {
+  if (!impl_->store) return 0;
+  const auto st = impl_->store->stats();
+  return st.live_bytes - st.reordered_bytes;
+}
 
 cache::CacheStats Engine::TEST_pool_stats() const {
   return impl_->pools ? impl_->pools->stats() : cache::CacheStats{};
@@ -234,7 +238,9 @@ PrefillOptions Engine::Impl::ForwardOptions(Request& rq, RequestStats& st, bool 
   po.capture_kv = store_kv && row.reuses();
   po.kv_dtype = KvDType::kF16;
   po.logits = last_only ? LogitsMode::kLast : LogitsMode::kAll;
-  if (po.capture_kv && row.orders_at_store && opts.store_order) rq.order = std::make_unique<StoreImportance>(c);
+  const bool order = opts.store_order == StoreOrder::kOn ||
+                     (opts.store_order == StoreOrder::kSystem && row.orders_at_store);
+  if (po.capture_kv && order) rq.order = std::make_unique<StoreImportance>(c);
   if (rq.R == 0 && !rq.order) return po;
   po.before_attention = [this, &rq, &st, load_error](const LayerView& v,
                                                     LayerPrefix* prefix) -> Status {

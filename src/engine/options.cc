@@ -72,6 +72,22 @@ Result<SelectionUnit> ParseSelectionUnit(std::string_view name) {
                                  "' (known: token, page, block:N with N in 1..4096)");
 }
 
+std::string_view StoreOrderName(StoreOrder o) {
+  switch (o) {
+    case StoreOrder::kSystem: return "system";
+    case StoreOrder::kOn: return "on";
+    case StoreOrder::kOff: return "off";
+  }
+  return "?";
+}
+
+Result<StoreOrder> ParseStoreOrder(std::string_view name) {
+  for (StoreOrder o : {StoreOrder::kSystem, StoreOrder::kOn, StoreOrder::kOff}) {
+    if (name == StoreOrderName(o)) return o;
+  }
+  return Status::InvalidArgument("store order '" + std::string(name) + "' (known: system, on, off)");
+}
+
 Status EngineOptions::Validate() const {
   if (unit.granularity == Granularity::kBlock && (unit.block_tokens < 1 || unit.block_tokens > 4096)) {
     return Status::InvalidArgument("unit: block_tokens " + std::to_string(unit.block_tokens) +

@@ -57,11 +57,11 @@ void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
     in.k.emplace_back(k[l]);
     in.v.emplace_back(v[l]);
   }
-  // The first write's order (systems that order at store): over the rows
-  // given, which for a selective system are the new ones.
+  // The first write's order: over the rows given (R's and the new ones,
+  // or only the new ones for a selective system).
   std::vector<std::vector<float>> importance;
-  if (rq.order && selective_) {
-    importance = rq.order->Scores(kv);
+  if (rq.order) {
+    importance = rq.order->Scores(k);
     for (const auto& s : importance) in.importance.emplace_back(s);
   }
   auto put = store_->Put(tokens, in);

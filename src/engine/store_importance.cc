@@ -23,17 +23,17 @@ void StoreImportance::Capture(const LayerView& view) {
   }
 }
 
-std::vector<std::vector<float>> StoreImportance::Scores(const std::vector<PrefillResult::LayerKv>& kv) const {
+std::vector<std::vector<float>> StoreImportance::Scores(const std::vector<std::string>& kv) const {
   const int L = c_.n_layers, H = c_.n_kv_heads, hd = c_.head_dim(), group = c_.group();
   const size_t kvd = static_cast<size_t>(c_.kv_dim());
   std::vector<std::vector<float>> out(L);
   for (int l = 0; l < L; ++l) {
-    const size_t n = kv[l].k.size() / (kvd * 2);  // fp16 rows
+    const size_t n = kv[l].size() / (kvd * 2);  // fp16 rows
     const size_t w = std::min<size_t>(static_cast<size_t>(window_), n);
     const size_t before = n - w;
     std::vector<std::vector<float>> per_head(H, std::vector<float>(group * before, 0.0f));
     if (before > 0 && q_[l].size() == w * c_.dim) {
-      const auto* keys = reinterpret_cast<const uint16_t*>(kv[l].k.data());
+      const auto* keys = reinterpret_cast<const uint16_t*>(kv[l].data());
       ThreadPool::Compute()->ParallelFor(H, [&](int h) {
         thread_local kernels::AttentionScratch scratch;
         kernels::AttentionArgs a;

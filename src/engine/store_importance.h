@@ -5,6 +5,7 @@
 // it packs a store by importance before any later request reports.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "tierkv/model.h"
@@ -23,12 +24,12 @@ class StoreImportance {
   // the window's queries and keys (fp32, after RoPE).
   void Capture(const LayerView& view);
 
-  // Per layer, one score per new row (the forward pass's capture `kv`, fp16
-  // rows of kv_dim): rows before the window by the window's causal column
-  // sums; the window's own rows rank first (ahead of every scored row, in
-  // their order), since they are the ones the window saw last. On the
-  // model's compute threads.
-  std::vector<std::vector<float>> Scores(const std::vector<PrefillResult::LayerKv>& kv) const;
+  // Per layer, one score per row of `keys` (the rows to store, fp16 rows of
+  // kv_dim, ending with the window's): rows before the window by the
+  // window's causal column sums; the window's own rows rank first (ahead of
+  // every scored row, in their order), since they are the ones the window
+  // saw last. On the model's compute threads.
+  std::vector<std::vector<float>> Scores(const std::vector<std::string>& keys) const;
 
  private:
   const ModelConfig& c_;

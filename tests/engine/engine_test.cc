@@ -454,7 +454,7 @@ TEST_F(EngineTest, ImpressRoReadsLessAfterReorderingWithTheSameLogits) {
   o.retention = 0.25;
   o.alpha = 1.0;  // every layer decided by its probes (docs/systems.md)
   o.device_bytes = o.host_bytes = 0;  // every read from disk: the layout is what changes
-  o.store_order = false;  // only maintenance reorders here (the first write's order: below)
+  o.store_order = StoreOrder::kOff;  // only maintenance reorders here (the first write's order: below)
   ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
   ASSERT_OK(eng->Serve(a).status());
   ServeOptions so;
@@ -467,7 +467,7 @@ TEST_F(EngineTest, ImpressRoReadsLessAfterReorderingWithTheSameLogits) {
     store::testing::TempDir dir2;
     EngineOptions ordered = o;
     ordered.cache_dir = dir2.path();
-    ordered.store_order = true;
+    ordered.store_order = StoreOrder::kSystem;
     ASSERT_OK_AND_ASSIGN(auto e2, Engine::Open(*model_, ordered));
     ASSERT_OK(e2->Serve(a).status());
     EXPECT_GT(e2->TEST_store()->stats().reordered_chunks, 0u);

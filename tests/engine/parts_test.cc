@@ -72,6 +72,12 @@ TEST(SystemTableTest, RowsSayWhatThePapersConfigure) {
   EXPECT_TRUE(TraitsOf(System::kSpec).speculates);
   EXPECT_FALSE(TraitsOf(System::kRecompute).reuses);
   EXPECT_TRUE(TraitsOf(System::kImpress).reorders);
+  // The first write's order: the reordering systems and car (CaR decides at
+  // store time), not the baselines or IMPRESS's +ITF step.
+  for (const SystemRow& row : SystemTable()) {
+    const bool want = row.reports_importance || row.system == System::kCar;
+    EXPECT_EQ(row.orders_at_store, want) << row.name;
+  }
 }
 
 TEST(EngineOptionsTest, NamesParseAndBadOnesNameTheField) {
@@ -90,6 +96,20 @@ TEST(EngineOptionsTest, NamesParseAndBadOnesNameTheField) {
   EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "cache_dir"));
   o.system = System::kRecompute;
   EXPECT_OK(o.Validate());  // recompute stores nothing
+  for (const char* name : {"token", "page", "block:16", "block:1", "block:4096"}) {
+    ASSERT_OK_AND_ASSIGN(SelectionUnit u, ParseSelectionUnit(name));
+    EXPECT_EQ(SelectionUnitName(u), name);
+  }
+  for (const char* bad : {"", "pages", "block:", "block:0", "block:4097", "block:-3", "block:1x"}) {
+    EXPECT_THAT(ParseSelectionUnit(bad).status(), StatusIs(StatusCode::kInvalidArgument, "block:N")) << bad;
+  }
+  o.unit = SelectionUnit{Granularity::kBlock, 0};
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "block_tokens"));
+  for (StoreOrder so : {StoreOrder::kSystem, StoreOrder::kOn, StoreOrder::kOff}) {
+    ASSERT_OK_AND_ASSIGN(StoreOrder back, ParseStoreOrder(StoreOrderName(so)));
+    EXPECT_EQ(back, so);
+  }
+  EXPECT_THAT(ParseStoreOrder("yes").status(), StatusIs(StatusCode::kInvalidArgument, "system, on, off"));
 }
 
 TEST(PoolEntriesTest, KeysDifferByKindAndLayerAndKeepTheWholeEntrySeed) {

@@ -16,6 +16,26 @@ TEST(ImportanceTest, TopKPicksTheLargestWithLowIndexTies) {
   EXPECT_TRUE(TopK(s, 0).empty());
 }
 
+TEST(ImportanceTest, TopGroupsTakesWholeGroupsBySummedScore) {
+  // Groups {0,1}, {2,3}, {4,5}, {6}: sums 1.1, 5, 0.2, 3.
+  const std::vector<float> s = {1.0f, 0.1f, 2.0f, 3.0f, 0.1f, 0.1f, 3.0f};
+  const std::vector<uint32_t> g = {0, 0, 1, 1, 2, 2, 3};
+  EXPECT_EQ(TopGroups(s, g, 1), (std::vector<int32_t>{2, 3}));        // one group, at least k rows
+  EXPECT_EQ(TopGroups(s, g, 3), (std::vector<int32_t>{2, 3, 6}));
+  EXPECT_EQ(TopGroups(s, g, 4), (std::vector<int32_t>{0, 1, 2, 3, 6}));  // at most a group more
+  EXPECT_EQ(TopGroups(s, g, 100).size(), 7u);
+  EXPECT_TRUE(TopGroups(s, g, 0).empty());
+  // Groups need not be contiguous (a page of an importance-ordered layout),
+  // and ties go to the lower id.
+  const std::vector<uint32_t> scattered = {1, 0, 1, 0, 2, 2, 3};
+  const std::vector<float> flat(7, 1.0f);
+  EXPECT_EQ(TopGroups(flat, scattered, 2), (std::vector<int32_t>{1, 3}));
+  // Single-row groups are TopK.
+  std::vector<uint32_t> one(7);
+  for (uint32_t i = 0; i < 7; ++i) one[i] = i;
+  EXPECT_EQ(TopGroups(s, one, 3), TopK(s, 3));
+}
+
 TEST(ImportanceTest, CountsJaccardAndMass) {
   EXPECT_EQ(CountForFraction(100, 0.1), 10u);
   EXPECT_EQ(CountForFraction(101, 0.1), 11u);
