@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -56,6 +57,12 @@ void AddCheck(CLI::App& app, Action* run) {
         // Store every prefix through a normal request.
         auto writer = engine::Engine::Open(model, eo);
         if (!writer.ok()) return Fail(writer.status().ToString());
+        if ((*writer)->UsesProfile()) {
+          // car's sparsity, the fitted probe thresholds: measured on the
+          // file's first prefixes and saved, so the engine below uses them.
+          auto p = (*writer)->Profile(ProfilingPrompts(*prompts));
+          if (!p.ok()) return Fail("profiling: " + p.status().ToString());
+        }
         for (const PromptPair& p : *prompts) {
           auto r = (*writer)->Serve(p.prefix);
           if (!r.ok()) return Fail("storing a prefix: " + r.status().ToString());
@@ -122,6 +129,12 @@ void AddCheck(CLI::App& app, Action* run) {
           layers.push_back(e);
         }
         j["layers"] = layers;
+        nlohmann::json pf = nlohmann::json::array();
+        for (const engine::ProbeFit& f : (*sys)->ProbeFits()) {
+          pf.push_back({{"threshold", std::isinf(f.threshold) ? nlohmann::json("never") : nlohmann::json(f.threshold)},
+                        {"recall", f.recall}, {"decided", f.decided}, {"decided_recall", f.decided_recall}});
+        }
+        if (!pf.empty()) j["probe_fit"] = pf;
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf("system %s, retention %.2f: %zu requests, %zu query tokens, %llu of %llu "

@@ -16,10 +16,32 @@
 
 namespace tierkv::app {
 namespace {
-// CaR profiles on a few prompts once per model: the file's first prefixes.
-constexpr size_t kProfilingPrompts = 8;
-}  // namespace
-namespace {
+
+// The bytes a request's rows need when read exactly: every row of R, K and
+// V (whole-row systems); the keys of R and the used rows' values (H2O, and
+// a probe system's layers that fell back); the probe heads' keys of R and
+// the used rows' K and V (layers the probes decided).
+double IdealBytes(const engine::RequestStats& st, engine::System sys, const ModelConfig& c) {
+  const engine::SystemTraits t = engine::TraitsOf(sys);
+  if (!t.reuses) return 0;
+  const double rb = c.kv_dim() * 2.0, R = static_cast<double>(st.reused_tokens);
+  const double pb = std::min(3, c.n_kv_heads) * c.head_dim() * 2.0;
+  using engine::System;
+  const bool probes = sys == System::kImpressItf || sys == System::kImpressRo ||
+                      sys == System::kImpress || sys == System::kSpec;
+  double sum = 0;
+  for (const engine::LayerTrace& L : st.layers) {
+    const double rows = static_cast<double>(L.rows);
+    if (!t.selective) {
+      sum += 2 * R * rb;
+    } else if (!probes || L.fallback) {
+      sum += R * rb + rows * rb;
+    } else {
+      sum += R * pb + 2 * rows * rb;
+    }
+  }
+  return sum;
+}
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -148,6 +170,9 @@ void AddCompare(CLI::App& app, Action* run) {
         uint64_t bytes = 0, chunks = 0, dev = 0, host = 0, disk = 0, dev_bytes = 0, host_bytes = 0;
         uint64_t reordered = 0;
         uint64_t maintain_errors = 0;  // reordering rounds that failed (skipped)
+        std::vector<engine::ProbeFit> probe_fits;  // alpha auto
+        double ideal_bytes = 0;  // what the rows used would take, read exactly (IdealBytes)
+        std::vector<double> fallback;  // per layer: requests whose probes fell back
       };
       std::vector<Acc> acc(systems.size());
       auto measure = [&](size_t si, int round) -> Status {
@@ -158,14 +183,13 @@ void AddCompare(CLI::App& app, Action* run) {
         o.device_bytes = static_cast<uint64_t>(a->device_share * stored);
         o.host_bytes = static_cast<uint64_t>(a->host_share * stored);
         ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::Open(model, o));
-        if (engine::TraitsOf(sys).profiled && round == 0) {
-          // CaR's profiling prompts: the file's first prefixes, unmeasured
-          // (once: later rounds' engines open with the saved profile).
-          std::vector<std::vector<int32_t>> profiling;
-          for (size_t i = 0; i < std::min(kProfilingPrompts, reqs->size()); ++i) {
-            profiling.push_back((*reqs)[i].prefix);
+        if (eng->UsesProfile() && (round == 0 || A.probe_fits.empty())) {
+          // Profiling prompts, unmeasured (once: later rounds' engines, and
+          // systems sharing the probe profile, open with the saved one).
+          if (round == 0 && (engine::TraitsOf(sys).profiled || eng->ProbeFits().empty())) {
+            RETURN_IF_ERROR(eng->Profile(ProfilingPrompts(*reqs)).status());
           }
-          RETURN_IF_ERROR(eng->Profile(profiling).status());
+          A.probe_fits = eng->ProbeFits();
         }
         engine::ServeOptions so;
         so.store = false;  // every system sees the same store
@@ -191,6 +215,9 @@ void AddCompare(CLI::App& app, Action* run) {
             round_sum += s.stats.ttft_ms;
             ++round_n;
             const auto& L = s.stats.layers;
+            A.ideal_bytes += IdealBytes(s.stats, sys, model.config());
+            A.fallback.resize(L.size(), 0.0);
+            for (size_t l = 0; l < L.size(); ++l) A.fallback[l] += L[l].fallback;
             A.layer_wait.resize(L.size(), 0.0);
             A.layer_recall.resize(L.size(), 0.0);
             A.recall_n.resize(L.size(), 0);
@@ -258,6 +285,22 @@ void AddCompare(CLI::App& app, Action* run) {
                                      : nlohmann::json());
         }
         j["layer_load_wait_ms"] = lw;
+        // Bytes read from disk per byte the used rows need (IdealBytes); with
+        // pools that hit, below 1 says little: run with zero pools to see
+        // the read path's own amplification.
+        j["ideal_bytes"] = A.ideal_bytes / passes;
+        j["disk_bytes_per_ideal"] = A.ideal_bytes > 0 ? static_cast<double>(A.bytes) / A.ideal_bytes : 0.0;
+        nlohmann::json fb = nlohmann::json::array();
+        for (double f : A.fallback) fb.push_back(f / n);
+        j["layer_fallback_share"] = fb;
+        if (!A.probe_fits.empty()) {
+          nlohmann::json pf = nlohmann::json::array();
+          for (const engine::ProbeFit& f : A.probe_fits) {
+            pf.push_back({{"threshold", std::isinf(f.threshold) ? nlohmann::json("never") : nlohmann::json(f.threshold)},
+                          {"recall", f.recall}, {"decided", f.decided}, {"decided_recall", f.decided_recall}});
+          }
+          j["probe_fit"] = pf;
+        }
         if (engine::TraitsOf(systems[si]).speculates) j["layer_recall"] = lr;
         per[std::string(engine::SystemName(systems[si]))] = j;
       }

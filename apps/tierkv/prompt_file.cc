@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +48,22 @@ CLI::Validator ParsedBy(Parse parse, const std::string& names) {
 
 }  // namespace
 
+std::vector<std::vector<int32_t>> ProfilingPrompts(const std::vector<PromptPair>& reqs) {
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < std::min(kProfilingPrompts, reqs.size()); ++i) out.push_back(reqs[i].prefix);
+  return out;
+}
+
+Result<std::optional<double>> ParseAlpha(const std::string& s) {
+  if (s == "auto") return std::optional<double>();
+  char* end = nullptr;
+  const double a = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !(a >= 0 && a <= 16)) {
+    return Status::InvalidArgument("--alpha '" + s + "': expected auto or a number in [0, 16]");
+  }
+  return std::optional<double>(a);
+}
+
 void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option("--model", f->model,
                   "Model file (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
@@ -56,10 +73,19 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option("--cache-dir", f->cache_dir,
                   "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
   sub->add_option("--alpha", f->alpha,
-                  "Probe threshold exponent: the probe heads decide a layer when their mean "
-                  "pairwise Jaccard is at least j^alpha (j: random sets' Jaccard)")
+                  "When the probe heads decide a layer: auto (thresholds fitted per layer on "
+                  "profiling prompts so that the probes' set keeps --probe-recall of the attention "
+                  "mass of H2O's best set over all heads; layers where none does read all keys) or "
+                  "IMPRESS's exponent a in "
+                  "[0, 16] (the probes decide when their mean pairwise Jaccard is at least j^a, "
+                  "j: random sets' Jaccard; the paper's 0.6)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 16.0));
+      ->check(ParsedBy(ParseAlpha, "auto or a number in [0, 16]"));
+  sub->add_option("--probe-recall", f->probe_recall,
+                  "--alpha auto: the share of the attention mass of H2O's best set (all heads) the "
+                  "probes' set must keep")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   sub->add_option_function<std::string>(
          "--aggregation", [f](const std::string& s) { f->aggregation = *engine::ParseAggregation(s); },
          "How the probe heads' sets combine: sum (default) or vote")
@@ -105,7 +131,10 @@ engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string&
   o.chunk_tokens = f.chunk_tokens;
   o.cache_dir = cache_dir;
   o.retention = retention;
-  o.alpha = f.alpha;
+  auto alpha = ParseAlpha(f.alpha);  // checked by the flag's validator
+  o.alpha_auto = !alpha->has_value();
+  if (alpha->has_value()) o.alpha = **alpha;
+  o.probe_recall = f.probe_recall;
   o.aggregation = f.aggregation;
   o.policy = f.policy;
   o.maintain_interval_ms = f.maintain_interval_ms;

@@ -2,6 +2,7 @@
 // compare. Errors name the file, the line and the field.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,11 @@ struct PromptPair {
   std::vector<int32_t> query;   // the query's tokens (at least one)
   std::vector<int32_t> Joined() const;
 };
+
+// The profiling prompts of an engine that uses profiles (car's sparsity,
+// the fitted probe thresholds): the file's first prefixes.
+inline constexpr size_t kProfilingPrompts = 8;
+std::vector<std::vector<int32_t>> ProfilingPrompts(const std::vector<PromptPair>& reqs);
 
 Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok);
 // One line of a prompt file, tokenized; `where` (file and line) starts every
@@ -44,7 +50,9 @@ class ScratchDir {
 // and the identification parameters.
 struct EngineFlags {
   std::string model, tokenizer, prompt_file, cache_dir;
-  double alpha = 0.6;
+  // --alpha: "auto" (fitted per layer) or IMPRESS's exponent.
+  std::string alpha = "auto";
+  double probe_recall = 0.8;
   engine::Aggregation aggregation = engine::Aggregation::kSum;
   engine::PoolPolicy policy = engine::PoolPolicy::kSystemDefault;
   uint32_t chunk_tokens = 64;
@@ -55,6 +63,8 @@ struct EngineFlags {
   engine::StoreOrder store_order = engine::StoreOrder::kSystem;
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
+// --alpha's value: nullopt for "auto", else the exponent; InvalidArgument otherwise.
+Result<std::optional<double>> ParseAlpha(const std::string& s);
 // The engine options the flags set (system and pool sizes left at their
 // defaults), with the store in `cache_dir`.
 engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string& cache_dir,

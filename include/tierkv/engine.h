@@ -108,7 +108,15 @@ Result<StoreOrder> ParseStoreOrder(std::string_view name);
 struct EngineOptions {
   System system = System::kAsLike;
   double retention = 1.0;          // share of R's rows used per layer (selective systems)
-  double alpha = 0.6;              // impress/spec: probes decide when their Jaccard >= j^alpha
+  // impress/spec: whether the probe heads decide a layer. alpha_auto (the
+  // default): by per-layer thresholds fitted to the model on profiling
+  // prompts so that the probes' set keeps probe_recall of the attention
+  // mass H2O's best set of all heads holds (Engine::Profile; layers where
+  // no threshold reaches it read all keys). Otherwise IMPRESS's rule:
+  // their Jaccard >= j^alpha.
+  bool alpha_auto = true;
+  double probe_recall = 0.8;
+  double alpha = 0.6;
   Aggregation aggregation = Aggregation::kSum;  // impress/spec
   SelectionUnit unit;              // selective systems: what is chosen or skipped as one
   PoolPolicy policy = PoolPolicy::kSystemDefault;
@@ -176,6 +184,14 @@ struct RequestStats {
   std::vector<LayerTrace> layers;
 };
 
+// One layer of a fitted probe profile (alpha_auto).
+struct ProbeFit {
+  double threshold = 0;       // the probes decide when their Jaccard >= this (inf: never)
+  double recall = 0;          // mean recall of the probes' set over the profiling samples
+  double decided = 0;         // share of the samples the probes decide
+  double decided_recall = 0;  // the mean recall of those
+};
+
 struct ServeOptions {
   // Logits of positions [logits_from, n) are returned (row-major, vocab
   // each); the default: the last position only. Positions from logits_from
@@ -207,13 +223,19 @@ class Engine {
 
   Result<ServeResult> Serve(std::span<const int32_t> tokens, const ServeOptions& options = {});
 
-  // car: measures each layer's attention sparsity on `prompts` (CaR's
-  // profiling prompts, run once per model), turns it into per-layer
-  // retention, and saves it beside the store (car-profile.json, with the
-  // store's fingerprint: another model's profile is never used). A car engine
-  // without a saved profile profiles on its first request's prompt.
-  // Returns the sparsity per layer. InvalidArgument: no prompts, or not car.
+  // Measures the profiles the engine uses on `prompts` (profiling prompts,
+  // run once per model) and saves them beside the store with the store's
+  // fingerprint (another model's profile is never used): car's per-layer
+  // attention sparsity (car-profile.json, turned into per-layer retention;
+  // returned), and the probe threshold fitted per layer (alpha_auto,
+  // probe-profile.json; see ProbeFits). An engine without a saved profile
+  // profiles on its first request's prompt. InvalidArgument: no prompts,
+  // or the engine uses no profile (UsesProfile).
   Result<std::vector<double>> Profile(std::span<const std::vector<int32_t>> prompts);
+  bool UsesProfile() const;
+  // Per layer, the fitted probe threshold and its recall (empty unless
+  // alpha_auto and profiled).
+  std::vector<ProbeFit> ProbeFits() const;
 
   // Background work, one round: for impress-ro and spec, KV reordering of the runs
   // whose importance the requests reported (IMPRESS 4.4.1: the paper runs it

@@ -14,6 +14,7 @@
 #include "engine/periodic_task.h"
 #include "engine/pool_entries.h"
 #include "engine/pooled_reader.h"
+#include "engine/probe_profile.h"
 #include "engine/prompt_writer.h"
 #include "engine/request.h"
 #include "engine/system_table.h"
@@ -50,7 +51,7 @@ class ScoreEvents {
 
 }  // namespace
 
-std::vector<std::string> OwnerFiles() { return {CarProfile::kFileName}; }
+std::vector<std::string> OwnerFiles() { return {CarProfile::kFileName, ProbeProfile::kFileName}; }
 
 struct Engine::Impl {
   Impl(const Model& m, EngineOptions o)
@@ -88,6 +89,7 @@ struct Engine::Impl {
   std::unique_ptr<LayerSource> source;
   std::unique_ptr<PromptWriter> writer;
   std::unique_ptr<CarProfile> profile;  // RetentionFrom::kProfile
+  std::unique_ptr<ProbeProfile> probe_profile;  // probe heads with alpha_auto
   PeriodicTask maint;
 };
 
@@ -141,7 +143,12 @@ Status Engine::Impl::OpenStore() {
 void Engine::Impl::StartParts() {
   reader = std::make_unique<PooledReader>(store.get(), pools.get(),
                                           ReaderGeometry{opts.chunk_tokens, row_bytes, probe_bytes});
-  source = MakeLayerSource(SourceDeps{&c, &opts, &row, reader.get(), &queue, store.get()});
+  if (row.selection == Selection::kProbeHeads && opts.alpha_auto) {
+    probe_profile = std::make_unique<ProbeProfile>(opts.cache_dir, fingerprint, c, opts.retention, opts.probe_recall);
+    probe_profile->Load();
+  }
+  source = MakeLayerSource(
+      SourceDeps{&c, &opts, &row, reader.get(), &queue, store.get(), probe_profile.get()});
   writer = std::make_unique<PromptWriter>(model, store.get(), reader.get(), row.selective(),
                                           opts.exact_store);
   if (row.retention == RetentionFrom::kProfile) {
@@ -195,10 +202,20 @@ Result<std::unique_ptr<Engine>> Engine::Open(const Model& model, EngineOptions o
 }
 
 Result<std::vector<double>> Engine::Profile(std::span<const std::vector<int32_t>> prompts) {
-  if (!impl_->profile) {
-    return Status::InvalidArgument("profile: only a system with a sparsity profile (car) uses one");
+  Impl& im = *impl_;
+  if (!UsesProfile()) {
+    return Status::InvalidArgument(
+        "profile: only car (sparsity) and impress/spec with alpha auto (probe thresholds) use one");
   }
-  return impl_->profile->Measure(impl_->model, prompts);
+  if (im.probe_profile) RETURN_IF_ERROR(im.probe_profile->Measure(im.model, prompts).status());
+  if (!im.profile) return std::vector<double>{};
+  return im.profile->Measure(im.model, prompts);
+}
+
+bool Engine::UsesProfile() const { return impl_->profile || impl_->probe_profile; }
+
+std::vector<ProbeFit> Engine::ProbeFits() const {
+  return impl_->probe_profile ? impl_->probe_profile->Fits() : std::vector<ProbeFit>{};
 }
 
 Result<MaintainResult> Engine::Maintain() {
@@ -321,6 +338,12 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     // No profile yet: this request's prompt is the profiling prompt.
     const std::vector<int32_t> own(tokens.begin(), tokens.end());
     RETURN_IF_ERROR(im.profile->Measure(im.model, std::span(&own, 1)).status());
+  }
+  if (im.probe_profile && im.probe_profile->Thresholds().empty() &&
+      n >= 2 * ProbeProfile::kQueryTokens) {
+    // Likewise (a shorter prompt decides by j^alpha until a longer one comes).
+    const std::vector<int32_t> own(tokens.begin(), tokens.end());
+    RETURN_IF_ERROR(im.probe_profile->Measure(im.model, std::span(&own, 1)).status());
   }
   const auto t0 = Clock::now();
   // Stored data that fails (a damaged record, an I/O error) never fails the

@@ -14,6 +14,7 @@
 #include "engine/io_counts.h"
 #include "engine/load_queue.h"
 #include "engine/pooled_reader.h"
+#include "engine/probe_profile.h"
 #include "engine/request.h"
 #include "engine/system_table.h"
 #include "engine/timing.h"
@@ -31,6 +32,7 @@ struct SourceDeps {
   PooledReader* reader = nullptr;
   LoadQueue* queue = nullptr;
   store::ChunkStore* store = nullptr;
+  const ProbeProfile* probe_profile = nullptr;  // alpha_auto: the fitted thresholds
 };
 
 class LayerSource {

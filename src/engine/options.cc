@@ -103,6 +103,9 @@ Status EngineOptions::Validate() const {
   if (!(alpha >= 0 && alpha <= 16)) {
     return Status::InvalidArgument("alpha " + std::to_string(alpha) + " is outside [0, 16]");
   }
+  if (!(probe_recall >= 0 && probe_recall <= 1)) {
+    return Status::InvalidArgument("probe_recall " + std::to_string(probe_recall) + " is outside [0, 1]");
+  }
   if (!(spec_min_recall >= 0 && spec_min_recall <= 1)) {
     return Status::InvalidArgument("spec_min_recall " + std::to_string(spec_min_recall) +
                                    " is outside [0, 1]");

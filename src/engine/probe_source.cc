@@ -57,7 +57,12 @@ Result<select::ProbeDecision> ProbeSource::Identify(Request& rq, LayerWork& work
   const std::vector<std::vector<float>> scores =
       AllHeadScores(work.view, c, P, reinterpret_cast<const uint16_t*>(keys->data()),
                     static_cast<size_t>(P) * c.head_dim(), rq.R);
-  select::ProbeDecision d = select::DecideWithProbes(scores, identify_);
+  double fitted = -1;  // IMPRESS's j^alpha unless a fitted profile says otherwise
+  if (d_.probe_profile) {
+    const std::vector<double> t = d_.probe_profile->Thresholds();
+    if (layer < static_cast<int>(t.size())) fitted = t[layer];
+  }
+  select::ProbeDecision d = select::DecideWithProbes(scores, identify_, fitted);
   if (d.use_probes && d_.options->unit.granularity != Granularity::kToken) {
     // The probes decide at row level; the shared set is taken in whole
     // units by the probes' summed scores.

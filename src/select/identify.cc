@@ -81,7 +81,7 @@ std::vector<int32_t> SelectByVote(const std::vector<std::vector<float>>& head_sc
 }
 
 ProbeDecision DecideWithProbes(const std::vector<std::vector<float>>& probe_scores,
-                               const IdentifyOptions& o) {
+                               const IdentifyOptions& o, double fitted_threshold) {
   ProbeDecision d;
   d.n = probe_scores.empty() ? 0 : probe_scores[0].size();
   if (d.n == 0) {
@@ -93,7 +93,7 @@ ProbeDecision DecideWithProbes(const std::vector<std::vector<float>>& probe_scor
   d.jaccard = MeanPairwiseJaccard(d.probe_sets);
   const double f = static_cast<double>(d.k) / static_cast<double>(d.n);
   d.random_jaccard = RandomJaccard(f);
-  d.threshold = std::pow(d.random_jaccard, o.alpha);
+  d.threshold = fitted_threshold >= 0 ? fitted_threshold : std::pow(d.random_jaccard, o.alpha);
   d.use_probes = d.jaccard >= d.threshold;
   if (d.use_probes) {
     d.selected = o.aggregation == Aggregation::kSum ? SelectBySummedScores(probe_scores, d.k)

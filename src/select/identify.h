@@ -78,8 +78,10 @@ struct ProbeDecision {
 
 // probe_scores[p][j]: importance of row j for probe head p (every vector the
 // same length n). With one probe head there is nothing to compare: J = 1.
+// fitted_threshold >= 0: that threshold instead of j^alpha (a fitted
+// profile's, select/probe_fit.h; kNeverProbes: always fall back).
 ProbeDecision DecideWithProbes(const std::vector<std::vector<float>>& probe_scores,
-                               const IdentifyOptions& options);
+                               const IdentifyOptions& options, double fitted_threshold = -1);
 
 // SPEC's speculation: layer l+1's set is predicted to be layer l's. Recall of
 // a prediction: |predicted ∩ actual| / |actual| (1 when actual is empty).

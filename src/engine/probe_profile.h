@@ -1,0 +1,58 @@
+// The probe threshold fitted to the model (`--alpha auto`, select/probe_fit.h):
+// per layer, samples of the probes' Jaccard and their shared set's recall
+// measured on profiling prompts once per model and retention, and the
+// threshold fitted from them for a target recall. Saved beside the store as
+// kFileName with the store's fingerprint and the retention: a missing,
+// damaged, foreign or other-retention file is measured again on first use.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "select/probe_fit.h"
+#include "tierkv/engine.h"
+#include "tierkv/model.h"
+#include "tierkv/mutex.h"
+#include "tierkv/status.h"
+
+namespace tierkv::engine {
+
+class ProbeProfile {
+ public:
+  static constexpr const char* kFileName = "probe-profile.json";
+  // The query of a profiling prompt: its last tokens score the rows before.
+  static constexpr size_t kQueryTokens = 64;
+
+  ProbeProfile(std::string cache_dir, uint64_t fingerprint, const ModelConfig& c, double retention,
+               double target_recall)
+      : path_(std::move(cache_dir) + "/" + kFileName), fingerprint_(fingerprint), c_(c),
+        retention_(retention), target_(target_recall) {}
+
+  // Uses the saved profile if it is this model's at this retention;
+  // otherwise logs why not and stays empty.
+  void Load();
+  // Measures on `prompts` (those shorter than twice kQueryTokens skipped),
+  // fits, uses and saves. InvalidArgument when no prompt is long enough.
+  Result<std::vector<ProbeFit>> Measure(const Model& model, std::span<const std::vector<int32_t>> prompts);
+  // Per-layer thresholds (empty until loaded or measured).
+  std::vector<double> Thresholds() const;
+  std::vector<ProbeFit> Fits() const;
+
+ private:
+  using Samples = std::vector<std::vector<select::ProbeSample>>;  // per layer
+  Status Sample(const Model& model, const std::vector<int32_t>& prompt, Samples* out) const;
+  Result<Samples> Parse(const std::string& text) const;
+  void Use(const Samples& samples);
+
+  const std::string path_;
+  const uint64_t fingerprint_;
+  const ModelConfig c_;
+  const double retention_, target_;
+  mutable Mutex mu_;
+  std::vector<ProbeFit> fits_ TIERKV_GUARDED_BY(mu_);
+};
+
+}  // namespace tierkv::engine
