@@ -207,7 +207,16 @@ Result<std::vector<double>> Engine::Profile(std::span<const std::vector<int32_t>
     return Status::InvalidArgument(
         "profile: only car (sparsity) and impress/spec with alpha auto (probe thresholds) use one");
   }
-  if (im.probe_profile) RETURN_IF_ERROR(im.probe_profile->Measure(im.model, prompts).status());
+  if (im.probe_profile) {
+    auto fit = im.probe_profile->Measure(im.model, prompts);
+    if (!fit.ok() && !fit.status().IsInvalidArgument()) return fit.status();
+    if (!fit.ok()) {
+      // Prompts too short to profile on: IMPRESS's rule decides until a
+      // request long enough comes (Serve profiles on it).
+      TIERKV_LOG(kWarn) << fit.status().message() << "; deciding by j^alpha (alpha " << im.opts.alpha
+                        << ") until a longer request";
+    }
+  }
   if (!im.profile) return std::vector<double>{};
   return im.profile->Measure(im.model, prompts);
 }

@@ -310,6 +310,91 @@ TEST_F(EngineTest, SelectiveSystemsReadLessAtLowerRetention) {
   }
 }
 
+// --alpha auto: the probe profile is measured on the first request's
+// prompt (or Engine::Profile's prompts), saved, and decides every layer:
+// a layer whose probes keep the target recall never falls back, one whose
+// threshold no sample reaches always does. A second engine reuses the
+// saved profile; another retention, a damaged file or another model's is
+// measured again.
+TEST_F(EngineTest, AlphaAutoFitsEachLayersThresholdToTheTargetRecall) {
+  const size_t P = 640, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  store::testing::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  o.system = System::kImpress;
+  o.retention = 0.25;
+  ASSERT_TRUE(o.alpha_auto);  // the default
+  const std::string path = dir.path() + "/probe-profile.json";
+  ServeOptions so;
+  so.logits_from = P;
+  so.store = false;
+  auto decisions = [&](const EngineOptions& opts, std::vector<ProbeFit>* fits) {
+    auto eng = Engine::Open(*model_, opts);
+    EXPECT_OK(eng.status());
+    EXPECT_OK((*eng)->Serve(a).status());
+    *fits = (*eng)->ProbeFits();
+    auto r = (*eng)->Serve(b, so);
+    EXPECT_OK(r.status());
+    return r.ok() ? r->stats : RequestStats{};
+  };
+  std::vector<ProbeFit> fits;
+  const RequestStats st = decisions(o, &fits);
+  ASSERT_TRUE(std::filesystem::exists(path));
+  ASSERT_EQ(fits.size(), 8u);
+  for (size_t l = 0; l < 8; ++l) {
+    std::printf("alpha auto, layer %zu: recall %.3f, threshold %.3f, decided %.2f%s\n", l, fits[l].recall,
+                fits[l].threshold, fits[l].decided, st.layers[l].fallback ? " (fell back)" : "");
+    // One profiling prompt: a layer either reaches the target or never decides.
+    if (fits[l].recall >= o.probe_recall) {
+      EXPECT_EQ(fits[l].threshold, 0.0);
+      EXPECT_FALSE(st.layers[l].fallback);
+    } else {
+      EXPECT_TRUE(std::isinf(fits[l].threshold));
+      EXPECT_TRUE(st.layers[l].fallback);
+    }
+  }
+  // A target no layer reaches: every layer reads all keys.
+  {
+    store::testing::TempDir d2;
+    EngineOptions strict = o;
+    strict.cache_dir = d2.path();
+    strict.probe_recall = 1.0;
+    std::vector<ProbeFit> f2;
+    const RequestStats s2 = decisions(strict, &f2);
+    int below = 0;
+    for (const ProbeFit& f : f2) below += f.recall < 1.0;
+    EXPECT_GT(below, 0);
+    EXPECT_EQ(s2.fallback_layers, below);
+  }
+  // Saved: another engine uses it without measuring (the file is unchanged).
+  const auto written = std::filesystem::last_write_time(path);
+  {
+    ASSERT_OK_AND_ASSIGN(auto again, Engine::Open(*model_, o));
+    EXPECT_EQ(again->ProbeFits().size(), 8u);
+    ASSERT_OK(again->Serve(b, so).status());
+    EXPECT_EQ(std::filesystem::last_write_time(path), written);
+  }
+  // Another retention, or a damaged file: measured again on first use.
+  for (const char* damage : {"", "{not json"}) {
+    EngineOptions other = o;
+    if (*damage) {
+      std::ofstream(path) << damage;
+    } else {
+      other.retention = 0.5;
+    }
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, other));
+    EXPECT_TRUE(eng->ProbeFits().empty()) << damage;
+    ASSERT_OK(eng->Serve(b, so).status());
+    EXPECT_EQ(eng->ProbeFits().size(), 8u);
+  }
+  // A fixed alpha uses no profile.
+  EngineOptions fixed = o;
+  fixed.alpha_auto = false;
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, fixed));
+  EXPECT_FALSE(eng->UsesProfile());
+  EXPECT_TRUE(eng->ProbeFits().empty());
+}
+
 // spec's reads for layer l+1 are issued inside layer l's hook, before layer
 // l computes, and finish on the load thread; recall is reported per layer
 // that was predicted.
@@ -359,6 +444,7 @@ TEST_F(EngineTest, SpecStopsReadingAheadWhereThePredictionMisses) {
     EngineOptions o = Options(dir.path());
     o.system = System::kSpec;
     o.retention = 0.25;
+    o.alpha_auto = false;
     o.alpha = 1.0;  // no layer falls back: every layer after the first is predicted
     o.spec_min_recall = min_recall;
     ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
@@ -412,6 +498,7 @@ TEST_F(EngineTest, SpecsWrongPredictionsStayOutOfThePools) {
     EngineOptions o = Options(dir.path());
     o.system = sys;
     o.retention = 0.25;
+    o.alpha_auto = false;
     o.alpha = 1.0;
     o.spec_min_recall = 0;  // read ahead for every layer
     Seen s;
@@ -452,6 +539,7 @@ TEST_F(EngineTest, ImpressRoReadsLessAfterReorderingWithTheSameLogits) {
   EngineOptions o = Options(dir.path());
   o.system = System::kImpressRo;
   o.retention = 0.25;
+  o.alpha_auto = false;
   o.alpha = 1.0;  // every layer decided by its probes (docs/systems.md)
   o.device_bytes = o.host_bytes = 0;  // every read from disk: the layout is what changes
   o.store_order = StoreOrder::kOff;  // only maintenance reorders here (the first write's order: below)
@@ -525,6 +613,7 @@ TEST_F(EngineTest, ImpressServesRepeatedRowsFromThePools) {
     EngineOptions o = Options(dir.path());
     o.system = System::kImpress;
     o.retention = 0.25;
+    o.alpha_auto = false;
     o.alpha = 1.0;
     if (!pools) o.device_bytes = o.host_bytes = 0;
     ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
@@ -643,6 +732,7 @@ TEST_F(EngineTest, ExactStoreStoresWhatFullReuseStores) {
     EngineOptions o = Options(dir.path());
     o.system = sys;
     o.retention = 0.25;
+    o.alpha_auto = false;
     o.alpha = 1.0;
     o.exact_store = exact;
     {
@@ -719,6 +809,7 @@ TEST_F(EngineTest, ChunksLeavingTheStoreLeaveThePools) {
   EngineOptions o = Options(dir.path());
   o.system = System::kImpress;
   o.retention = 0.25;
+  o.alpha_auto = false;
   o.alpha = 1.0;
   o.disk_budget_bytes = one_prompt * 3 / 2;  // a and b do not fit together
   o.exact_store = true;  // a stored again holds exactly what it held before
