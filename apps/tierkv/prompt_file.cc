@@ -92,8 +92,8 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
       ->check(ParsedBy(engine::ParseAggregation, "sum or vote"));
   sub->add_option_function<std::string>(
          "--granularity", [f](const std::string& s) { f->unit = *engine::ParseSelectionUnit(s); },
-         "Selective systems choose or skip as one: token (single rows), page (the rows sharing a "
-         "4 KiB page of the stored layout) or block:N (N consecutive tokens)")
+         "Selective systems choose or skip as one: page (the default: the rows sharing a "
+         "4 KiB page of the stored layout), token (single rows) or block:N (N consecutive tokens)")
       ->check(ParsedBy(engine::ParseSelectionUnit, "token, page or block:N"));
   sub->add_option_function<std::string>(
          "--store-order", [f](const std::string& s) { f->store_order = *engine::ParseStoreOrder(s); },

@@ -91,7 +91,7 @@ Result<PoolPolicy> ParsePoolPolicy(std::string_view name);
 // whole pages: fewer bytes per selected row, rows chosen less finely.
 enum class Granularity { kToken, kPage, kBlock };
 struct SelectionUnit {
-  Granularity granularity = Granularity::kToken;
+  Granularity granularity = Granularity::kPage;
   uint32_t block_tokens = 16;  // kBlock only
   bool operator==(const SelectionUnit&) const = default;
 };

@@ -543,6 +543,9 @@ TEST_F(EngineTest, ImpressRoReadsLessAfterReorderingWithTheSameLogits) {
   o.alpha = 1.0;  // every layer decided by its probes (docs/systems.md)
   o.device_bytes = o.host_bytes = 0;  // every read from disk: the layout is what changes
   o.store_order = StoreOrder::kOff;  // only maintenance reorders here (the first write's order: below)
+  // Single rows: the selection does not depend on the layout (whole pages
+  // of another layout are other rows), so the logits must be equal.
+  o.unit = SelectionUnit{Granularity::kToken};
   ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
   ASSERT_OK(eng->Serve(a).status());
   ServeOptions so;
