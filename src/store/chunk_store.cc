@@ -233,6 +233,7 @@ void ChunkStore::Impl::DropLocked(uint32_t chunk, bool corrupt) {
     const uint64_t bytes = ChunkBytesLocked(id);
     live_bytes_ -= bytes;
     dead_bytes_ += bytes;
+    for (const Location& at : table_.LocationsOf(id)) known_headers_.Erase(at);
     table_.Clear(id);
     ForgetChunkLocked(id, hashes[i]);
   }
@@ -275,6 +276,7 @@ Status ChunkStore::Impl::EvictForLocked(uint64_t bytes) {
     const uint64_t freed = ChunkBytesLocked(victim);
     const uint64_t hash = tree_.chunk(victim).prefix_hash;
     RETURN_IF_ERROR(tree_.Evict(victim));
+    for (const Location& at : table_.LocationsOf(victim)) known_headers_.Erase(at);
     table_.Clear(victim);
     ForgetChunkLocked(victim, hash);
     live_bytes_ -= freed;

@@ -308,7 +308,10 @@ Result<CompactResult> ChunkStore::Impl::Compact(double min_dead_fraction) {
       if (seg < readers_.size()) readers_[seg].reset();  // reads in flight keep their own reference
     }
   }
-  for (uint32_t seg : plan.victims) RETURN_IF_ERROR(fs_->DeleteFile(SegmentPath(seg)));
+  for (uint32_t seg : plan.victims) {
+    known_headers_.EraseSegment(seg);
+    RETURN_IF_ERROR(fs_->DeleteFile(SegmentPath(seg)));
+  }
   RETURN_IF_ERROR(fs_->SyncDir(opts_.dir));
   out.segments = static_cast<uint32_t>(plan.victims.size());
   segment_count_ -= std::min<size_t>(segment_count_, plan.victims.size());

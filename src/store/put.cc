@@ -103,10 +103,10 @@ Result<ChunkStore::Impl::PutPlan> ChunkStore::Impl::PlanPutLocked(std::span<cons
   return plan;
 }
 
-void ChunkStore::Impl::EncodeChunkRecord(RecordKind kind, uint16_t layer,
-                                         std::span<const int32_t> tokens, size_t p, uint32_t n,
-                                         uint64_t parent, uint64_t prefix_hash,
-                                         const std::string& payload, std::string* record) {
+RecordHeader ChunkStore::Impl::EncodeChunkRecord(RecordKind kind, uint16_t layer,
+                                                 std::span<const int32_t> tokens, size_t p, uint32_t n,
+                                                 uint64_t parent, uint64_t prefix_hash,
+                                                 const std::string& payload, std::string* record) {
   RecordHeader h;
   h.fingerprint = opts_.fingerprint;
   h.kind = kind;
@@ -120,6 +120,7 @@ void ChunkStore::Impl::EncodeChunkRecord(RecordKind kind, uint16_t layer,
   h.sequence = ++sequence_;
   h.tokens.assign(tokens.begin() + p, tokens.begin() + p + n);
   EncodeRecord(h, payload, record);
+  return h;
 }
 
 Status ChunkStore::Impl::WriteKeyValues(std::span<const int32_t> tokens, const KvInput& kv, size_t p,
@@ -136,7 +137,8 @@ Status ChunkStore::Impl::WriteKeyValues(std::span<const int32_t> tokens, const K
       const size_t len = size_t{n} * opts_.row_bytes;
       payload.assign(kv.k[layer].data() + (p - kv.first_row) * opts_.row_bytes, len);
       payload.append(kv.v[layer].data() + (p - kv.first_row) * opts_.row_bytes, len);
-      EncodeChunkRecord(RecordKind::kKeyValue, layer, tokens, p, n, parent, *hash, payload, &record);
+      wr.headers.push_back(
+          EncodeChunkRecord(RecordKind::kKeyValue, layer, tokens, p, n, parent, *hash, payload, &record));
       wr.placed.where[layer] = writer_.Next();
       *bytes += record.size();
       RETURN_IF_ERROR(writer_.Append(record));
@@ -223,12 +225,10 @@ Result<PutResult> ChunkStore::Impl::Put(std::span<const int32_t> tokens, const K
     }
   }
   std::vector<Written> written;
-  std::vector<std::shared_ptr<Run>> runs;
-  std::vector<uint64_t> run_bytes;
+  std::vector<PutRun> runs;
   Status s = WriteChunks(tokens, kv, plan, &written, &out.bytes_written);
   const uint64_t chunk_bytes = out.bytes_written;
   if (s.ok() && !kv.importance.empty()) s = WritePutRuns(kv, plan, written, &runs, &out.bytes_written);
-  for (const auto& run : runs) run_bytes.push_back(run->bytes);
   if (s.ok()) s = writer_.Sync();
   if (!s.ok()) {
     // Nothing is published.
@@ -245,7 +245,10 @@ Result<PutResult> ChunkStore::Impl::Put(std::span<const int32_t> tokens, const K
                    }));
   out.new_chunks = pub.chunks;
   dead_bytes_ += chunk_bytes - pub.bytes;
-  if (!runs.empty()) dead_bytes_ += InstallPutRunsLocked(tokens, kv, plan, runs, run_bytes);
+  for (const Written& wr : written) {
+    for (uint16_t l = 0; l < opts_.layers; ++l) known_headers_.Put(wr.placed.where[l], wr.headers[l]);
+  }
+  if (!runs.empty()) dead_bytes_ += InstallPutRunsLocked(tokens, kv, plan, runs);
   dirty_ = true;
   out.stored_tokens = tree_.Lookup(tokens).matched_tokens;
   Count([&](StoreStats& st) {

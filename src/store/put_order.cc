@@ -12,7 +12,7 @@ namespace tierkv::store {
 
 Status ChunkStore::Impl::WritePutRuns(const KvInput& kv, const PutPlan& plan,
                                       const std::vector<Written>& written,
-                                      std::vector<std::shared_ptr<Run>>* runs, uint64_t* bytes) {
+                                      std::vector<PutRun>* runs, uint64_t* bytes) {
   const uint32_t C = opts_.chunk_tokens;
   const uint64_t rb = opts_.row_bytes;
   const size_t per_run = std::max<size_t>(
@@ -41,22 +41,24 @@ Status ChunkStore::Impl::WritePutRuns(const KvInput& kv, const PutPlan& plan,
     run->map = std::move(map).value();
     run->records = (run->rows + C - 1) / C;
     for (uint32_t i = 0; i < run->records; ++i) run->bytes += opts_.layers * record_bytes(run->RecordTokens(i));
-    const std::string all = EncodeRunRecords(*run, tokens, [&](size_t k, uint16_t layer) {
-      const size_t row = (k * C + from);
-      return std::pair<const char*, const char*>(kv.k[layer].data() + row * rb, kv.v[layer].data() + row * rb);
-    });
+    std::vector<RecordHeader> headers;
+    const std::string all = EncodeRunRecords(
+        *run, tokens,
+        [&](size_t k, uint16_t layer) {
+          const size_t row = (k * C + from);
+          return std::pair<const char*, const char*>(kv.k[layer].data() + row * rb, kv.v[layer].data() + row * rb);
+        },
+        &headers);
     if (!writer_.open() || writer_.size() + all.size() > opts_.segment_bytes) RETURN_IF_ERROR(OpenSegment());
     RETURN_IF_ERROR(AppendRun(*run, all));
     *bytes += all.size();
-    runs->push_back(std::move(run));
+    runs->push_back(PutRun{std::move(run), std::move(headers)});
   }
   return Status::Ok();
 }
 
 uint64_t ChunkStore::Impl::InstallPutRunsLocked(std::span<const int32_t> tokens, const KvInput& kv,
-                                                const PutPlan& plan,
-                                                const std::vector<std::shared_ptr<Run>>& runs,
-                                                const std::vector<uint64_t>& run_bytes) {
+                                                const PutPlan& plan, std::vector<PutRun>& runs) {
   const uint32_t C = opts_.chunk_tokens;
   // The published chunks by prefix hash (ids exist only now).
   std::unordered_map<uint64_t, uint32_t> id_of;
@@ -64,15 +66,15 @@ uint64_t ChunkStore::Impl::InstallPutRunsLocked(std::span<const int32_t> tokens,
   for (uint32_t id : m.chunks) id_of[tree_.chunk(id).prefix_hash] = id;
   uint64_t dead = 0;
   for (size_t i = 0; i < runs.size(); ++i) {
-    Run& run = *runs[i];
+    Run& run = *runs[i].run;
     bool all_there = true;
     for (uint64_t h : run.hashes) {
       auto it = id_of.find(h);
       all_there = all_there && it != id_of.end();
       if (all_there) run.chunks.push_back(it->second);
     }
-    if (!all_there || !InstallRunLocked(runs[i], 0)) {
-      dead += run_bytes[i];
+    if (!all_there || !InstallRunLocked(runs[i].run, 0, runs[i].headers)) {
+      dead += run.bytes;
       continue;
     }
     // The storing request's importance is each chunk's first report, so

@@ -59,6 +59,7 @@ void ChunkStore::Impl::DropRunLocked(uint32_t chunk) {
       --run_chunks_;
     }
   }
+  for (const Location& at : run->where) known_headers_.Erase(at);
   live_bytes_ -= run->bytes;
   dead_bytes_ += run->bytes;
   run_bytes_ -= run->bytes;
@@ -214,7 +215,7 @@ Status ReadSources(ChunkStore::Impl& s, const RunPlan& p, std::vector<AlignedBuf
 }  // namespace
 
 std::string ChunkStore::Impl::EncodeRunRecords(const Run& run, std::span<const uint16_t> tokens,
-                                               const RunRows& rows_of) {
+                                               const RunRows& rows_of, std::vector<RecordHeader>* headers) {
   const uint32_t C = opts_.chunk_tokens;
   const uint64_t rb = opts_.row_bytes;
   const uint16_t L = opts_.layers;
@@ -254,6 +255,7 @@ std::string ChunkStore::Impl::EncodeRunRecords(const Run& run, std::span<const u
       h.sequence = ++sequence_;
       EncodeRecord(h, payload, &record);
       all += record;
+      headers->push_back(std::move(h));
     }
   }
   return all;
@@ -273,7 +275,8 @@ Status ChunkStore::Impl::AppendRun(Run& run, const std::string& all) {
   return Status::Ok();
 }
 
-bool ChunkStore::Impl::InstallRunLocked(const std::shared_ptr<Run>& run, uint64_t written) {
+bool ChunkStore::Impl::InstallRunLocked(const std::shared_ptr<Run>& run, uint64_t written,
+                                        const std::vector<RecordHeader>& headers) {
   bool still = true;
   for (size_t k = 0; k < run->chunks.size() && still; ++k) still = IsCurrentLocked(run->chunks[k], run->hashes[k]);
   const bool fits = opts_.disk_budget_bytes == 0 || live_bytes_ + run->bytes <= opts_.disk_budget_bytes;
@@ -288,6 +291,7 @@ bool ChunkStore::Impl::InstallRunLocked(const std::shared_ptr<Run>& run, uint64_
     ++run_chunks_;
   }
   MarkReordered(*this, *run);
+  for (size_t i = 0; i < headers.size() && i < run->where.size(); ++i) known_headers_.Put(run->where[i], headers[i]);
   live_bytes_ += run->bytes;
   run_bytes_ += run->bytes;
   return true;
@@ -323,10 +327,14 @@ Result<ReorderResult> ChunkStore::Impl::Reorder(const ReorderOptions& ro) {
       continue;
     }
     const uint16_t L = opts_.layers;
-    const std::string all = EncodeRunRecords(*p.run, p.tokens, [&](size_t k, uint16_t layer) {
-      const char* payload = bufs[k * L + layer].get() + kBlockSize;
-      return std::pair<const char*, const char*>(payload, payload + uint64_t{p.tokens[k]} * opts_.row_bytes);
-    });
+    std::vector<RecordHeader> headers;
+    const std::string all = EncodeRunRecords(
+        *p.run, p.tokens,
+        [&](size_t k, uint16_t layer) {
+          const char* payload = bufs[k * L + layer].get() + kBlockSize;
+          return std::pair<const char*, const char*>(payload, payload + uint64_t{p.tokens[k]} * opts_.row_bytes);
+        },
+        &headers);
     if (!writer_.open() || writer_.size() + all.size() > opts_.segment_bytes) {
       Status s = OpenSegment();
       if (!s.ok()) return s.WithContext("store reorder");
@@ -339,7 +347,7 @@ Result<ReorderResult> ChunkStore::Impl::Reorder(const ReorderOptions& ro) {
     }
     out.bytes_written += all.size();
     MutexLock l(&mu_);
-    InstallRunLocked(p.run, all.size()) ? ++out.runs : ++out.discarded;
+    InstallRunLocked(p.run, all.size(), headers) ? ++out.runs : ++out.discarded;
   }
   Count([&](StoreStats& st) {
     st.reorders += out.runs;

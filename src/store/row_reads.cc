@@ -23,6 +23,7 @@ struct Rec {
   std::shared_ptr<const Run> run;    // set for a reordered record
   uint32_t chunk = index::kNoChunk;  // set for a chunk's own record
   std::vector<bool> pages;           // payload pages needed
+  std::shared_ptr<const KnownHeader> known;  // set: the header block is not read
   bool demand = false;
   AlignedBuffer buf;
   Status status;
@@ -84,6 +85,7 @@ Result<Rec> NewRec(ChunkStore::Impl& s, const RowRead& r, const std::shared_ptr<
     rec.chunk = r.chunk;
   }
   rec.expect.tokens = rec_tokens;
+  rec.known = s.known_headers_.Find(where, rec.expect);
   rec.pages.assign(PagesFor(PayloadBytesFor(RecordKind::kKeyValue, rec_tokens, s.opts_.row_bytes)), false);
   return rec;
 }
@@ -138,7 +140,7 @@ std::vector<ReadOp> PageRuns(std::vector<Rec>& recs, std::vector<size_t>* op_rec
     Rec& rec = recs[ri];
     const size_t blocks = 1 + rec.pages.size();
     rec.buf = AllocateAligned(blocks * kBlockSize);
-    auto needed = [&](size_t blk) { return blk == 0 || rec.pages[blk - 1]; };
+    auto needed = [&](size_t blk) { return blk == 0 ? !rec.known : rec.pages[blk - 1]; };
     for (size_t b = 0; b < blocks;) {
       if (!needed(b)) {
         ++b;
@@ -159,6 +161,13 @@ std::vector<ReadOp> PageRuns(std::vector<Rec>& recs, std::vector<size_t>* op_rec
     }
   }
   return ops;
+}
+
+// The pages a record's read marked, against its header (just read and checked).
+Status VerifyKnownPagesOf(const RecordHeader& h, const Rec& rec) {
+  KnownHeader k;
+  k.page_checksums = h.page_checksums;
+  return VerifyKnownPages(rec.buf.get(), k, rec.pages);
 }
 
 // A record that failed: a reordered copy's layout is dropped (the reads fall
@@ -238,7 +247,13 @@ Status ChunkStore::Impl::ReadRows(std::span<RowRead> reads, RowReadStats* out_st
   uint64_t corrupt = 0, errors = 0;
   for (Rec& rec : plan.recs) {
     if (rec.run) ++st.reordered_records;
-    if (rec.status.ok()) rec.status = checker_.VerifyPages(rec.buf.get(), rec.expect, rec.pages);
+    if (rec.status.ok() && rec.known) {
+      rec.status = VerifyKnownPages(rec.buf.get(), *rec.known, rec.pages);
+    } else if (rec.status.ok()) {
+      auto h = checker_.CheckHeader(rec.buf.get(), rec.expect);
+      rec.status = h.ok() ? VerifyKnownPagesOf(*h, rec) : h.status();
+      if (rec.status.ok()) known_headers_.Put(rec.where, *h);  // the next read skips it
+    }
     if (rec.status.ok()) continue;
     rec.status.IsCorruption() ? ++corrupt : ++errors;
     OnBadRecord(*this, rec);

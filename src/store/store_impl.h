@@ -29,6 +29,7 @@
 #include "index/radix_tree.h"
 #include "store/chunk_store.h"
 #include "store/chunk_table.h"
+#include "store/header_cache.h"
 #include "store/io_backend.h"
 #include "store/record_check.h"
 #include "store/segment_writer.h"
@@ -73,14 +74,16 @@ struct ChunkStore::Impl {
   using RunRows = std::function<std::pair<const char*, const char*>(size_t k, uint16_t layer)>;
   // A run's records (kReorderedKeyValue), layer by layer, back to back; the
   // run's map and records are set, tokens[k] are chunk k's tokens.
-  std::string EncodeRunRecords(const Run& run, std::span<const uint16_t> tokens, const RunRows& rows_of)
-      TIERKV_REQUIRES(write_mu_);
+  // headers: each record's header, in run.where's order (for known_headers_).
+  std::string EncodeRunRecords(const Run& run, std::span<const uint16_t> tokens, const RunRows& rows_of,
+                               std::vector<RecordHeader>* headers) TIERKV_REQUIRES(write_mu_);
   // Appends a run's encoded records to the active segment (not yet durable;
   // the caller syncs) and fills run.where.
   Status AppendRun(Run& run, const std::string& all) TIERKV_REQUIRES(write_mu_);
   // Swaps a written run's layout in, if every chunk of it is still the one
   // it was written for and the budget holds it; else its bytes are dead.
-  bool InstallRunLocked(const std::shared_ptr<Run>& run, uint64_t written) TIERKV_REQUIRES(mu_);
+  bool InstallRunLocked(const std::shared_ptr<Run>& run, uint64_t written,
+                        const std::vector<RecordHeader>& headers) TIERKV_REQUIRES(mu_);
 
   // ---- verify.cc
   Result<VerifyReport> Verify(bool repair) TIERKV_EXCLUDES(mu_, write_mu_);
@@ -145,6 +148,7 @@ struct ChunkStore::Impl {
   struct Written {
     uint64_t prefix_hash = 0;
     Placed placed;
+    std::vector<RecordHeader> headers;  // of its K/V records, per layer (for known_headers_)
   };
   // Touches the prompt's stored prefix, evicts for the new chunks, and says
   // what is written (the longest prefix that fits when the budget is short).
@@ -169,16 +173,19 @@ struct ChunkStore::Impl {
   // of at most `max_run_chunks` chunks; not yet durable. Installed after
   // publishing (the runs' chunk ids exist then), with the importance as
   // each chunk's first report.
+  struct PutRun {
+    std::shared_ptr<Run> run;
+    std::vector<RecordHeader> headers;
+  };
   Status WritePutRuns(const KvInput& kv, const PutPlan& plan, const std::vector<Written>& written,
-                      std::vector<std::shared_ptr<Run>>* runs, uint64_t* bytes) TIERKV_REQUIRES(write_mu_);
+                      std::vector<PutRun>* runs, uint64_t* bytes) TIERKV_REQUIRES(write_mu_);
   // Returns the bytes of runs that could not be installed (dead).
   uint64_t InstallPutRunsLocked(std::span<const int32_t> tokens, const KvInput& kv, const PutPlan& plan,
-                                const std::vector<std::shared_ptr<Run>>& runs,
-                                const std::vector<uint64_t>& run_bytes) TIERKV_REQUIRES(mu_);
+                                std::vector<PutRun>& runs) TIERKV_REQUIRES(mu_);
   // Encodes one record of the prompt into *record (its sequence number is the next).
-  void EncodeChunkRecord(RecordKind kind, uint16_t layer, std::span<const int32_t> tokens, size_t p,
-                         uint32_t n, uint64_t parent, uint64_t prefix_hash, const std::string& payload,
-                         std::string* record) TIERKV_REQUIRES(write_mu_);
+  RecordHeader EncodeChunkRecord(RecordKind kind, uint16_t layer, std::span<const int32_t> tokens,
+                                 size_t p, uint32_t n, uint64_t parent, uint64_t prefix_hash,
+                                 const std::string& payload, std::string* record) TIERKV_REQUIRES(write_mu_);
   // Counts a selective read (rows or probe keys): records, pages, bytes,
   // and the records that failed.
   void CountRead(const RowReadStats& st, uint64_t corrupt, uint64_t errors) const
@@ -221,7 +228,10 @@ struct ChunkStore::Impl {
   // By segment number; shared so that a read in flight keeps its file open
   // while compaction deletes the segment.
   std::vector<std::shared_ptr<RandomAccessFile>> readers_ TIERKV_GUARDED_BY(mu_);
-  bool dirty_ TIERKV_GUARDED_BY(mu_) = false;  // written since the last manifest
+  bool dirty_ TIERKV_GUARDED_BY(mu_) = false;
+  // K/V records' identity and page checksums, so that row reads skip the
+  // header block (header_cache.h); its own leaf lock.
+  HeaderCache known_headers_;  // written since the last manifest
   std::atomic<size_t> segment_count_{0};
 
   // The main backend and the registered staging arena for whole-record reads.
