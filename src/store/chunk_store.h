@@ -114,7 +114,9 @@ Result<StoreOptions> ReadStoreIdentity(FileSystem* fs, const std::string& dir);
 // (kReorderedKeyValue, as Reorder does later from requests' reports), so
 // that a store is packed by importance from its first write and a
 // selective read of the important rows touches few pages. Those copies
-// cost as many bytes again as the chunks' own records.
+// cost as many bytes again as the chunks' own records; they are written
+// after the chunks are durable and published, and failing to write them (a
+// full disk) fails nothing but them.
 struct KvInput {
   std::vector<std::span<const char>> k, v;
   size_t first_row = 0;

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "store/store_impl.h"
+#include "tierkv/logging.h"
 
 namespace tierkv::store {
 namespace {
@@ -225,38 +226,55 @@ Result<PutResult> ChunkStore::Impl::Put(std::span<const int32_t> tokens, const K
     }
   }
   std::vector<Written> written;
-  std::vector<PutRun> runs;
   Status s = WriteChunks(tokens, kv, plan, &written, &out.bytes_written);
-  const uint64_t chunk_bytes = out.bytes_written;
-  if (s.ok() && !kv.importance.empty()) s = WritePutRuns(kv, plan, written, &runs, &out.bytes_written);
   if (s.ok()) s = writer_.Sync();
   if (!s.ok()) {
     // Nothing is published.
     AbandonSegment(out.bytes_written);
     return s.WithContext("store put");
   }
-  MutexLock l(&mu_);
-  index::InsertResult r = tree_.Insert(tokens.first(plan.end));
-  std::unordered_map<uint64_t, const Written*> by_hash;
-  for (const Written& wr : written) by_hash[wr.prefix_hash] = &wr;
-  ASSIGN_OR_RETURN(Published pub, PublishLocked(r.created, [&](uint64_t hash) {
-                     auto it = by_hash.find(hash);
-                     return it == by_hash.end() ? nullptr : &it->second->placed;
-                   }));
-  out.new_chunks = pub.chunks;
-  dead_bytes_ += chunk_bytes - pub.bytes;
-  for (const Written& wr : written) {
-    for (uint16_t l = 0; l < opts_.layers; ++l) known_headers_.Put(wr.placed.where[l], wr.headers[l]);
+  {
+    MutexLock l(&mu_);
+    index::InsertResult r = tree_.Insert(tokens.first(plan.end));
+    std::unordered_map<uint64_t, const Written*> by_hash;
+    for (const Written& wr : written) by_hash[wr.prefix_hash] = &wr;
+    ASSIGN_OR_RETURN(Published pub, PublishLocked(r.created, [&](uint64_t hash) {
+                       auto it = by_hash.find(hash);
+                       return it == by_hash.end() ? nullptr : &it->second->placed;
+                     }));
+    out.new_chunks = pub.chunks;
+    dead_bytes_ += out.bytes_written - pub.bytes;
+    for (const Written& wr : written) {
+      for (uint16_t l = 0; l < opts_.layers; ++l) known_headers_.Put(wr.placed.where[l], wr.headers[l]);
+    }
+    dirty_ = true;
+    out.stored_tokens = tree_.Lookup(tokens).matched_tokens;
   }
-  if (!runs.empty()) dead_bytes_ += InstallPutRunsLocked(tokens, kv, plan, runs);
-  dirty_ = true;
-  out.stored_tokens = tree_.Lookup(tokens).matched_tokens;
+  if (!kv.importance.empty()) out.bytes_written += WriteOrderedCopies(tokens, kv, plan, written);
   Count([&](StoreStats& st) {
     ++st.puts;
     st.records_written += written.size() * opts_.layers * (opts_.probe_bytes != 0 ? 2 : 1);
     st.bytes_written += out.bytes_written;
   });
   return out;
+}
+
+uint64_t ChunkStore::Impl::WriteOrderedCopies(std::span<const int32_t> tokens, const KvInput& kv,
+                                              const PutPlan& plan, const std::vector<Written>& written) {
+  // The chunks are stored already: the copies only speed up selective
+  // reads, so a failure (a full disk) costs them and nothing else.
+  std::vector<PutRun> runs;
+  uint64_t bytes = 0;
+  Status s = WritePutRuns(kv, plan, written, &runs, &bytes);
+  if (s.ok()) s = writer_.Sync();
+  if (!s.ok()) {
+    TIERKV_LOG(kWarn) << "store put: the importance-ordered copy was not written: " << s.ToString();
+    AbandonSegment(bytes);
+    return bytes;
+  }
+  MutexLock l(&mu_);
+  dead_bytes_ += InstallPutRunsLocked(tokens, kv, plan, runs);
+  return bytes;
 }
 
 }  // namespace tierkv::store

@@ -179,6 +179,12 @@ struct ChunkStore::Impl {
   };
   Status WritePutRuns(const KvInput& kv, const PutPlan& plan, const std::vector<Written>& written,
                       std::vector<PutRun>* runs, uint64_t* bytes) TIERKV_REQUIRES(write_mu_);
+  // After the chunks are published: their ordered copies written, synced
+  // and installed (a failure is logged and costs only the copies). Returns
+  // the bytes written.
+  uint64_t WriteOrderedCopies(std::span<const int32_t> tokens, const KvInput& kv, const PutPlan& plan,
+                              const std::vector<Written>& written) TIERKV_REQUIRES(write_mu_)
+      TIERKV_EXCLUDES(mu_);
   // Returns the bytes of runs that could not be installed (dead).
   uint64_t InstallPutRunsLocked(std::span<const int32_t> tokens, const KvInput& kv, const PutPlan& plan,
                                 std::vector<PutRun>& runs) TIERKV_REQUIRES(mu_);

@@ -53,7 +53,7 @@ class SmallDisk {
 class DiskFullTest : public DefaultModelTest {};
 
 TEST_F(DiskFullTest, RequestsAnswerWhileStoringFailsAndStoringResumesAfterFreeing) {
-  SmallDisk disk(12);
+  SmallDisk disk(24);
   if (!disk.mounted()) GTEST_SKIP() << "needs root and a loop device to mount a small ext4 disk";
   const std::string cache = disk.dir() + "/cache";
   EngineOptions o;
@@ -64,8 +64,9 @@ TEST_F(DiskFullTest, RequestsAnswerWhileStoringFailsAndStoringResumesAfterFreein
   EngineOptions ro;
   ro.system = System::kRecompute;
   ASSERT_OK_AND_ASSIGN(auto rec, Engine::Open(*model_, ro));
-  // Distinct prompts of 640 tokens: about 1.3 MB of records each, so the
-  // disk fills after a few.
+  // Distinct prompts of ~620 tokens: about 6.4 MB of records each and as
+  // much again for impress's importance-ordered copy, so the disk fills
+  // after a few.
   int failed = 0, requests = 0;
   double worst = 0;
   for (int i = 0; i < 16; ++i) {
@@ -78,7 +79,7 @@ TEST_F(DiskFullTest, RequestsAnswerWhileStoringFailsAndStoringResumesAfterFreein
     failed += r.stats.store_failed;
     ++requests;
   }
-  std::printf("%d requests on a 12 MiB disk: %d could not store their prompt; max |dlogit| vs "
+  std::printf("%d requests on a 24 MiB disk: %d could not store their prompt; max |dlogit| vs "
               "recompute %.3g\n", requests, failed, worst);
   EXPECT_GT(failed, 0) << "the disk never filled: make the prompts longer";
   EXPECT_LE(worst, 5e-2);
