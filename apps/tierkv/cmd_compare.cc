@@ -128,9 +128,9 @@ void AddCompare(CLI::App& app, Action* run) {
       {
         engine::EngineOptions w = base;
         w.system = engine::System::kAsLike;
-        // Exact rows (as-like stores what it computed over all of R), packed
-        // by importance from the first write unless --store-order off: every
-        // system reads this one store.
+        // Exact rows (as-like stores what it computed over all of R), with
+        // the importance-ordered copy when --store-order asks for one
+        // (system or on): every system reads this one store.
         if (w.store_order == engine::StoreOrder::kSystem) w.store_order = engine::StoreOrder::kOn;
         auto writer = engine::Engine::Open(model, w);
         if (!writer.ok()) return Fail(writer.status().ToString());

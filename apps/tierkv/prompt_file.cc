@@ -98,8 +98,9 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option_function<std::string>(
          "--store-order", [f](const std::string& s) { f->store_order = *engine::ParseStoreOrder(s); },
          "Write stored rows once more in the storing request's importance order (twice the bytes "
-         "written; selective reads then touch few pages): system (the default: impress-ro, "
-         "impress, spec and car do; compare's store is written so), on, or off")
+         "written; single-row selection, --granularity token, then touches few pages): off (the "
+         "default), system (impress-ro, impress, spec and car do; compare's store is written so), "
+         "or on")
       ->check(ParsedBy(engine::ParseStoreOrder, "system, on or off"));
   sub->add_option("--chunk-tokens", f->chunk_tokens,
                   "Tokens per chunk (at most what one record's header lists: several hundred for "

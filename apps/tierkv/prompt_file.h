@@ -60,7 +60,7 @@ struct EngineFlags {
   bool exact_store = false;
   double spec_min_recall = 0.5;
   engine::SelectionUnit unit;
-  engine::StoreOrder store_order = engine::StoreOrder::kSystem;
+  engine::StoreOrder store_order = engine::StoreOrder::kOff;
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
 // --alpha's value: nullopt for "auto", else the exponent; InvalidArgument otherwise.

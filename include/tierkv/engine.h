@@ -146,8 +146,11 @@ struct EngineOptions {
   // before any maintenance round: kSystem for the systems whose row says so
   // (impress-ro, impress, spec, car), kOn for every reusing system (a store
   // written by as-like requests for selective readers), kOff never (only
-  // maintenance rounds reorder).
-  StoreOrder store_order = StoreOrder::kSystem;
+  // maintenance rounds reorder). Off by default: the packed copy pays off
+  // for single-row selection (unit token); with page units the pages of the
+  // chunks' own records are read (fewer blocks) and it is never used
+  // (docs/systems.md has the measurements).
+  StoreOrder store_order = StoreOrder::kOff;
   // InvalidArgument naming the bad field.
   Status Validate() const;
 };

@@ -19,6 +19,7 @@ struct StoreStats {
   uint64_t corrupt_records = 0, read_errors = 0;
   uint64_t evicted_chunks = 0, dropped_chunks = 0;  // budget evictions; dropped for corruption
   uint64_t recovered_chunks = 0, skipped_records = 0, recovery_us = 0;
+  uint64_t recovered_runs = 0;  // reordered runs the manifest brought back
   uint64_t manifest_chunks = 0;      // of the recovered, how many came from the manifest
   uint64_t manifest_errors = 0;      // a damaged manifest (recovery then scanned every segment)
   uint64_t scanned_segments = 0;     // segments recovery read record by record

@@ -1,10 +1,13 @@
 #include "engine/layer_source.h"
 
+#include <algorithm>
+
 #include "engine/all_rows_source.h"
 #include "engine/h2o_source.h"
 #include "engine/probe_source.h"
 #include "engine/speculation.h"
 #include "select/importance.h"
+#include "store/format.h"
 
 namespace tierkv::engine {
 
@@ -20,16 +23,23 @@ std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps) {
   return nullptr;
 }
 
-std::vector<uint32_t> RowGroups(const SourceDeps& deps, const Request& rq, int layer) {
+std::vector<uint32_t> RowGroups(const SourceDeps& deps, const Request& rq) {
   const SelectionUnit& u = deps.options->unit;
   std::vector<uint32_t> groups;
   switch (u.granularity) {
     case Granularity::kToken: break;
-    case Granularity::kPage: groups = deps.store->PageGroups(*rq.m, rq.R, static_cast<uint16_t>(layer)); break;
-    case Granularity::kBlock:
+    case Granularity::kPage:
+    case Granularity::kBlock: {
+      // A page of a chunk's own record holds consecutive tokens (chunks
+      // start on page boundaries); a block is any run of tokens.
+      const uint32_t row_bytes = deps.reader->geometry().row_bytes;
+      const size_t per = u.granularity == Granularity::kBlock
+                             ? u.block_tokens
+                             : std::max<size_t>(1, store::kBlockSize / std::max<uint32_t>(1, row_bytes));
       groups.resize(rq.R);
-      for (size_t j = 0; j < rq.R; ++j) groups[j] = static_cast<uint32_t>(j / u.block_tokens);
+      for (size_t j = 0; j < rq.R; ++j) groups[j] = static_cast<uint32_t>(j / per);
       break;
+    }
   }
   return groups;
 }

@@ -55,9 +55,10 @@ using LayerRead = Status (*)(PooledReader&, const store::LookupResult&, size_t, 
 void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::shared_ptr<Fetch>>* into,
                      LayerRead read);
 
-// The selection unit's groups of R's rows at `layer` (the options' unit:
-// empty for single rows; the store's pages; blocks of consecutive tokens).
-std::vector<uint32_t> RowGroups(const SourceDeps& deps, const Request& rq, int layer);
+// The selection unit's groups of R's rows (the options' unit): empty for
+// single rows; the rows of one 4 KiB page of a chunk's own record (token
+// order); blocks of consecutive tokens.
+std::vector<uint32_t> RowGroups(const SourceDeps& deps, const Request& rq);
 // The rows kept by `scores`: the top k, or whole groups (select::TopGroups).
 std::vector<int32_t> KeepRows(std::span<const float> scores, const std::vector<uint32_t>& groups, size_t k);
 

@@ -66,7 +66,7 @@ Result<select::ProbeDecision> ProbeSource::Identify(Request& rq, LayerWork& work
   if (d.use_probes && d_.options->unit.granularity != Granularity::kToken) {
     // The probes decide at row level; the shared set is taken in whole
     // units by the probes' summed scores.
-    d.selected = KeepRows(SumScores(scores, rq.R), RowGroups(d_, rq, layer), d.k);
+    d.selected = KeepRows(SumScores(scores, rq.R), RowGroups(d_, rq), d.k);
   }
   work.trace->fallback = !d.use_probes;
   if (!d.use_probes) {

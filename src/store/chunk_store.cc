@@ -30,9 +30,6 @@ Status ChunkStore::Read(std::span<ChunkRead> reads, RowReadStats* stats) {
 Status ChunkStore::ReadRows(std::span<RowRead> reads, RowReadStats* stats) {
   return impl_->ReadRows(reads, stats);
 }
-std::vector<uint32_t> ChunkStore::PageGroups(const LookupResult& prefix, size_t R, uint16_t layer) const {
-  return impl_->PageGroups(prefix, R, layer);
-}
 Status ChunkStore::ReadProbeKeys(std::span<ProbeRead> reads, RowReadStats* stats) {
   return impl_->ReadProbeKeys(reads, stats);
 }
@@ -352,6 +349,28 @@ Status ChunkStore::Impl::WriteManifest() {
       mc.probe_block = table_.ProbeBlock(id);
       mc.probe_stride = table_.ProbeStride(id);
       m.chunks.push_back(std::move(mc));
+    }
+    // Each installed run once (its chunks all point at it).
+    std::set<const Run*> runs;
+    for (const auto& [chunk, run] : run_of_) {
+      if (!runs.insert(run.get()).second) continue;
+      ManifestRun mr;
+      mr.first_token = run->first_token;
+      mr.rows = run->rows;
+      mr.records = run->records;
+      mr.end_hash = run->end_hash;
+      mr.parent_hash = run->parent_hash;
+      mr.hashes = run->hashes;
+      for (const Location& w : run->where) {
+        mr.where.emplace_back(w.segment, w.block);
+        used.insert(w.segment);
+      }
+      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+        for (uint32_t row = 0; row < run->rows; ++row) {
+          mr.slot_of.push_back(static_cast<uint16_t>(run->map.SlotOf(layer, row)));
+        }
+      }
+      m.runs.push_back(std::move(mr));
     }
     m.segments.assign(used.begin(), used.end());
     dirty_ = false;

@@ -242,14 +242,6 @@ class ChunkStore {
   // dropped and its rows are read from the chunks' own records instead.
   Status ReadRows(std::span<RowRead> reads, RowReadStats* stats = nullptr);
 
-  // Which rows of a looked-up prefix share a page on disk at `layer`: one
-  // group id per row of [0, R) (dense, from 0), rows with the same id have
-  // their K in the same 4 KiB page (and their V in the same page) of the
-  // record they are read from: the chunk's own (token order) or its
-  // reordered run's (importance order). Page-granular selection chooses or
-  // skips a group whole. Rows of chunks no longer stored group by token order.
-  std::vector<uint32_t> PageGroups(const LookupResult& prefix, size_t R, uint16_t layer) const;
-
   // Reads the probe-head keys of chunk layers (identification). Adjacent
   // probe records are fetched with one read. Chunks without a probe copy
   // (probe_bytes 0, or a copy that was lost or fails verification) get them
@@ -271,8 +263,9 @@ class ChunkStore {
   // and see either the old or the new layout; the chunks' own records stay
   // the source of truth. A later split of the node keeps the layout (it is
   // keyed by chunks, not by node); eviction or loss of any chunk of the run
-  // drops it. Layouts are not in the manifest: after a restart they are
-  // dead bytes until the next round rewrites them.
+  // drops it. Layouts are in the manifest: a clean restart brings them back;
+  // after a crash (records newer than the manifest) they are dead bytes
+  // until the next round rewrites them.
   Result<ReorderResult> Reorder(const ReorderOptions& options = {});
 
   // Writes the manifest (a snapshot of the index) after sealing the active

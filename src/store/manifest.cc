@@ -30,6 +30,38 @@ class Reader {
   size_t pos_ = 0;
 };
 
+Status DecodeRuns(Reader& r, Manifest& m, size_t body) {
+  auto bad = [](const std::string& what) { return Status::Corruption("manifest: " + what); };
+  uint64_t nruns = 0;
+  if (!r.Get(&nruns) || nruns > body) return bad("run count out of range");
+  m.runs.resize(nruns);
+  for (ManifestRun& run : m.runs) {
+    uint32_t nchunks = 0;
+    if (!r.Get(&run.first_token) || !r.Get(&run.rows) || !r.Get(&run.records) || !r.Get(&run.end_hash) ||
+        !r.Get(&run.parent_hash) || !r.Get(&nchunks)) {
+      return bad("truncated run");
+    }
+    const uint64_t C = m.chunk_tokens;
+    if (run.rows == 0 || run.rows > 65536 || nchunks == 0 || nchunks > run.rows ||
+        run.records != (run.rows + C - 1) / C || uint64_t{nchunks} * C < run.rows) {
+      return bad("run geometry out of range");
+    }
+    run.hashes.resize(nchunks);
+    for (uint64_t& h : run.hashes) {
+      if (!r.Get(&h)) return bad("truncated run chunks");
+    }
+    run.where.resize(size_t{m.layers} * run.records);
+    for (auto& [seg, block] : run.where) {
+      if (!r.Get(&seg) || !r.Get(&block)) return bad("truncated run locations");
+    }
+    run.slot_of.resize(size_t{m.layers} * run.rows);
+    for (uint16_t& slot : run.slot_of) {
+      if (!r.Get(&slot)) return bad("truncated run mapping");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string EncodeManifest(const Manifest& m) {
@@ -56,6 +88,21 @@ std::string EncodeManifest(const Manifest& m) {
     Put(&out, c.probe_block);
     Put(&out, c.probe_stride);
   }
+  Put(&out, static_cast<uint64_t>(m.runs.size()));
+  for (const ManifestRun& r : m.runs) {
+    Put(&out, r.first_token);
+    Put(&out, r.rows);
+    Put(&out, r.records);
+    Put(&out, r.end_hash);
+    Put(&out, r.parent_hash);
+    Put(&out, static_cast<uint32_t>(r.hashes.size()));
+    for (uint64_t h : r.hashes) Put(&out, h);
+    for (const auto& [seg, block] : r.where) {
+      Put(&out, seg);
+      Put(&out, block);
+    }
+    out.append(reinterpret_cast<const char*>(r.slot_of.data()), r.slot_of.size() * sizeof(uint16_t));
+  }
   Put(&out, static_cast<uint64_t>(XXH3_64bits(out.data(), out.size())));
   return out;
 }
@@ -76,7 +123,7 @@ Result<Manifest> DecodeManifest(const std::string& bytes) {
   Manifest m;
   uint32_t version = 0, nseg = 0;
   uint64_t nchunks = 0;
-  if (!r.Get(&version) || version != kManifestVersion) return bad("unsupported version");
+  if (!r.Get(&version) || (version != 2 && version != kManifestVersion)) return bad("unsupported version");
   if (!r.Get(&m.fingerprint) || !r.Get(&m.chunk_tokens) || !r.Get(&m.layers) ||
       !r.Get(&m.log_from) || !r.Get(&m.sequence) || !r.Get(&nseg)) {
     return bad("truncated header");
@@ -105,6 +152,7 @@ Result<Manifest> DecodeManifest(const std::string& bytes) {
     }
     if (!r.Get(&c.probe_block) || !r.Get(&c.probe_stride)) return bad("truncated probe location");
   }
+  if (version >= 3) RETURN_IF_ERROR(DecodeRuns(r, m, body));
   if (r.pos() != body) return bad("trailing bytes");
   return m;
 }

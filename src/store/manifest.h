@@ -17,7 +17,9 @@
 namespace tierkv::store {
 
 inline constexpr char kManifestMagic[8] = {'T', 'K', 'V', 'M', 'A', 'N', '0', '1'};
-inline constexpr uint32_t kManifestVersion = 2;
+// 3: reordered runs (importance-ordered copies) are in the snapshot too.
+// Version 2 files (no runs) are still read.
+inline constexpr uint32_t kManifestVersion = 3;
 
 struct ManifestChunk {
   uint64_t prefix_hash = 0, parent_hash = 0;
@@ -31,6 +33,17 @@ struct ManifestChunk {
   uint16_t probe_stride = 0;
 };
 
+// A reordered run (record_check.h's Run) as the snapshot keeps it: its
+// chunks by prefix hash, its records per layer, and per layer each row's
+// slot (the mapping list).
+struct ManifestRun {
+  uint32_t first_token = 0, rows = 0, records = 0;
+  uint64_t end_hash = 0, parent_hash = 0;
+  std::vector<uint64_t> hashes;                              // its chunks, in order
+  std::vector<std::pair<uint32_t, uint32_t>> where;          // layer-major: segment, block
+  std::vector<uint16_t> slot_of;                             // layer-major: rows per layer
+};
+
 struct Manifest {
   uint64_t fingerprint = 0;
   uint32_t chunk_tokens = 0;
@@ -39,6 +52,7 @@ struct Manifest {
   uint64_t sequence = 0;   // the highest record sequence number so far
   std::vector<uint32_t> segments;  // the segments below log_from that the snapshot uses
   std::vector<ManifestChunk> chunks;
+  std::vector<ManifestRun> runs;
 };
 
 std::string EncodeManifest(const Manifest& m);

@@ -114,6 +114,57 @@ void ChunkStore::Impl::ReadManifest(RecoveryPlan* plan) {
     f.init = true;
     ++plan->manifest_chunks;
   }
+  for (ManifestRun& r : m->runs) {
+    bool ok = true;
+    for (const auto& w : r.where) ok = ok && used.count(w.first) > 0;
+    if (ok) plan->runs.push_back(std::move(r));
+  }
+}
+
+void ChunkStore::Impl::InstallRecoveredRunsLocked(const RecoveryPlan& plan) {
+  const uint32_t C = opts_.chunk_tokens;
+  const uint16_t L = opts_.layers;
+  uint64_t installed = 0;
+  if (plan.runs.empty()) return;
+  std::unordered_map<uint64_t, uint32_t> id_of;
+  for (uint32_t id : tree_.LiveChunks()) id_of[tree_.chunk(id).prefix_hash] = id;
+  for (const ManifestRun& mr : plan.runs) {
+    auto run = std::make_shared<Run>();
+    run->chunk_tokens = C;
+    run->first_token = mr.first_token;
+    run->rows = mr.rows;
+    run->records = mr.records;
+    run->end_hash = mr.end_hash;
+    run->parent_hash = mr.parent_hash;
+    run->hashes = mr.hashes;
+    // Its chunks must all be back, in order, covering its rows exactly.
+    bool ok = true;
+    uint32_t rows = 0;
+    for (uint64_t h : mr.hashes) {
+      auto it = id_of.find(h);
+      ok = it != id_of.end() && tree_.chunk(it->second).first_token == mr.first_token + rows;
+      const uint32_t id = ok ? it->second : index::kNoChunk;
+      if (!ok) break;
+      run->chunks.push_back(id);
+      rows += tree_.chunk(id).tokens;
+    }
+    if (!ok || rows != mr.rows) continue;
+    std::vector<std::vector<uint32_t>> orders(L, std::vector<uint32_t>(mr.rows));
+    for (uint16_t l = 0; l < L && ok; ++l) {
+      for (uint32_t row = 0; row < mr.rows && ok; ++row) {
+        const uint32_t slot = mr.slot_of[size_t{l} * mr.rows + row];
+        ok = slot < mr.rows;
+        if (ok) orders[l][slot] = row;
+      }
+    }
+    auto map = ok ? index::MappingList::FromOrders(orders) : Result<index::MappingList>(Status::Corruption(""));
+    if (!map.ok()) continue;  // not a permutation: the copy is dead bytes
+    run->map = std::move(map).value();
+    for (const auto& [seg, block] : mr.where) run->where.push_back(Location{seg, block});
+    for (uint32_t i = 0; i < run->records; ++i) run->bytes += L * record_bytes(run->RecordTokens(i));
+    if (InstallRunLocked(run, 0, {})) ++installed;
+  }
+  Count([&](StoreStats& s) { s.recovered_runs = installed; });
 }
 
 Status ChunkStore::Impl::DeleteGarbage(const RecoveryPlan& plan) {
@@ -304,6 +355,7 @@ Status ChunkStore::Impl::Recover() {
   {
     MutexLock l(&mu_);
     RETURN_IF_ERROR(ApplyLocked(plan));
+    InstallRecoveredRunsLocked(plan);
     dead_bytes_ = plan.total_bytes > live_bytes_ ? plan.total_bytes - live_bytes_ : 0;
     if (plan.scanned > 0) dirty_ = true;  // so that the next open need not scan them again
   }

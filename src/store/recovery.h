@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <unordered_map>
+
+#include "store/manifest.h"
 #include <vector>
 
 #include "store/chunk_table.h"
@@ -32,6 +34,7 @@ struct RecoveryPlan {
   uint64_t skipped = 0, total_bytes = 0, scanned = 0;
   uint64_t manifest_chunks = 0, manifest_errors = 0;
   std::unordered_map<uint64_t, FoundChunk> found;
+  std::vector<ManifestRun> runs;  // the snapshot's reordered runs
 };
 
 // Whether a found chunk has every layer and a consistent identity.

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <algorithm>
 #include <map>
-#include <tuple>
+#include <set>
 
 #include "store/store_impl.h"
 #include "tierkv/logging.h"
@@ -90,13 +90,79 @@ Result<Rec> NewRec(ChunkStore::Impl& s, const RowRead& r, const std::shared_ptr<
   return rec;
 }
 
+// Per reordered run the reads touch: whether reading their rows from the
+// run costs fewer blocks than from the chunks' own records. A block is a
+// page holding a wanted row (K or V; pages the reads share counted once),
+// plus each record's header unless the store knows it. Rows the run packs
+// together are cheaper there; runs of consecutive tokens (page or block
+// units) are cheaper in the chunks' own records.
+struct RunCost {
+  std::set<uint64_t> run_pages;   // (run record, page)
+  std::set<uint32_t> run_records;
+  size_t own = 0;
+};
+
+void AddRunCost(const ChunkStore::Impl& s, const RowRead& r, const Run& run, RunCost* cost)
+    TIERKV_REQUIRES(s.mu_) {
+  const uint32_t C = s.opts_.chunk_tokens;
+  const uint64_t rb = s.opts_.row_bytes;
+  const index::ChunkInfo& c = s.tree_.chunk(r.chunk);
+  std::set<uint64_t> own;
+  auto pages_of = [&](uint64_t record, uint32_t row, uint32_t tokens, std::set<uint64_t>* pages) {
+    if (r.k) pages->insert(record << 32 | row * rb / kBlockSize);
+    if (r.v) pages->insert(record << 32 | (uint64_t{tokens} + row) * rb / kBlockSize);
+  };
+  for (uint32_t row : r.rows) {
+    pages_of(0, row, c.tokens, &own);
+    const uint32_t slot = run.map.SlotOf(r.layer, c.first_token + row - run.first_token);
+    pages_of(slot / C, slot % C, run.RecordTokens(slot / C), &cost->run_pages);
+    cost->run_records.insert(slot / C);
+  }
+  const Expect e = KeyValueExpect(r.layer, c.prefix_hash, c.first_token, c.tokens);
+  cost->own += own.size() + (s.known_headers_.Find(s.table_.LocationOf(r.chunk, r.layer), e) ? 0 : 1);
+}
+
+bool RunIsCheaper(const ChunkStore::Impl& s, const Run& run, uint16_t layer, const RunCost& cost)
+    TIERKV_REQUIRES(s.mu_) {
+  size_t run_cost = cost.run_pages.size();
+  for (uint32_t rec : cost.run_records) {
+    Expect re;
+    re.kind = RecordKind::kReorderedKeyValue;
+    re.layer = layer;
+    re.prefix_hash = run.end_hash;
+    re.first_token = run.first_token;
+    re.tokens = run.RecordTokens(rec);
+    run_cost += s.known_headers_.Find(run.where[size_t{layer} * run.records + rec], re) ? 0 : 1;
+  }
+  return run_cost < cost.own;
+}
+
+// The runs (by layer) worth reading from for these reads.
+std::set<std::pair<const Run*, uint16_t>> CheaperRuns(const ChunkStore::Impl& s, std::span<const RowRead> reads)
+    TIERKV_REQUIRES(s.mu_) {
+  std::map<std::pair<const Run*, uint16_t>, RunCost> costs;
+  for (const RowRead& r : reads) {
+    if (!r.status.ok()) continue;
+    auto it = s.run_of_.find(r.chunk);
+    if (it == s.run_of_.end()) continue;
+    AddRunCost(s, r, *it->second, &costs[{it->second.get(), r.layer}]);
+  }
+  std::set<std::pair<const Run*, uint16_t>> cheaper;
+  for (const auto& [key, cost] : costs) {
+    if (RunIsCheaper(s, *key.first, key.second, cost)) cheaper.insert(key);
+  }
+  return cheaper;
+}
+
 // The records and pages read `i` needs.
-Status PlanRows(ChunkStore::Impl& s, RowRead& r, size_t i, RowPlan* plan) TIERKV_REQUIRES(s.mu_) {
+Status PlanRows(ChunkStore::Impl& s, RowRead& r, size_t i, const std::set<std::pair<const Run*, uint16_t>>& use_runs,
+                RowPlan* plan) TIERKV_REQUIRES(s.mu_) {
   const uint32_t C = s.opts_.chunk_tokens;
   const uint64_t rb = s.opts_.row_bytes;
   const index::ChunkInfo& c = s.tree_.chunk(r.chunk);
   auto run_it = s.run_of_.find(r.chunk);
-  const std::shared_ptr<const Run> run = run_it == s.run_of_.end() ? nullptr : run_it->second;
+  std::shared_ptr<const Run> run = run_it == s.run_of_.end() ? nullptr : run_it->second;
+  if (run && !use_runs.count({run.get(), r.layer})) run = nullptr;
   s.table_.Touch(r.chunk);
   plan->targets[i].reserve(r.rows.size());
   for (uint32_t row : r.rows) {
@@ -224,10 +290,11 @@ Status ChunkStore::Impl::ReadRows(std::span<RowRead> reads, RowReadStats* out_st
   plan.targets.resize(reads.size());
   {
     MutexLock l(&mu_);
+    for (RowRead& r : reads) r.status = CheckRowRead(*this, r);
+    const auto use_runs = CheaperRuns(*this, reads);
     for (size_t i = 0; i < reads.size(); ++i) {
       RowRead& r = reads[i];
-      r.status = CheckRowRead(*this, r);
-      if (r.status.ok()) r.status = PlanRows(*this, r, i, &plan);
+      if (r.status.ok()) r.status = PlanRows(*this, r, i, use_runs, &plan);
       if (!r.status.ok()) plan.targets[i].clear();
     }
   }
@@ -275,36 +342,6 @@ Status ChunkStore::Impl::ReadRows(std::span<RowRead> reads, RowReadStats* out_st
   }
   if (out_stats) *out_stats = st;
   return Status::Ok();
-}
-
-std::vector<uint32_t> ChunkStore::Impl::PageGroups(const LookupResult& prefix, size_t R,
-                                                   uint16_t layer) const {
-  const uint32_t C = opts_.chunk_tokens;
-  const uint32_t per_page = std::max<uint32_t>(1, kBlockSize / opts_.row_bytes);
-  std::vector<uint32_t> group(R);
-  // (record identity, page) -> dense id; a run's records are named by the
-  // run and the record index, a chunk's own by its index in the prefix.
-  std::map<std::tuple<const void*, uint32_t, uint32_t>, uint32_t> ids;
-  auto id = [&](const void* owner, uint32_t record, uint32_t page) {
-    return ids.try_emplace({owner, record, page}, static_cast<uint32_t>(ids.size())).first->second;
-  };
-  MutexLock l(&mu_);
-  for (size_t i = 0; i * C < R && i < prefix.chunks.size(); ++i) {
-    const uint32_t chunk = prefix.chunks[i];
-    const bool current = layer < opts_.layers && IsCurrentLocked(chunk, prefix.prefix_hashes[i]);
-    auto run_it = current ? run_of_.find(chunk) : run_of_.end();
-    const Run* run = run_it == run_of_.end() ? nullptr : run_it->second.get();
-    const size_t n = std::min<size_t>(prefix.chunk_tokens[i], R - i * C);
-    for (size_t r = 0; r < n; ++r) {
-      if (run) {
-        const uint32_t slot = run->map.SlotOf(layer, static_cast<uint32_t>(i * C + r - run->first_token));
-        group[i * C + r] = id(run, slot / C, slot % C / per_page);
-      } else {
-        group[i * C + r] = id(nullptr, static_cast<uint32_t>(i), static_cast<uint32_t>(r / per_page));
-      }
-    }
-  }
-  return group;
 }
 
 }  // namespace tierkv::store

@@ -58,8 +58,6 @@ struct ChunkStore::Impl {
   // ---- read_path.cc, row_reads.cc, probe_reads.cc
   Status Read(std::span<ChunkRead> reads, RowReadStats* stats) TIERKV_EXCLUDES(mu_, io_mu_);
   Status ReadRows(std::span<RowRead> reads, RowReadStats* stats) TIERKV_EXCLUDES(mu_);
-  std::vector<uint32_t> PageGroups(const LookupResult& prefix, size_t R, uint16_t layer) const
-      TIERKV_EXCLUDES(mu_);
   Status ReadProbeKeys(std::span<ProbeRead> reads, RowReadStats* stats) TIERKV_EXCLUDES(mu_);
   // Reads `ops` through a free side backend (waits for one if all are busy).
   Status ReadOnSide(std::span<ReadOp> ops) TIERKV_EXCLUDES(side_mu_);
@@ -105,6 +103,9 @@ struct ChunkStore::Impl {
   void Found(const RecordHeader& h, Location at, RecoveryPlan* plan) const;
   // Inserts every usable chain into the index.
   Status ApplyLocked(RecoveryPlan& plan) TIERKV_REQUIRES(mu_);
+  // The snapshot's reordered runs whose chunks all came back (a run with a
+  // chunk missing or a bad mapping stays dead bytes).
+  void InstallRecoveredRunsLocked(const RecoveryPlan& plan) TIERKV_REQUIRES(mu_);
 
   // ---- shared helpers (chunk_store.cc)
   // Whether `chunk` is live and still the chunk of `prefix_hash` (ids are reused).

@@ -558,7 +558,7 @@ TEST_F(EngineTest, ImpressRoReadsLessAfterReorderingWithTheSameLogits) {
     store::testing::TempDir dir2;
     EngineOptions ordered = o;
     ordered.cache_dir = dir2.path();
-    ordered.store_order = StoreOrder::kSystem;
+    ordered.store_order = StoreOrder::kSystem;  // impress-ro's row orders at store
     ASSERT_OK_AND_ASSIGN(auto e2, Engine::Open(*model_, ordered));
     ASSERT_OK(e2->Serve(a).status());
     EXPECT_GT(e2->TEST_store()->stats().reordered_chunks, 0u);
