@@ -348,6 +348,18 @@ Status ChunkStore::Impl::WriteManifest() {
       }
       mc.probe_block = table_.ProbeBlock(id);
       mc.probe_stride = table_.ProbeStride(id);
+      // The K/V records' page checksums, if every layer's header is known.
+      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+        const auto k = known_headers_.Find(table_.LocationOf(id, layer),
+                                           KeyValueExpect(layer, c.prefix_hash, c.first_token, c.tokens));
+        if (!k || (layer > 0 && k->page_checksums.size() != mc.pages)) {
+          mc.pages = 0;
+          mc.page_checksums.clear();
+          break;
+        }
+        mc.pages = static_cast<uint32_t>(k->page_checksums.size());
+        mc.page_checksums.insert(mc.page_checksums.end(), k->page_checksums.begin(), k->page_checksums.end());
+      }
       m.chunks.push_back(std::move(mc));
     }
     // Each installed run once (its chunks all point at it).

@@ -43,7 +43,8 @@ Status DecodeRuns(Reader& r, Manifest& m, size_t body) {
     }
     const uint64_t C = m.chunk_tokens;
     if (run.rows == 0 || run.rows > 65536 || nchunks == 0 || nchunks > run.rows ||
-        run.records != (run.rows + C - 1) / C || uint64_t{nchunks} * C < run.rows) {
+        run.records != (run.rows + C - 1) / C || uint64_t{nchunks} * C < run.rows ||
+        (uint64_t{nchunks} + uint64_t{m.layers} * run.records + uint64_t{m.layers} * run.rows) * 2 > body) {
       return bad("run geometry out of range");
     }
     run.hashes.resize(nchunks);
@@ -87,6 +88,8 @@ std::string EncodeManifest(const Manifest& m) {
     }
     Put(&out, c.probe_block);
     Put(&out, c.probe_stride);
+    Put(&out, c.pages);
+    out.append(reinterpret_cast<const char*>(c.page_checksums.data()), c.page_checksums.size() * sizeof(uint64_t));
   }
   Put(&out, static_cast<uint64_t>(m.runs.size()));
   for (const ManifestRun& r : m.runs) {
@@ -151,6 +154,13 @@ Result<Manifest> DecodeManifest(const std::string& bytes) {
       if (!r.Get(&seg) || !r.Get(&block)) return bad("truncated locations");
     }
     if (!r.Get(&c.probe_block) || !r.Get(&c.probe_stride)) return bad("truncated probe location");
+    if (version >= 3) {
+      if (!r.Get(&c.pages) || uint64_t{c.pages} * m.layers * 8 > body) return bad("page count out of range");
+      c.page_checksums.resize(size_t{c.pages} * m.layers);
+      for (uint64_t& x : c.page_checksums) {
+        if (!r.Get(&x)) return bad("truncated page checksums");
+      }
+    }
   }
   if (version >= 3) RETURN_IF_ERROR(DecodeRuns(r, m, body));
   if (r.pos() != body) return bad("trailing bytes");

@@ -31,6 +31,11 @@ struct ManifestChunk {
   // layer 0's segment; probe_block UINT32_MAX: none.
   uint32_t probe_block = UINT32_MAX;
   uint16_t probe_stride = 0;
+  // Version 3: the page checksums of its K/V records, layer-major (pages
+  // per record each), as the store knew them (HeaderCache); empty: not
+  // known (the headers are read on first use).
+  uint32_t pages = 0;
+  std::vector<uint64_t> page_checksums;
 };
 
 // A reordered run (record_check.h's Run) as the snapshot keeps it: its

@@ -113,11 +113,34 @@ void ChunkStore::Impl::ReadManifest(RecoveryPlan* plan) {
     }
     f.init = true;
     ++plan->manifest_chunks;
+    if (c.pages > 0) plan->known_pages[c.prefix_hash] = {f.where, c.pages, c.page_checksums};
   }
   for (ManifestRun& r : m->runs) {
     bool ok = true;
     for (const auto& w : r.where) ok = ok && used.count(w.first) > 0;
     if (ok) plan->runs.push_back(std::move(r));
+  }
+}
+
+void ChunkStore::Impl::KnowRecoveredHeadersLocked(const RecoveryPlan& plan) {
+  for (uint32_t id : tree_.LiveChunks()) {
+    const index::ChunkInfo& c = tree_.chunk(id);
+    auto it = plan.known_pages.find(c.prefix_hash);
+    if (it == plan.known_pages.end()) continue;
+    const RecoveryPlan::KnownPages& k = it->second;
+    for (uint16_t layer = 0; layer < opts_.layers && layer < k.where.size(); ++layer) {
+      const Location at = table_.LocationOf(id, layer);
+      // Only a record still where the snapshot saw it (the log may hold a newer copy).
+      if (at.segment != k.where[layer].segment || at.block != k.where[layer].block) continue;
+      RecordHeader h;
+      h.kind = RecordKind::kKeyValue;
+      h.layer = layer;
+      h.prefix_hash = c.prefix_hash;
+      h.first_token = c.first_token;
+      h.token_count = c.tokens;
+      h.page_checksums.assign(k.sums.begin() + size_t{layer} * k.pages, k.sums.begin() + size_t{layer + 1} * k.pages);
+      known_headers_.Put(at, h);
+    }
   }
 }
 
@@ -356,6 +379,7 @@ Status ChunkStore::Impl::Recover() {
     MutexLock l(&mu_);
     RETURN_IF_ERROR(ApplyLocked(plan));
     InstallRecoveredRunsLocked(plan);
+    KnowRecoveredHeadersLocked(plan);
     dead_bytes_ = plan.total_bytes > live_bytes_ ? plan.total_bytes - live_bytes_ : 0;
     if (plan.scanned > 0) dirty_ = true;  // so that the next open need not scan them again
   }

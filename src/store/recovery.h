@@ -35,6 +35,14 @@ struct RecoveryPlan {
   uint64_t manifest_chunks = 0, manifest_errors = 0;
   std::unordered_map<uint64_t, FoundChunk> found;
   std::vector<ManifestRun> runs;  // the snapshot's reordered runs
+  // The snapshot's chunks whose K/V page checksums it kept: by prefix hash,
+  // their locations and checksums (HeaderCache, for records still there).
+  struct KnownPages {
+    std::vector<ChunkStore::Location> where;
+    uint32_t pages = 0;
+    std::vector<uint64_t> sums;
+  };
+  std::unordered_map<uint64_t, KnownPages> known_pages;
 };
 
 // Whether a found chunk has every layer and a consistent identity.

@@ -106,6 +106,9 @@ struct ChunkStore::Impl {
   // The snapshot's reordered runs whose chunks all came back (a run with a
   // chunk missing or a bad mapping stays dead bytes).
   void InstallRecoveredRunsLocked(const RecoveryPlan& plan) TIERKV_REQUIRES(mu_);
+  // The snapshot's page checksums of records still where it saw them, so
+  // that row reads after a restart skip their headers too.
+  void KnowRecoveredHeadersLocked(const RecoveryPlan& plan) TIERKV_REQUIRES(mu_);
 
   // ---- shared helpers (chunk_store.cc)
   // Whether `chunk` is live and still the chunk of `prefix_hash` (ids are reused).
