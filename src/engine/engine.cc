@@ -209,10 +209,10 @@ Result<std::vector<double>> Engine::Profile(std::span<const std::vector<int32_t>
   }
   if (im.probe_profile) {
     auto fit = im.probe_profile->Measure(im.model, prompts);
-    if (!fit.ok() && !fit.status().IsInvalidArgument()) return fit.status();
+    if (!fit.ok() && !fit.status().IsNotFound()) return fit.status();
     if (!fit.ok()) {
-      // Prompts too short to profile on: IMPRESS's rule decides until a
-      // request long enough comes (Serve profiles on it).
+      // No prompt to profile on: IMPRESS's rule decides until a request
+      // long enough comes (Serve profiles on it).
       TIERKV_LOG(kWarn) << fit.status().message() << "; deciding by j^alpha (alpha " << im.opts.alpha
                         << ") until a longer request";
     }
@@ -349,7 +349,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     RETURN_IF_ERROR(im.profile->Measure(im.model, std::span(&own, 1)).status());
   }
   if (im.probe_profile && im.probe_profile->Thresholds().empty() &&
-      n >= 2 * ProbeProfile::kQueryTokens) {
+      ProbeProfile::Usable(n, static_cast<size_t>(im.c.context_length))) {
     // Likewise (a shorter prompt decides by j^alpha until a longer one comes).
     const std::vector<int32_t> own(tokens.begin(), tokens.end());
     RETURN_IF_ERROR(im.probe_profile->Measure(im.model, std::span(&own, 1)).status());

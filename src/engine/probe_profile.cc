@@ -46,14 +46,15 @@ Result<std::vector<ProbeFit>> ProbeProfile::Measure(const Model& model,
                                                     std::span<const std::vector<int32_t>> prompts) {
   Samples samples(c_.n_layers);
   size_t used = 0;
+  const size_t context = static_cast<size_t>(model.config().context_length);
   for (const auto& p : prompts) {
-    if (p.size() < 2 * kQueryTokens) continue;
+    if (!Usable(p.size(), context)) continue;
     RETURN_IF_ERROR(Sample(model, p, &samples));
     ++used;
   }
   if (used == 0) {
-    return Status::InvalidArgument("probe profile: no profiling prompt of at least " +
-                                   std::to_string(2 * kQueryTokens) + " tokens");
+    return Status::NotFound("probe profile: no profiling prompt of " + std::to_string(2 * kQueryTokens) +
+                            " tokens or more within the model's context of " + std::to_string(context));
   }
   nlohmann::json j;
   j["fingerprint"] = fingerprint_;

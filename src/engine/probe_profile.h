@@ -34,8 +34,11 @@ class ProbeProfile {
   // Uses the saved profile if it is this model's at this retention;
   // otherwise logs why not and stays empty.
   void Load();
-  // Measures on `prompts` (those shorter than twice kQueryTokens skipped),
-  // fits, uses and saves. InvalidArgument when no prompt is long enough.
+  // Whether a prompt of `n` tokens can be profiled on: at least twice
+  // kQueryTokens, within the model's context (0: no limit).
+  static bool Usable(size_t n, size_t context) { return n >= 2 * kQueryTokens && (context == 0 || n <= context); }
+  // Measures on `prompts` (the Usable ones), fits, uses and saves.
+  // NotFound when none is usable.
   Result<std::vector<ProbeFit>> Measure(const Model& model, std::span<const std::vector<int32_t>> prompts);
   // Per-layer thresholds (empty until loaded or measured).
   std::vector<double> Thresholds() const;
