@@ -72,6 +72,25 @@ std::string Manifest() {
   return tierkv::store::EncodeManifest(m);
 }
 
+// Version 3's parts: a chunk's page checksums and a reordered run of both.
+std::string ManifestWithRun() {
+  tierkv::store::Manifest m = tierkv::store::DecodeManifest(Manifest()).value();
+  m.chunks[0].pages = 2;
+  m.chunks[0].page_checksums = {1, 2, 3, 4};
+  tierkv::store::ManifestRun r;
+  r.first_token = 0;
+  r.rows = 32;
+  r.records = 2;
+  r.end_hash = 0x20;
+  r.hashes = {0x10, 0x20};
+  r.where = {{2, 8}, {2, 10}, {2, 12}, {2, 14}};
+  for (uint16_t l = 0; l < 2; ++l) {
+    for (uint16_t row = 0; row < 32; ++row) r.slot_of.push_back(static_cast<uint16_t>(31 - row));
+  }
+  m.runs = {r};
+  return tierkv::store::EncodeManifest(m);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,6 +103,7 @@ int main(int argc, char** argv) {
   Write(dir + "/record/kv.rec", Record(tierkv::store::RecordKind::kKeyValue, 16, 128));
   Write(dir + "/record/probe.rec", Record(tierkv::store::RecordKind::kProbeKeys, 16, 64));
   Write(dir + "/manifest/two-chunks.manifest", Manifest());
+  Write(dir + "/manifest/run-and-checksums.manifest", ManifestWithRun());
   Write(dir + "/prompt/plain.jsonl", "{\"prefix\": \"Once upon a time\", \"query\": \" there was\"}");
   Write(dir + "/prompt/escapes.jsonl",
         "{\"prefix\": \"caf\\u00e9 \\\"quoted\\\"\\n\\ttab\", \"query\": \" \\ud83d\\ude00?\"}");

@@ -601,6 +601,17 @@ TEST(ManifestTest, RoundTripAndEveryDamageIsCorruption) {
   m.segments = {3, 5};
   m.chunks.push_back(ManifestChunk{11, 0, 0, {1, 2, 3, 4}, {{3, 0}, {3, 2}}});
   m.chunks.push_back(ManifestChunk{12, 11, 4, {5, 6}, {{5, 1}, {5, 9}}});
+  m.chunks[0].pages = 2;  // version 3: page checksums and runs
+  m.chunks[0].page_checksums = {7, 8, 9, 10};
+  ManifestRun run;
+  run.first_token = 0;
+  run.rows = 6;
+  run.records = 2;
+  run.end_hash = 12;
+  run.hashes = {11, 12};
+  run.where = {{5, 20}, {5, 22}, {5, 24}, {5, 26}};
+  run.slot_of = {5, 4, 3, 2, 1, 0, 0, 1, 2, 3, 4, 5};
+  m.runs.push_back(run);
   const std::string bytes = EncodeManifest(m);
   ASSERT_OK_AND_ASSIGN(Manifest d, DecodeManifest(bytes));
   EXPECT_EQ(d.fingerprint, m.fingerprint);
@@ -610,6 +621,13 @@ TEST(ManifestTest, RoundTripAndEveryDamageIsCorruption) {
   ASSERT_EQ(d.chunks.size(), 2u);
   EXPECT_EQ(d.chunks[1].tokens, (std::vector<int32_t>{5, 6}));
   EXPECT_EQ(d.chunks[1].where[1], (std::pair<uint32_t, uint32_t>{5, 9}));
+  EXPECT_EQ(d.chunks[0].page_checksums, m.chunks[0].page_checksums);
+  EXPECT_EQ(d.chunks[1].pages, 0u);
+  ASSERT_EQ(d.runs.size(), 1u);
+  EXPECT_EQ(d.runs[0].hashes, run.hashes);
+  EXPECT_EQ(d.runs[0].where, run.where);
+  EXPECT_EQ(d.runs[0].slot_of, run.slot_of);
+  EXPECT_EQ(EncodeManifest(d), bytes);
   for (size_t i = 0; i < bytes.size(); ++i) {
     std::string bad = bytes;
     bad[i] ^= 0x10;
