@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tierkv/model.h"
@@ -13,6 +14,9 @@ struct EngineBenchOptions {
   std::vector<int> batch_sizes = {64, 256, 512, 1024, 2048};
   int repeats = 5;  // rounds; each measurement keeps its best
   std::vector<int> sgemm_sizes = {256, 512, 1024, 2048};
+  // The side kernels: (queries, prefix rows) as a request with a 2,700-token
+  // prefix and a 45-token query sees them (a quarter of R, all of R).
+  std::vector<std::pair<int, int>> kernel_shapes = {{45, 675}, {45, 2700}};
 };
 
 struct SgemmPoint {
@@ -29,6 +33,21 @@ struct PrefillPoint {
   double fraction_of_peak = 0;
 };
 
+// The engine's side kernels on stored fp16 rows, every KV head of a layer
+// fanned out over the compute threads as the engine does: "attention" (the
+// new tokens' attention over prefix rows, with values) and "scoring"
+// (weights and column sums only: H2O and probe scoring). FLOPs count the
+// products with the prefix rows: 4·q·g·rows·d per KV head with values,
+// 2·q·g·rows·d without.
+struct KernelPoint {
+  std::string kernel;  // "attention" or "scoring"
+  int queries = 0;     // new tokens
+  int rows = 0;        // prefix rows per KV head
+  double ms = 0;       // one layer (every KV head)
+  double gflops = 0;
+  double fraction_of_peak = 0;
+};
+
 struct EngineBenchReport {
   std::string model;
   std::string blas;
@@ -36,6 +55,7 @@ struct EngineBenchReport {
   double peak_gflops = 0;  // best sgemm of sgemm_sizes
   std::vector<SgemmPoint> sgemm;
   std::vector<PrefillPoint> prefill;
+  std::vector<KernelPoint> kernels;
 };
 
 // FLOPs of the matrix products of one prefill of T tokens from position 0,

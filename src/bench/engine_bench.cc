@@ -6,7 +6,9 @@
 #include <random>
 #include <thread>
 
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "util/thread_pool.h"
 
 namespace tierkv::bench {
 namespace {
@@ -33,6 +35,56 @@ double SgemmGflops(int n, int repeats) {
     best = std::min(best, Seconds(t0) / inner);
   }
   return 2.0 * n * n * n / best / 1e9;
+}
+
+// One layer's side kernel: every KV head's attention (or weights only) of
+// `q` new tokens over `rows` fp16 prefix rows, heads on the compute threads.
+double KernelSeconds(const ModelConfig& c, int q, int rows, bool values, int repeats) {
+  const int H = c.n_kv_heads, hd = c.head_dim(), group = c.group();
+  const size_t kvd = static_cast<size_t>(c.kv_dim());
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> qs(static_cast<size_t>(q) * c.dim), kn(q * kvd), vn(q * kvd);
+  for (auto& x : qs) x = u(rng);
+  for (auto& x : kn) x = u(rng);
+  for (auto& x : vn) x = u(rng);
+  std::vector<uint16_t> keys(rows * kvd), vals(rows * kvd);
+  for (auto& x : keys) x = static_cast<uint16_t>(0x3000 + rng() % 0x800);  // fp16 in [0.125, 0.5)
+  for (auto& x : vals) x = static_cast<uint16_t>(0x3000 + rng() % 0x800);
+  std::vector<float> out(static_cast<size_t>(q) * c.dim);
+  std::vector<std::vector<float>> colsum(H, std::vector<float>(static_cast<size_t>(group) * rows));
+  auto layer = [&] {
+    ThreadPool::Compute()->ParallelFor(H, [&](int h) {
+      thread_local kernels::AttentionScratch scratch;
+      kernels::AttentionArgs a;
+      a.n_new = q;
+      a.head_dim = hd;
+      a.group = group;
+      a.q = qs.data() + static_cast<size_t>(h) * group * hd;
+      a.q_stride = static_cast<size_t>(c.dim);
+      a.k_new = kn.data() + static_cast<size_t>(h) * hd;
+      a.v_new = vn.data() + static_cast<size_t>(h) * hd;
+      a.kv_new_stride = kvd;
+      a.prefix = KvRows{keys.data() + static_cast<size_t>(h) * hd, vals.data() + static_cast<size_t>(h) * hd,
+                        KvDType::kF16, static_cast<size_t>(rows), kvd, kvd, nullptr};
+      if (values) {
+        a.out = out.data() + static_cast<size_t>(h) * group * hd;
+        a.out_stride = static_cast<size_t>(c.dim);
+      } else {
+        a.colsum = colsum[h].data();
+      }
+      kernels::AttendKvGroup(a, &scratch);
+    });
+  };
+  layer();  // warm-up
+  double best = 1e30;
+  const int inner = 20;
+  for (int rep = 0; rep < repeats; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < inner; ++i) layer();
+    best = std::min(best, Seconds(t0) / inner);
+  }
+  return best;
 }
 
 }  // namespace
@@ -89,6 +141,20 @@ Result<EngineBenchReport> RunEngineBench(const Model& model, const std::string& 
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   for (const auto& p : r.sgemm) r.peak_gflops = std::max(r.peak_gflops, p.gflops);
+  for (const auto& [q, rows] : o.kernel_shapes) {
+    for (const bool values : {true, false}) {
+      KernelPoint k;
+      k.kernel = values ? "attention" : "scoring";
+      k.queries = q;
+      k.rows = rows;
+      const double sec = KernelSeconds(c, q, rows, values, o.repeats);
+      const double flops = (values ? 4.0 : 2.0) * q * c.group() * rows * c.head_dim() * c.n_kv_heads;
+      k.ms = sec * 1e3;
+      k.gflops = flops / sec / 1e9;
+      k.fraction_of_peak = r.peak_gflops > 0 ? k.gflops / r.peak_gflops : 0;
+      r.kernels.push_back(k);
+    }
+  }
   for (size_t k = 0; k < inputs.size(); ++k) {
     PrefillPoint& p = r.prefill[k];
     const int T = static_cast<int>(inputs[k].size());
@@ -119,6 +185,13 @@ std::string ReportToText(const EngineBenchReport& r) {
   for (const auto& p : r.prefill) {
     std::snprintf(buf, sizeof buf, "  %6d %9.2f %10.0f %6.2f %8.1f %7.0f%%\n", p.tokens, p.ms,
                   p.tokens_per_s, p.gflop, p.gflops, 100 * p.fraction_of_peak);
+    s += buf;
+  }
+  s += "side kernels (one layer, every KV head, fp16 prefix rows):\n"
+       "  kernel      queries  rows       ms  GFLOP/s  of peak\n";
+  for (const auto& k : r.kernels) {
+    std::snprintf(buf, sizeof buf, "  %-10s %7d %5d %8.3f %8.1f %7.1f%%\n", k.kernel.c_str(), k.queries,
+                  k.rows, k.ms, k.gflops, 100 * k.fraction_of_peak);
     s += buf;
   }
   return s;
@@ -152,6 +225,15 @@ std::string ReportToJson(const EngineBenchReport& r) {
                   "\"gflops\": %.2f, \"fraction_of_peak\": %.4f}",
                   i ? ", " : "", p.tokens, p.ms, p.tokens_per_s, p.gflop, p.gflops,
                   p.fraction_of_peak);
+    s += buf;
+  }
+  s += "], \"kernels\": [";
+  for (size_t i = 0; i < r.kernels.size(); ++i) {
+    const auto& k = r.kernels[i];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"kernel\": \"%s\", \"queries\": %d, \"rows\": %d, \"ms\": %.4f, \"gflops\": %.2f, "
+                  "\"fraction_of_peak\": %.4f}",
+                  i ? ", " : "", k.kernel.c_str(), k.queries, k.rows, k.ms, k.gflops, k.fraction_of_peak);
     s += buf;
   }
   s += "]}";
