@@ -148,7 +148,8 @@ TEST(CliTest, EvalPplAndAnalyzeAttentionRunOnStories260K) {
 TEST(CliTest, BenchEngineReportsPeakAndPrefill) {
   CliRun r = Tierkv("bench-engine --tokens 32 --repeats 1 --json");
   EXPECT_EQ(r.code, 0) << r.out;
-  for (const char* key : {"\"peak_gflops\"", "\"prefill\"", "\"tokens_per_s\"", "\"fraction_of_peak\""}) {
+  for (const char* key : {"\"peak_gflops\"", "\"prefill\"", "\"tokens_per_s\"", "\"fraction_of_peak\"",
+                          "\"kernels\"", "\"scoring\"", "\"attention\""}) {
     EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
   }
 }
