@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/profile_file.h"
 #include "select/profile.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/logging.h"
@@ -9,14 +10,7 @@
 namespace tierkv::engine {
 
 Result<std::vector<double>> CarProfile::Parse(const std::string& text) const {
-  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument("not a JSON object");
-  if (!j.contains("fingerprint") || !j["fingerprint"].is_number_unsigned()) {
-    return Status::InvalidArgument("field 'fingerprint' missing or not a number");
-  }
-  if (j["fingerprint"].get<uint64_t>() != fingerprint_) {
-    return Status::InvalidArgument("field 'fingerprint' names another model");
-  }
+  ASSIGN_OR_RETURN(nlohmann::json j, ParseProfileFile(text, fingerprint_));
   if (!j.contains("sparsity") || !j["sparsity"].is_array() ||
       j["sparsity"].size() != static_cast<size_t>(layers_)) {
     return Status::InvalidArgument("field 'sparsity' is not an array of " +

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/profile_file.h"
 #include "engine/head_scores.h"
 #include "select/identify.h"
 #include "select/importance.h"
@@ -72,14 +73,7 @@ Result<std::vector<ProbeFit>> ProbeProfile::Measure(const Model& model,
 }
 
 Result<ProbeProfile::Samples> ProbeProfile::Parse(const std::string& text) const {
-  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument("not a JSON object");
-  if (!j.contains("fingerprint") || !j["fingerprint"].is_number_unsigned()) {
-    return Status::InvalidArgument("field 'fingerprint' missing or not a number");
-  }
-  if (j["fingerprint"].get<uint64_t>() != fingerprint_) {
-    return Status::InvalidArgument("field 'fingerprint' names another model");
-  }
+  ASSIGN_OR_RETURN(nlohmann::json j, ParseProfileFile(text, fingerprint_));
   if (!j.contains("retention") || !j["retention"].is_number() || j["retention"].get<double>() != retention_) {
     return Status::InvalidArgument("field 'retention' is not this engine's " + std::to_string(retention_));
   }
