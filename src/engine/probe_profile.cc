@@ -67,7 +67,10 @@ Result<std::vector<ProbeFit>> ProbeProfile::Measure(const Model& model,
     j["samples"].push_back(l);
   }
   Status saved = WriteFileAtomically(FileSystem::Default(), path_, j.dump(1));
-  if (!saved.ok()) TIERKV_LOG(kWarn) << "probe profile: saving: " << saved.ToString();
+  if (!saved.ok()) {
+    // The profile still serves this engine; the next one measures again.
+    TIERKV_LOG(kWarn) << "probe profile: saving: " << saved.ToString();
+  }
   Use(samples);
   return Fits();
 }

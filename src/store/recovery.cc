@@ -138,7 +138,7 @@ void ChunkStore::Impl::KnowRecoveredHeadersLocked(const RecoveryPlan& plan) {
       h.prefix_hash = c.prefix_hash;
       h.first_token = c.first_token;
       h.token_count = c.tokens;
-      h.page_checksums.assign(k.sums.begin() + size_t{layer} * k.pages, k.sums.begin() + size_t{layer + 1} * k.pages);
+      h.page_checksums.assign(k.sums.begin() + size_t{layer} * k.pages, k.sums.begin() + (size_t{layer} + 1) * k.pages);
       known_headers_.Put(at, h);
     }
   }
