@@ -17,32 +17,6 @@
 namespace tierkv::app {
 namespace {
 
-// The bytes a request's rows need when read exactly: every row of R, K and
-// V (whole-row systems); the keys of R and the used rows' values (H2O, and
-// a probe system's layers that fell back); the probe heads' keys of R and
-// the used rows' K and V (layers the probes decided).
-double IdealBytes(const engine::RequestStats& st, engine::System sys, const ModelConfig& c) {
-  const engine::SystemTraits t = engine::TraitsOf(sys);
-  if (!t.reuses) return 0;
-  const double rb = c.kv_dim() * 2.0, R = static_cast<double>(st.reused_tokens);
-  const double pb = std::min(3, c.n_kv_heads) * c.head_dim() * 2.0;
-  using engine::System;
-  const bool probes = sys == System::kImpressItf || sys == System::kImpressRo ||
-                      sys == System::kImpress || sys == System::kSpec;
-  double sum = 0;
-  for (const engine::LayerTrace& L : st.layers) {
-    const double rows = static_cast<double>(L.rows);
-    if (!t.selective) {
-      sum += 2 * R * rb;
-    } else if (!probes || L.fallback) {
-      sum += R * rb + rows * rb;
-    } else {
-      sum += R * pb + 2 * rows * rb;
-    }
-  }
-  return sum;
-}
-
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -171,7 +145,7 @@ void AddCompare(CLI::App& app, Action* run) {
         uint64_t reordered = 0;
         uint64_t maintain_errors = 0;  // reordering rounds that failed (skipped)
         std::vector<engine::ProbeFit> probe_fits;  // alpha auto
-        double ideal_bytes = 0;  // what the rows used would take, read exactly (IdealBytes)
+        double ideal_bytes = 0;  // what the rows used would take, read exactly (RequestStats)
         std::vector<double> fallback;  // per layer: requests whose probes fell back
       };
       std::vector<Acc> acc(systems.size());
@@ -215,7 +189,7 @@ void AddCompare(CLI::App& app, Action* run) {
             round_sum += s.stats.ttft_ms;
             ++round_n;
             const auto& L = s.stats.layers;
-            A.ideal_bytes += IdealBytes(s.stats, sys, model.config());
+            A.ideal_bytes += static_cast<double>(s.stats.ideal_bytes);
             A.fallback.resize(L.size(), 0.0);
             for (size_t l = 0; l < L.size(); ++l) A.fallback[l] += L[l].fallback;
             A.layer_wait.resize(L.size(), 0.0);
@@ -285,7 +259,7 @@ void AddCompare(CLI::App& app, Action* run) {
                                      : nlohmann::json());
         }
         j["layer_load_wait_ms"] = lw;
-        // Bytes read from disk per byte the used rows need (IdealBytes); with
+        // Bytes read from disk per byte the used rows need (ideal_bytes); with
         // pools that hit, below 1 says little: run with zero pools to see
         // the read path's own amplification.
         j["ideal_bytes"] = A.ideal_bytes / passes;

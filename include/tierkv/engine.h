@@ -175,6 +175,12 @@ struct RequestStats {
   uint64_t device_bytes_read = 0, host_bytes_read = 0;  // copied out of the pools
   uint64_t device_hits = 0, host_hits = 0, disk_reads = 0;  // chunk-layer accesses by tier
   uint64_t stored_chunks = 0;
+  // What the rows the request used take when read exactly, the ideal its
+  // disk and pool reads are compared with: all of R's K and V (whole-row
+  // systems); R's keys and the used rows' values (H2O, and a probe layer
+  // that fell back); R's probe-head keys and the used rows' K and V (a
+  // layer the probes decided).
+  uint64_t ideal_bytes = 0;
   // Storing the prompt failed (a full disk, an I/O error): the answer stands,
   // later requests lose this reuse. Logged with the reason.
   bool store_failed = false;

@@ -74,6 +74,7 @@ struct Engine::Impl {
                                 Status* load_error);
   void FillStats(const Request& rq, Clock::time_point t_compute, Clock::time_point t_done,
                  RequestStats* st) const;
+  uint64_t IdealBytes(const RequestStats& st) const;
 
   const Model& model;
   const EngineOptions opts;
@@ -288,6 +289,23 @@ void Engine::Impl::FillStats(const Request& rq, Clock::time_point t_compute,
   st->fallback_layers = rq.fallbacks;
   st->compute_ms = Ms(t_compute, t_done) - st->load_wait_ms - st->identify_ms;
   st->ttft_ms = Ms(rq.t0, t_done);
+  st->ideal_bytes = IdealBytes(*st);
+}
+
+uint64_t Engine::Impl::IdealBytes(const RequestStats& st) const {
+  if (!row.reuses()) return 0;
+  const uint64_t R = st.reused_tokens;
+  uint64_t sum = 0;
+  for (const LayerTrace& L : st.layers) {
+    if (!row.selective()) {
+      sum += 2 * R * row_bytes;
+    } else if (row.selection == Selection::kH2o || L.fallback) {
+      sum += (R + L.rows) * row_bytes;
+    } else {
+      sum += R * probe_bytes + 2 * L.rows * row_bytes;
+    }
+  }
+  return sum;
 }
 
 Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const ServeOptions& so,
@@ -348,7 +366,7 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
     const std::vector<int32_t> own(tokens.begin(), tokens.end());
     RETURN_IF_ERROR(im.profile->Measure(im.model, std::span(&own, 1)).status());
   }
-  if (im.probe_profile && im.probe_profile->Thresholds().empty() &&
+  if (im.probe_profile && !im.probe_profile->Fitted() &&
       ProbeProfile::Usable(n, static_cast<size_t>(im.c.context_length))) {
     // Likewise (a shorter prompt decides by j^alpha until a longer one comes).
     const std::vector<int32_t> own(tokens.begin(), tokens.end());

@@ -66,7 +66,7 @@ Status H2oSource::Select(Request& rq, LayerWork& work, LayerPrefix* prefix,
   const std::vector<std::vector<float>> scores = AllHeadScores(
       work.view, c, H, reinterpret_cast<const uint16_t*>(kall->data()), static_cast<size_t>(c.kv_dim()), R);
   const size_t k = KeepCount(rq, layer);
-  const std::vector<uint32_t> groups = RowGroups(d_, rq);
+  const std::vector<uint32_t>& groups = RowGroups(d_, rq);
   std::vector<std::vector<int32_t>> sets(H);
   std::vector<bool> in_union(R, false);
   for (int h = 0; h < H; ++h) {

@@ -23,9 +23,10 @@ std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps) {
   return nullptr;
 }
 
-std::vector<uint32_t> RowGroups(const SourceDeps& deps, const Request& rq) {
+const std::vector<uint32_t>& RowGroups(const SourceDeps& deps, Request& rq) {
   const SelectionUnit& u = deps.options->unit;
-  std::vector<uint32_t> groups;
+  std::vector<uint32_t>& groups = rq.unit_groups;
+  if (u.granularity == Granularity::kToken || groups.size() == rq.R) return groups;
   switch (u.granularity) {
     case Granularity::kToken: break;
     case Granularity::kPage:

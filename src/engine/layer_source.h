@@ -57,8 +57,9 @@ void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::share
 
 // The selection unit's groups of R's rows (the options' unit): empty for
 // single rows; the rows of one 4 KiB page of a chunk's own record (token
-// order); blocks of consecutive tokens.
-std::vector<uint32_t> RowGroups(const SourceDeps& deps, const Request& rq);
+// order); blocks of consecutive tokens. The same for every layer: computed
+// once per attempt and kept in the request.
+const std::vector<uint32_t>& RowGroups(const SourceDeps& deps, Request& rq);
 // The rows kept by `scores`: the top k, or whole groups (select::TopGroups).
 std::vector<int32_t> KeepRows(std::span<const float> scores, const std::vector<uint32_t>& groups, size_t k);
 

@@ -132,11 +132,14 @@ void ProbeProfile::Use(const Samples& samples) {
   fits_ = std::move(fits);
 }
 
-std::vector<double> ProbeProfile::Thresholds() const {
+bool ProbeProfile::Fitted() const {
   MutexLock l(&mu_);
-  std::vector<double> t;
-  for (const auto& f : fits_) t.push_back(f.threshold);
-  return t;
+  return !fits_.empty();
+}
+
+double ProbeProfile::Threshold(int layer) const {
+  MutexLock l(&mu_);
+  return layer >= 0 && layer < static_cast<int>(fits_.size()) ? fits_[layer].threshold : -1;
 }
 
 std::vector<ProbeFit> ProbeProfile::Fits() const {

@@ -40,8 +40,10 @@ class ProbeProfile {
   // Measures on `prompts` (the Usable ones), fits, uses and saves.
   // NotFound when none is usable.
   Result<std::vector<ProbeFit>> Measure(const Model& model, std::span<const std::vector<int32_t>> prompts);
-  // Per-layer thresholds (empty until loaded or measured).
-  std::vector<double> Thresholds() const;
+  // Whether a profile is loaded or measured.
+  bool Fitted() const;
+  // Layer `layer`'s threshold; -1 (IMPRESS's j^alpha) when not fitted.
+  double Threshold(int layer) const;
   std::vector<ProbeFit> Fits() const;
 
  private:

@@ -57,23 +57,16 @@ Result<select::ProbeDecision> ProbeSource::Identify(Request& rq, LayerWork& work
   const std::vector<std::vector<float>> scores =
       AllHeadScores(work.view, c, P, reinterpret_cast<const uint16_t*>(keys->data()),
                     static_cast<size_t>(P) * c.head_dim(), rq.R);
-  double fitted = -1;  // IMPRESS's j^alpha unless a fitted profile says otherwise
-  if (d_.probe_profile) {
-    const std::vector<double> t = d_.probe_profile->Thresholds();
-    if (layer < static_cast<int>(t.size())) fitted = t[layer];
-  }
-  select::ProbeDecision d = select::DecideWithProbes(scores, identify_, fitted);
-  if (d.use_probes && d_.options->unit.granularity != Granularity::kToken) {
-    // The probes decide at row level; the shared set is taken in whole
-    // units by the probes' summed scores.
-    d.selected = KeepRows(SumScores(scores, rq.R), RowGroups(d_, rq), d.k);
-  }
+  // IMPRESS's j^alpha unless a fitted profile says otherwise.
+  const double fitted = d_.probe_profile ? d_.probe_profile->Threshold(layer) : -1;
+  // The probes decide per row; the shared set is taken in whole selection units.
+  select::ProbeDecision d = select::DecideWithProbes(scores, identify_, fitted, RowGroups(d_, rq));
   work.trace->fallback = !d.use_probes;
   if (!d.use_probes) {
     ++rq.fallbacks;
   } else if (d_.row->reports_importance) {
     // What reordering packs by: the rows this layer found important.
-    d_.store->ReportImportance(*rq.m, static_cast<uint16_t>(layer), SumScores(scores, rq.R));
+    d_.store->ReportImportance(*rq.m, static_cast<uint16_t>(layer), d.summed);
   }
   return d;
 }

@@ -46,6 +46,7 @@ struct Request {
   std::vector<std::shared_ptr<Fetch>> whole, probe_fetch, key_fetch, prefetch;
   std::vector<std::vector<int32_t>> predicted;  // spec: by layer, the prediction
   std::vector<bool> speculate;                  // spec: by layer, read the prediction ahead
+  std::vector<uint32_t> unit_groups;  // R's rows' selection units (RowGroups; empty: single rows)
   // Systems that order at store: the window captured by the forward pass,
   // scored when the prompt is stored (null otherwise).
   std::unique_ptr<StoreImportance> order;

@@ -81,7 +81,8 @@ std::vector<int32_t> SelectByVote(const std::vector<std::vector<float>>& head_sc
 }
 
 ProbeDecision DecideWithProbes(const std::vector<std::vector<float>>& probe_scores,
-                               const IdentifyOptions& o, double fitted_threshold) {
+                               const IdentifyOptions& o, double fitted_threshold,
+                               std::span<const uint32_t> groups) {
   ProbeDecision d;
   d.n = probe_scores.empty() ? 0 : probe_scores[0].size();
   if (d.n == 0) {
@@ -96,8 +97,12 @@ ProbeDecision DecideWithProbes(const std::vector<std::vector<float>>& probe_scor
   d.threshold = fitted_threshold >= 0 ? fitted_threshold : std::pow(d.random_jaccard, o.alpha);
   d.use_probes = d.jaccard >= d.threshold;
   if (d.use_probes) {
-    d.selected = o.aggregation == Aggregation::kSum ? SelectBySummedScores(probe_scores, d.k)
-                                                     : SelectByVote(probe_scores, d.k);
+    d.summed = Summed(probe_scores);
+    if (!groups.empty()) {
+      d.selected = TopGroups(d.summed, groups, d.k);
+    } else {
+      d.selected = o.aggregation == Aggregation::kSum ? TopK(d.summed, d.k) : SelectByVote(probe_scores, d.k);
+    }
   }
   return d;
 }

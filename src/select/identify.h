@@ -70,18 +70,26 @@ struct ProbeDecision {
   double random_jaccard = 0;   // j = (k/n) / (2 - k/n)
   double threshold = 0;        // t = j^alpha
   bool use_probes = false;     // jaccard >= threshold
-  // When use_probes: the probes' aggregated top-k (ascending). Empty
-  // otherwise: the caller computes all heads' scores and uses
-  // SelectBySummedScores (the per-layer fallback).
+  // When use_probes: the probes' aggregated top-k (ascending), or whole
+  // groups of rows (`groups`) by summed score. Empty otherwise: the caller
+  // computes all heads' scores and uses SelectBySummedScores (the per-layer
+  // fallback).
   std::vector<int32_t> selected;
+  // When use_probes: the probe heads' summed scores per row (what
+  // reordering packs by).
+  std::vector<float> summed;
 };
 
 // probe_scores[p][j]: importance of row j for probe head p (every vector the
 // same length n). With one probe head there is nothing to compare: J = 1.
 // fitted_threshold >= 0: that threshold instead of j^alpha (a fitted
-// profile's, select/probe_fit.h; kNeverProbes: always fall back).
+// profile's, select/probe_fit.h; kNeverProbes: always fall back). groups
+// non-empty: the shared set is taken in whole groups of rows by the probes'
+// summed scores (TopGroups; the decision itself stays per row, and a vote
+// has no meaning for groups).
 ProbeDecision DecideWithProbes(const std::vector<std::vector<float>>& probe_scores,
-                               const IdentifyOptions& options, double fitted_threshold = -1);
+                               const IdentifyOptions& options, double fitted_threshold = -1,
+                               std::span<const uint32_t> groups = {});
 
 // SPEC's speculation: layer l+1's set is predicted to be layer l's. Recall of
 // a prediction: |predicted ∩ actual| / |actual| (1 when actual is empty).
