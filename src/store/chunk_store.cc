@@ -322,6 +322,55 @@ LookupResult ChunkStore::Impl::Lookup(std::span<const int32_t> tokens) {
 
 // ---- the manifest and statistics
 
+ManifestChunk ChunkStore::Impl::ManifestChunkLocked(uint32_t id, std::set<uint32_t>* used) const {
+  const index::ChunkInfo& c = tree_.chunk(id);
+  ManifestChunk mc;
+  mc.prefix_hash = c.prefix_hash;
+  const uint32_t parent = tree_.ParentChunk(id);
+  mc.parent_hash = parent == index::kNoChunk ? 0 : tree_.chunk(parent).prefix_hash;
+  mc.first_token = c.first_token;
+  auto t = tree_.ChunkTokens(id);
+  mc.tokens.assign(t.begin(), t.end());
+  for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+    const Location w = table_.LocationOf(id, layer);
+    mc.where.emplace_back(w.segment, w.block);
+    used->insert(w.segment);
+  }
+  mc.probe_block = table_.ProbeBlock(id);
+  mc.probe_stride = table_.ProbeStride(id);
+  // The K/V records' page checksums, if every layer's header is known.
+  for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+    const auto k = known_headers_.Find(table_.LocationOf(id, layer),
+                                       KeyValueExpect(layer, c.prefix_hash, c.first_token, c.tokens));
+    if (!k || (layer > 0 && k->page_checksums.size() != mc.pages)) {
+      mc.pages = 0;
+      mc.page_checksums.clear();
+      break;
+    }
+    mc.pages = static_cast<uint32_t>(k->page_checksums.size());
+    mc.page_checksums.insert(mc.page_checksums.end(), k->page_checksums.begin(), k->page_checksums.end());
+  }
+  return mc;
+}
+
+ManifestRun ChunkStore::Impl::ManifestRunOf(const Run& run, std::set<uint32_t>* used) const {
+  ManifestRun mr;
+  mr.first_token = run.first_token;
+  mr.rows = run.rows;
+  mr.records = run.records;
+  mr.end_hash = run.end_hash;
+  mr.parent_hash = run.parent_hash;
+  mr.hashes = run.hashes;
+  for (const Location& w : run.where) {
+    mr.where.emplace_back(w.segment, w.block);
+    used->insert(w.segment);
+  }
+  for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
+    for (uint32_t row = 0; row < run.rows; ++row) mr.slot_of.push_back(static_cast<uint16_t>(run.map.SlotOf(layer, row)));
+  }
+  return mr;
+}
+
 Status ChunkStore::Impl::WriteManifest() {
   Manifest m;
   m.fingerprint = opts_.fingerprint;
@@ -332,57 +381,10 @@ Status ChunkStore::Impl::WriteManifest() {
   {
     MutexLock l(&mu_);
     std::set<uint32_t> used;
-    for (uint32_t id : tree_.LiveChunks()) {
-      const index::ChunkInfo& c = tree_.chunk(id);
-      ManifestChunk mc;
-      mc.prefix_hash = c.prefix_hash;
-      const uint32_t parent = tree_.ParentChunk(id);
-      mc.parent_hash = parent == index::kNoChunk ? 0 : tree_.chunk(parent).prefix_hash;
-      mc.first_token = c.first_token;
-      auto t = tree_.ChunkTokens(id);
-      mc.tokens.assign(t.begin(), t.end());
-      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
-        const Location w = table_.LocationOf(id, layer);
-        mc.where.emplace_back(w.segment, w.block);
-        used.insert(w.segment);
-      }
-      mc.probe_block = table_.ProbeBlock(id);
-      mc.probe_stride = table_.ProbeStride(id);
-      // The K/V records' page checksums, if every layer's header is known.
-      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
-        const auto k = known_headers_.Find(table_.LocationOf(id, layer),
-                                           KeyValueExpect(layer, c.prefix_hash, c.first_token, c.tokens));
-        if (!k || (layer > 0 && k->page_checksums.size() != mc.pages)) {
-          mc.pages = 0;
-          mc.page_checksums.clear();
-          break;
-        }
-        mc.pages = static_cast<uint32_t>(k->page_checksums.size());
-        mc.page_checksums.insert(mc.page_checksums.end(), k->page_checksums.begin(), k->page_checksums.end());
-      }
-      m.chunks.push_back(std::move(mc));
-    }
-    // Each installed run once (its chunks all point at it).
-    std::set<const Run*> runs;
+    for (uint32_t id : tree_.LiveChunks()) m.chunks.push_back(ManifestChunkLocked(id, &used));
+    std::set<const Run*> runs;  // each installed run once (its chunks all point at it)
     for (const auto& [chunk, run] : run_of_) {
-      if (!runs.insert(run.get()).second) continue;
-      ManifestRun mr;
-      mr.first_token = run->first_token;
-      mr.rows = run->rows;
-      mr.records = run->records;
-      mr.end_hash = run->end_hash;
-      mr.parent_hash = run->parent_hash;
-      mr.hashes = run->hashes;
-      for (const Location& w : run->where) {
-        mr.where.emplace_back(w.segment, w.block);
-        used.insert(w.segment);
-      }
-      for (uint16_t layer = 0; layer < opts_.layers; ++layer) {
-        for (uint32_t row = 0; row < run->rows; ++row) {
-          mr.slot_of.push_back(static_cast<uint16_t>(run->map.SlotOf(layer, row)));
-        }
-      }
-      m.runs.push_back(std::move(mr));
+      if (runs.insert(run.get()).second) m.runs.push_back(ManifestRunOf(*run, &used));
     }
     m.segments.assign(used.begin(), used.end());
     dirty_ = false;

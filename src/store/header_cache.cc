@@ -1,6 +1,6 @@
 #include "store/header_cache.h"
 
-#include <string>
+#include <utility>
 
 namespace tierkv::store {
 
@@ -9,14 +9,12 @@ bool KnownHeader::Matches(const Expect& e) const {
          first_token == e.first_token && tokens == e.tokens;
 }
 
-void HeaderCache::Put(Location at, const RecordHeader& h) {
-  auto k = std::make_shared<KnownHeader>();
-  k->kind = h.kind;
-  k->layer = h.layer;
-  k->prefix_hash = h.prefix_hash;
-  k->first_token = h.first_token;
-  k->tokens = h.token_count;
-  k->page_checksums = h.page_checksums;
+KnownHeader KnownHeader::Of(const RecordHeader& h) {
+  return KnownHeader{h.kind, h.layer, h.prefix_hash, h.first_token, h.token_count, h.page_checksums};
+}
+
+void HeaderCache::Put(Location at, KnownHeader h) {
+  auto k = std::make_shared<const KnownHeader>(std::move(h));
   MutexLock l(&mu_);
   known_[Key(at)] = std::move(k);
 }
@@ -41,17 +39,6 @@ void HeaderCache::EraseSegment(uint32_t segment) {
 size_t HeaderCache::size() const {
   MutexLock l(&mu_);
   return known_.size();
-}
-
-Status VerifyKnownPages(const char* record, const KnownHeader& h, const std::vector<bool>& pages) {
-  for (uint32_t pg = 0; pg < pages.size(); ++pg) {
-    if (!pages[pg]) continue;
-    if (pg >= h.page_checksums.size() ||
-        PageChecksum({record + kBlockSize * (1 + size_t{pg}), kBlockSize}) != h.page_checksums[pg]) {
-      return Status::Corruption("payload page " + std::to_string(pg) + " checksum mismatch");
-    }
-  }
-  return Status::Ok();
 }
 
 }  // namespace tierkv::store

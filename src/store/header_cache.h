@@ -31,6 +31,8 @@ struct KnownHeader {
   uint64_t prefix_hash = 0;
   uint32_t first_token = 0, tokens = 0;
   std::vector<uint64_t> page_checksums;
+  // A header's identity and checksums.
+  static KnownHeader Of(const RecordHeader& h);
   // Whether this is the record `e` expects (its identity; a reordered
   // record's rows were written from its run's mapping list).
   bool Matches(const Expect& e) const;
@@ -38,7 +40,7 @@ struct KnownHeader {
 
 class HeaderCache {
  public:
-  void Put(Location at, const RecordHeader& h);
+  void Put(Location at, KnownHeader h);
   // The known header at `at`, if it is the record `e` expects; else null.
   std::shared_ptr<const KnownHeader> Find(Location at, const Expect& e) const;
   void Erase(Location at);
@@ -50,9 +52,5 @@ class HeaderCache {
   mutable Mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<const KnownHeader>> known_ TIERKV_GUARDED_BY(mu_);
 };
-
-// The pages marked in `pages` (payload page i at record + (1 + i) * 4 KiB)
-// against a known header's checksums. Corruption naming the page.
-Status VerifyKnownPages(const char* record, const KnownHeader& h, const std::vector<bool>& pages);
 
 }  // namespace tierkv::store

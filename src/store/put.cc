@@ -138,8 +138,8 @@ Status ChunkStore::Impl::WriteKeyValues(std::span<const int32_t> tokens, const K
       const size_t len = size_t{n} * opts_.row_bytes;
       payload.assign(kv.k[layer].data() + (p - kv.first_row) * opts_.row_bytes, len);
       payload.append(kv.v[layer].data() + (p - kv.first_row) * opts_.row_bytes, len);
-      wr.headers.push_back(
-          EncodeChunkRecord(RecordKind::kKeyValue, layer, tokens, p, n, parent, *hash, payload, &record));
+      wr.headers.push_back(KnownHeader::Of(
+          EncodeChunkRecord(RecordKind::kKeyValue, layer, tokens, p, n, parent, *hash, payload, &record)));
       wr.placed.where[layer] = writer_.Next();
       *bytes += record.size();
       RETURN_IF_ERROR(writer_.Append(record));
@@ -244,8 +244,8 @@ Result<PutResult> ChunkStore::Impl::Put(std::span<const int32_t> tokens, const K
                      }));
     out.new_chunks = pub.chunks;
     dead_bytes_ += out.bytes_written - pub.bytes;
-    for (const Written& wr : written) {
-      for (uint16_t l = 0; l < opts_.layers; ++l) known_headers_.Put(wr.placed.where[l], wr.headers[l]);
+    for (Written& wr : written) {
+      for (uint16_t l = 0; l < opts_.layers; ++l) known_headers_.Put(wr.placed.where[l], std::move(wr.headers[l]));
     }
     dirty_ = true;
     out.stored_tokens = tree_.Lookup(tokens).matched_tokens;

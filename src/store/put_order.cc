@@ -41,7 +41,7 @@ Status ChunkStore::Impl::WritePutRuns(const KvInput& kv, const PutPlan& plan,
     run->map = std::move(map).value();
     run->records = (run->rows + C - 1) / C;
     for (uint32_t i = 0; i < run->records; ++i) run->bytes += opts_.layers * record_bytes(run->RecordTokens(i));
-    std::vector<RecordHeader> headers;
+    std::vector<KnownHeader> headers;
     const std::string all = EncodeRunRecords(
         *run, tokens,
         [&](size_t k, uint16_t layer) {
@@ -73,7 +73,7 @@ uint64_t ChunkStore::Impl::InstallPutRunsLocked(std::span<const int32_t> tokens,
       all_there = all_there && it != id_of.end();
       if (all_there) run.chunks.push_back(it->second);
     }
-    if (!all_there || !InstallRunLocked(runs[i].run, 0, runs[i].headers)) {
+    if (!all_there || !InstallRunLocked(runs[i].run, 0, std::move(runs[i].headers))) {
       dead += run.bytes;
       continue;
     }

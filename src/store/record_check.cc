@@ -16,6 +16,29 @@ Expect KeyValueExpect(uint16_t layer, uint64_t prefix_hash, uint32_t first_token
   return e;
 }
 
+Expect RunRecordExpect(const Run& run, uint16_t layer, uint32_t record) {
+  Expect e;
+  e.kind = RecordKind::kReorderedKeyValue;
+  e.layer = layer;
+  e.prefix_hash = run.end_hash;
+  e.first_token = run.first_token;
+  e.tokens = run.RecordTokens(record);
+  e.run = &run;
+  e.run_record = record;
+  return e;
+}
+
+Status CheckPages(const char* record, std::span<const uint64_t> checksums, const std::vector<bool>& pages) {
+  for (uint32_t pg = 0; pg < pages.size(); ++pg) {
+    if (!pages[pg]) continue;
+    if (pg >= checksums.size() ||
+        PageChecksum({record + kBlockSize * (1 + size_t{pg}), kBlockSize}) != checksums[pg]) {
+      return Status::Corruption("payload page " + std::to_string(pg) + " checksum mismatch");
+    }
+  }
+  return Status::Ok();
+}
+
 Result<RecordHeader> RecordChecker::CheckHeader(const char* block0, const Expect& e) const {
   auto h = DecodeHeader(std::span<const char, kBlockSize>(block0, kBlockSize));
   if (!h.ok()) return h.status();
@@ -42,23 +65,14 @@ Result<RecordHeader> RecordChecker::CheckHeader(const char* block0, const Expect
 
 Status RecordChecker::Verify(const char* record, const Expect& e) const {
   ASSIGN_OR_RETURN(RecordHeader h, CheckHeader(record, e));
-  for (uint32_t pg = 0; pg < h.page_checksums.size(); ++pg) {
-    if (!PageChecksumOk(h, pg, {record + kBlockSize * (1 + size_t{pg}), kBlockSize})) {
-      return Status::Corruption("payload page " + std::to_string(pg) + " checksum mismatch");
-    }
-  }
-  return Status::Ok();
+  return CheckPages(record, h.page_checksums, std::vector<bool>(h.page_checksums.size(), true));
 }
 
-Status RecordChecker::VerifyPages(const char* record, const Expect& e,
-                                  const std::vector<bool>& pages) const {
+Result<RecordHeader> RecordChecker::VerifyPages(const char* record, const Expect& e,
+                                                const std::vector<bool>& pages) const {
   ASSIGN_OR_RETURN(RecordHeader h, CheckHeader(record, e));
-  for (uint32_t pg = 0; pg < pages.size(); ++pg) {
-    if (pages[pg] && !PageChecksumOk(h, pg, {record + kBlockSize * (1 + size_t{pg}), kBlockSize})) {
-      return Status::Corruption("payload page " + std::to_string(pg) + " checksum mismatch");
-    }
-  }
-  return Status::Ok();
+  RETURN_IF_ERROR(CheckPages(record, h.page_checksums, pages));
+  return h;
 }
 
 }  // namespace tierkv::store

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "index/mapping_list.h"
@@ -53,8 +54,9 @@ class RecordChecker {
   Result<RecordHeader> CheckHeader(const char* block0, const Expect& e) const;
   // The header and every payload page of a whole record.
   Status Verify(const char* record, const Expect& e) const;
-  // The header and the payload pages marked in `pages` (read selectively).
-  Status VerifyPages(const char* record, const Expect& e, const std::vector<bool>& pages) const;
+  // The header and the payload pages marked in `pages` (read selectively);
+  // the header, checked, on success.
+  Result<RecordHeader> VerifyPages(const char* record, const Expect& e, const std::vector<bool>& pages) const;
 
  private:
   uint64_t fingerprint_;
@@ -65,5 +67,11 @@ class RecordChecker {
 
 // The expectation for a chunk's own K/V record of `layer`.
 Expect KeyValueExpect(uint16_t layer, uint64_t prefix_hash, uint32_t first_token, uint32_t tokens);
+// The expectation for record `record` of `layer` of a reordered run.
+Expect RunRecordExpect(const Run& run, uint16_t layer, uint32_t record);
+
+// The payload pages marked in `pages` (page i at record + (1 + i) * 4 KiB)
+// against their checksums. Corruption naming the first bad page.
+Status CheckPages(const char* record, std::span<const uint64_t> checksums, const std::vector<bool>& pages);
 
 }  // namespace tierkv::store

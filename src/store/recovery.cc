@@ -132,14 +132,9 @@ void ChunkStore::Impl::KnowRecoveredHeadersLocked(const RecoveryPlan& plan) {
       const Location at = table_.LocationOf(id, layer);
       // Only a record still where the snapshot saw it (the log may hold a newer copy).
       if (at.segment != k.where[layer].segment || at.block != k.where[layer].block) continue;
-      RecordHeader h;
-      h.kind = RecordKind::kKeyValue;
-      h.layer = layer;
-      h.prefix_hash = c.prefix_hash;
-      h.first_token = c.first_token;
-      h.token_count = c.tokens;
-      h.page_checksums.assign(k.sums.begin() + size_t{layer} * k.pages, k.sums.begin() + (size_t{layer} + 1) * k.pages);
-      known_headers_.Put(at, h);
+      const auto sums = k.sums.begin() + size_t{layer} * k.pages;
+      known_headers_.Put(at, KnownHeader{RecordKind::kKeyValue, layer, c.prefix_hash, c.first_token, c.tokens,
+                                         std::vector<uint64_t>(sums, sums + k.pages)});
     }
   }
 }

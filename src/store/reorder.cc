@@ -215,7 +215,7 @@ Status ReadSources(ChunkStore::Impl& s, const RunPlan& p, std::vector<AlignedBuf
 }  // namespace
 
 std::string ChunkStore::Impl::EncodeRunRecords(const Run& run, std::span<const uint16_t> tokens,
-                                               const RunRows& rows_of, std::vector<RecordHeader>* headers) {
+                                               const RunRows& rows_of, std::vector<KnownHeader>* headers) {
   const uint32_t C = opts_.chunk_tokens;
   const uint64_t rb = opts_.row_bytes;
   const uint16_t L = opts_.layers;
@@ -255,7 +255,7 @@ std::string ChunkStore::Impl::EncodeRunRecords(const Run& run, std::span<const u
       h.sequence = ++sequence_;
       EncodeRecord(h, payload, &record);
       all += record;
-      headers->push_back(std::move(h));
+      headers->push_back(KnownHeader::Of(h));
     }
   }
   return all;
@@ -276,7 +276,7 @@ Status ChunkStore::Impl::AppendRun(Run& run, const std::string& all) {
 }
 
 bool ChunkStore::Impl::InstallRunLocked(const std::shared_ptr<Run>& run, uint64_t written,
-                                        const std::vector<RecordHeader>& headers) {
+                                        std::vector<KnownHeader> headers) {
   bool still = true;
   for (size_t k = 0; k < run->chunks.size() && still; ++k) still = IsCurrentLocked(run->chunks[k], run->hashes[k]);
   const bool fits = opts_.disk_budget_bytes == 0 || live_bytes_ + run->bytes <= opts_.disk_budget_bytes;
@@ -291,7 +291,9 @@ bool ChunkStore::Impl::InstallRunLocked(const std::shared_ptr<Run>& run, uint64_
     ++run_chunks_;
   }
   MarkReordered(*this, *run);
-  for (size_t i = 0; i < headers.size() && i < run->where.size(); ++i) known_headers_.Put(run->where[i], headers[i]);
+  for (size_t i = 0; i < headers.size() && i < run->where.size(); ++i) {
+    known_headers_.Put(run->where[i], std::move(headers[i]));
+  }
   live_bytes_ += run->bytes;
   run_bytes_ += run->bytes;
   return true;
@@ -327,7 +329,7 @@ Result<ReorderResult> ChunkStore::Impl::Reorder(const ReorderOptions& ro) {
       continue;
     }
     const uint16_t L = opts_.layers;
-    std::vector<RecordHeader> headers;
+    std::vector<KnownHeader> headers;
     const std::string all = EncodeRunRecords(
         *p.run, p.tokens,
         [&](size_t k, uint16_t layer) {
@@ -347,7 +349,7 @@ Result<ReorderResult> ChunkStore::Impl::Reorder(const ReorderOptions& ro) {
     }
     out.bytes_written += all.size();
     MutexLock l(&mu_);
-    InstallRunLocked(p.run, all.size(), headers) ? ++out.runs : ++out.discarded;
+    InstallRunLocked(p.run, all.size(), std::move(headers)) ? ++out.runs : ++out.discarded;
   }
   Count([&](StoreStats& st) {
     st.reorders += out.runs;

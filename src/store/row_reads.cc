@@ -71,20 +71,13 @@ Result<Rec> NewRec(ChunkStore::Impl& s, const RowRead& r, const std::shared_ptr<
   Rec rec;
   rec.where = where;
   ASSIGN_OR_RETURN(rec.file, s.ReaderForLocked(where.segment));
-  rec.expect.layer = r.layer;
   if (run) {
-    rec.expect.kind = RecordKind::kReorderedKeyValue;
-    rec.expect.prefix_hash = run->end_hash;
-    rec.expect.first_token = run->first_token;
-    rec.expect.run = run.get();
-    rec.expect.run_record = run_record;
+    rec.expect = RunRecordExpect(*run, r.layer, run_record);
     rec.run = run;
   } else {
-    rec.expect.prefix_hash = c.prefix_hash;
-    rec.expect.first_token = c.first_token;
+    rec.expect = KeyValueExpect(r.layer, c.prefix_hash, c.first_token, rec_tokens);
     rec.chunk = r.chunk;
   }
-  rec.expect.tokens = rec_tokens;
   rec.known = s.known_headers_.Find(where, rec.expect);
   rec.pages.assign(PagesFor(PayloadBytesFor(RecordKind::kKeyValue, rec_tokens, s.opts_.row_bytes)), false);
   return rec;
@@ -126,12 +119,7 @@ bool RunIsCheaper(const ChunkStore::Impl& s, const Run& run, uint16_t layer, con
     TIERKV_REQUIRES(s.mu_) {
   size_t run_cost = cost.run_pages.size();
   for (uint32_t rec : cost.run_records) {
-    Expect re;
-    re.kind = RecordKind::kReorderedKeyValue;
-    re.layer = layer;
-    re.prefix_hash = run.end_hash;
-    re.first_token = run.first_token;
-    re.tokens = run.RecordTokens(rec);
+    const Expect re = RunRecordExpect(run, layer, rec);
     run_cost += s.known_headers_.Find(run.where[size_t{layer} * run.records + rec], re) ? 0 : 1;
   }
   return run_cost < cost.own;
@@ -229,13 +217,6 @@ std::vector<ReadOp> PageRuns(std::vector<Rec>& recs, std::vector<size_t>* op_rec
   return ops;
 }
 
-// The pages a record's read marked, against its header (just read and checked).
-Status VerifyKnownPagesOf(const RecordHeader& h, const Rec& rec) {
-  KnownHeader k;
-  k.page_checksums = h.page_checksums;
-  return VerifyKnownPages(rec.buf.get(), k, rec.pages);
-}
-
 // A record that failed: a reordered copy's layout is dropped (the reads fall
 // back to the originals), a chunk's own corrupt record drops the chunk.
 void OnBadRecord(ChunkStore::Impl& s, Rec& rec) TIERKV_EXCLUDES(s.mu_) {
@@ -315,11 +296,11 @@ Status ChunkStore::Impl::ReadRows(std::span<RowRead> reads, RowReadStats* out_st
   for (Rec& rec : plan.recs) {
     if (rec.run) ++st.reordered_records;
     if (rec.status.ok() && rec.known) {
-      rec.status = VerifyKnownPages(rec.buf.get(), *rec.known, rec.pages);
+      rec.status = CheckPages(rec.buf.get(), rec.known->page_checksums, rec.pages);
     } else if (rec.status.ok()) {
-      auto h = checker_.CheckHeader(rec.buf.get(), rec.expect);
-      rec.status = h.ok() ? VerifyKnownPagesOf(*h, rec) : h.status();
-      if (rec.status.ok()) known_headers_.Put(rec.where, *h);  // the next read skips it
+      auto h = checker_.VerifyPages(rec.buf.get(), rec.expect, rec.pages);
+      rec.status = h.status();
+      if (h.ok()) known_headers_.Put(rec.where, KnownHeader::Of(*h));  // the next read skips it
     }
     if (rec.status.ok()) continue;
     rec.status.IsCorruption() ? ++corrupt : ++errors;

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include "store/chunk_table.h"
 #include "store/header_cache.h"
 #include "store/io_backend.h"
+#include "store/manifest.h"
 #include "store/record_check.h"
 #include "store/segment_writer.h"
 #include "tierkv/mutex.h"
@@ -74,14 +76,14 @@ struct ChunkStore::Impl {
   // run's map and records are set, tokens[k] are chunk k's tokens.
   // headers: each record's header, in run.where's order (for known_headers_).
   std::string EncodeRunRecords(const Run& run, std::span<const uint16_t> tokens, const RunRows& rows_of,
-                               std::vector<RecordHeader>* headers) TIERKV_REQUIRES(write_mu_);
+                               std::vector<KnownHeader>* headers) TIERKV_REQUIRES(write_mu_);
   // Appends a run's encoded records to the active segment (not yet durable;
   // the caller syncs) and fills run.where.
   Status AppendRun(Run& run, const std::string& all) TIERKV_REQUIRES(write_mu_);
   // Swaps a written run's layout in, if every chunk of it is still the one
   // it was written for and the budget holds it; else its bytes are dead.
   bool InstallRunLocked(const std::shared_ptr<Run>& run, uint64_t written,
-                        const std::vector<RecordHeader>& headers) TIERKV_REQUIRES(mu_);
+                        std::vector<KnownHeader> headers) TIERKV_REQUIRES(mu_);
 
   // ---- verify.cc
   Result<VerifyReport> Verify(bool repair) TIERKV_EXCLUDES(mu_, write_mu_);
@@ -143,6 +145,10 @@ struct ChunkStore::Impl {
   // A chunk (whose prefix hash was `prefix_hash`) left the index.
   void ForgetChunkLocked(uint32_t chunk, uint64_t prefix_hash) TIERKV_REQUIRES(mu_);
   Status WriteManifest() TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(mu_);
+  // A live chunk and an installed run as the manifest keeps them; the
+  // segments their records use are added to *used.
+  ManifestChunk ManifestChunkLocked(uint32_t id, std::set<uint32_t>* used) const TIERKV_REQUIRES(mu_);
+  ManifestRun ManifestRunOf(const Run& run, std::set<uint32_t>* used) const;
 
   // ---- put.cc: Put's steps
   struct PutPlan {
@@ -152,7 +158,7 @@ struct ChunkStore::Impl {
   struct Written {
     uint64_t prefix_hash = 0;
     Placed placed;
-    std::vector<RecordHeader> headers;  // of its K/V records, per layer (for known_headers_)
+    std::vector<KnownHeader> headers;  // of its K/V records, per layer (for known_headers_)
   };
   // Touches the prompt's stored prefix, evicts for the new chunks, and says
   // what is written (the longest prefix that fits when the budget is short).
@@ -179,7 +185,7 @@ struct ChunkStore::Impl {
   // each chunk's first report.
   struct PutRun {
     std::shared_ptr<Run> run;
-    std::vector<RecordHeader> headers;
+    std::vector<KnownHeader> headers;
   };
   Status WritePutRuns(const KvInput& kv, const PutPlan& plan, const std::vector<Written>& written,
                       std::vector<PutRun>* runs, uint64_t* bytes) TIERKV_REQUIRES(write_mu_);
