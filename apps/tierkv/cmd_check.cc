@@ -1,4 +1,3 @@
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -129,12 +128,7 @@ void AddCheck(CLI::App& app, Action* run) {
           layers.push_back(e);
         }
         j["layers"] = layers;
-        nlohmann::json pf = nlohmann::json::array();
-        for (const engine::ProbeFit& f : (*sys)->ProbeFits()) {
-          pf.push_back({{"threshold", std::isinf(f.threshold) ? nlohmann::json("never") : nlohmann::json(f.threshold)},
-                        {"recall", f.recall}, {"decided", f.decided}, {"decided_recall", f.decided_recall}});
-        }
-        if (!pf.empty()) j["probe_fit"] = pf;
+        if (!(*sys)->ProbeFits().empty()) j["probe_fit"] = ProbeFitJson((*sys)->ProbeFits());
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf("system %s, retention %.2f: %zu requests, %zu query tokens, %llu of %llu "

@@ -157,14 +157,13 @@ void AddCompare(CLI::App& app, Action* run) {
         o.device_bytes = static_cast<uint64_t>(a->device_share * stored);
         o.host_bytes = static_cast<uint64_t>(a->host_share * stored);
         ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::Open(model, o));
-        if (eng->UsesProfile() && (round == 0 || A.probe_fits.empty())) {
-          // Profiling prompts, unmeasured (once: later rounds' engines, and
-          // systems sharing the probe profile, open with the saved one).
-          if (round == 0 && (engine::TraitsOf(sys).profiled || eng->ProbeFits().empty())) {
-            RETURN_IF_ERROR(eng->Profile(ProfilingPrompts(*reqs)).status());
-          }
-          A.probe_fits = eng->ProbeFits();
+        if (round == 0 && eng->UsesProfile() && (engine::TraitsOf(sys).profiled || eng->ProbeFits().empty())) {
+          // Profiling prompts, unmeasured: car's once per system; the probe
+          // profile once (systems sharing it, and later rounds' engines,
+          // open with the saved one).
+          RETURN_IF_ERROR(eng->Profile(ProfilingPrompts(*reqs)).status());
         }
+        if (A.probe_fits.empty()) A.probe_fits = eng->ProbeFits();
         engine::ServeOptions so;
         so.store = false;  // every system sees the same store
         for (int pass = 0; pass < a->warmup; ++pass) {
@@ -267,14 +266,7 @@ void AddCompare(CLI::App& app, Action* run) {
         nlohmann::json fb = nlohmann::json::array();
         for (double f : A.fallback) fb.push_back(f / n);
         j["layer_fallback_share"] = fb;
-        if (!A.probe_fits.empty()) {
-          nlohmann::json pf = nlohmann::json::array();
-          for (const engine::ProbeFit& f : A.probe_fits) {
-            pf.push_back({{"threshold", std::isinf(f.threshold) ? nlohmann::json("never") : nlohmann::json(f.threshold)},
-                          {"recall", f.recall}, {"decided", f.decided}, {"decided_recall", f.decided_recall}});
-          }
-          j["probe_fit"] = pf;
-        }
+        if (!A.probe_fits.empty()) j["probe_fit"] = ProbeFitJson(A.probe_fits);
         if (engine::TraitsOf(systems[si]).speculates) j["layer_recall"] = lr;
         per[std::string(engine::SystemName(systems[si]))] = j;
       }

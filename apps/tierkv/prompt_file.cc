@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -46,7 +47,26 @@ CLI::Validator ParsedBy(Parse parse, const std::string& names) {
       names);
 }
 
+// A flag whose value the engine parses (`parse` returns Result<T>) into *out.
+template <typename T, typename Parse>
+void AddParsedOption(CLI::App* sub, const std::string& name, T* out, Parse parse, const std::string& help,
+                     const std::string& names) {
+  sub->add_option_function<std::string>(name, [out, parse](const std::string& s) { *out = *parse(s); }, help)
+      ->check(ParsedBy(parse, names));
+}
+
 }  // namespace
+
+nlohmann::json ProbeFitJson(const std::vector<engine::ProbeFit>& fits) {
+  nlohmann::json pf = nlohmann::json::array();
+  for (const engine::ProbeFit& f : fits) {
+    pf.push_back({{"threshold", std::isinf(f.threshold) ? nlohmann::json("never") : nlohmann::json(f.threshold)},
+                  {"recall", f.recall},
+                  {"decided", f.decided},
+                  {"decided_recall", f.decided_recall}});
+  }
+  return pf;
+}
 
 std::vector<std::vector<int32_t>> ProfilingPrompts(const std::vector<PromptPair>& reqs) {
   std::vector<std::vector<int32_t>> out;
@@ -86,32 +106,28 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
                   "probes' set must keep")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  sub->add_option_function<std::string>(
-         "--aggregation", [f](const std::string& s) { f->aggregation = *engine::ParseAggregation(s); },
-         "How the probe heads' sets combine: sum (default) or vote")
-      ->check(ParsedBy(engine::ParseAggregation, "sum or vote"));
-  sub->add_option_function<std::string>(
-         "--granularity", [f](const std::string& s) { f->unit = *engine::ParseSelectionUnit(s); },
-         "Selective systems choose or skip as one: page (the default: the rows sharing a "
-         "4 KiB page of the stored layout), token (single rows) or block:N (N consecutive tokens)")
-      ->check(ParsedBy(engine::ParseSelectionUnit, "token, page or block:N"));
-  sub->add_option_function<std::string>(
-         "--store-order", [f](const std::string& s) { f->store_order = *engine::ParseStoreOrder(s); },
-         "Write stored rows once more in the storing request's importance order (twice the bytes "
-         "written; single-row selection, --granularity token, then touches few pages): off (the "
-         "default), system (impress-ro, impress, spec and car do; compare's store is written so), "
-         "or on")
-      ->check(ParsedBy(engine::ParseStoreOrder, "system, on or off"));
+  AddParsedOption(sub, "--aggregation", &f->aggregation, engine::ParseAggregation,
+                  "How the probe heads' sets combine: sum (default) or vote", "sum or vote");
+  AddParsedOption(sub, "--granularity", &f->unit, engine::ParseSelectionUnit,
+                  "Selective systems choose or skip as one: page (the default: the consecutive "
+                  "tokens whose rows share a 4 KiB page of a chunk's record, 8 for the default "
+                  "model), token (single rows) or block:N (N consecutive tokens)",
+                  "token, page or block:N");
+  AddParsedOption(sub, "--store-order", &f->store_order, engine::ParseStoreOrder,
+                  "Write stored rows once more in the storing request's importance order (twice "
+                  "the bytes written; single-row selection, --granularity token, then touches few "
+                  "pages): off (the default), system (impress-ro, impress, spec and car do; "
+                  "compare's store is written so), or on",
+                  "system, on or off");
   sub->add_option("--chunk-tokens", f->chunk_tokens,
                   "Tokens per chunk (at most what one record's header lists: several hundred for "
                   "small models; a larger value is refused naming this model's limit)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  sub->add_option_function<std::string>(
-         "--policy", [f](const std::string& s) { f->policy = *engine::ParsePoolPolicy(s); },
-         "Device/host pool policy: lru, lfu, score or car (default: each system's own: "
-         "lfu for as-h2o-lfu, score for impress and spec, car for car, else lru)")
-      ->check(ParsedBy(engine::ParsePoolPolicy, "lru, lfu, score or car"));
+  AddParsedOption(sub, "--policy", &f->policy, engine::ParsePoolPolicy,
+                  "Device/host pool policy: lru, lfu, score or car (default: each system's own: "
+                  "lfu for as-h2o-lfu, score for impress and spec, car for car, else lru)",
+                  "lru, lfu, score or car");
   sub->add_option("--maintain-interval-ms", f->maintain_interval_ms,
                   "Run background maintenance (impress, impress-ro, spec: KV reordering) every "
                   "this many ms on its own thread (0: off)")

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "tierkv/engine.h"
 #include "tierkv/status.h"
@@ -24,6 +25,9 @@ struct PromptPair {
 // the fitted probe thresholds): the file's first prefixes.
 inline constexpr size_t kProfilingPrompts = 8;
 std::vector<std::vector<int32_t>> ProfilingPrompts(const std::vector<PromptPair>& reqs);
+// An engine's fitted probe profile (alpha auto) as check and compare report
+// it: per layer, threshold ("never": always all keys), recall, decided share.
+nlohmann::json ProbeFitJson(const std::vector<engine::ProbeFit>& fits);
 
 Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok);
 // One line of a prompt file, tokenized; `where` (file and line) starts every
