@@ -139,8 +139,11 @@ struct EngineOptions {
   // spec: speculate for a layer only while its prediction recall (a moving
   // average over requests, measured whether or not it was speculated) stays
   // at least this; below, the layer loads as impress does. 0: always
-  // (SPEC as published).
-  double spec_min_recall = 0.5;
+  // (SPEC as published). 0.9 by default: on the default model the layers
+  // that are read ahead predict 0.76-0.83 of their rows, and reading them
+  // ahead made cold requests slower (docs/systems.md, "Read efficiency,
+  // part 2"); layers that predict better still are read ahead.
+  double spec_min_recall = 0.9;
   // Whether stored rows are written once more in the storing request's
   // importance order (twice the bytes written), so that a store is packed
   // before any maintenance round: kSystem for the systems whose row says so
@@ -151,6 +154,10 @@ struct EngineOptions {
   // chunks' own records are read (fewer blocks) and it is never used
   // (docs/systems.md has the measurements).
   StoreOrder store_order = StoreOrder::kOff;
+  // Selective reads read through gaps between needed pages that the store's
+  // measured cost model says are cheaper to read than to skip (fewer, larger
+  // reads); false: only the needed pages (adjacent ones merged).
+  bool merge_read_gaps = true;
   // InvalidArgument naming the bad field.
   Status Validate() const;
 };

@@ -240,21 +240,22 @@ Pin TieredCache::Admit(uint64_t key, uint64_t bytes, Buffer data) {
   return PlaceLocked(key, e, bytes, std::move(data));
 }
 
-Pin TieredCache::Replace(uint64_t key, uint64_t bytes, Buffer data) {
+Pin TieredCache::Replace(uint64_t key, uint64_t bytes, Buffer data, Tier highest) {
   MutexLock l(&mu_);
   auto [it, fresh] = entries_.try_emplace(key);
   Entry& e = it->second;
   if (fresh) e.generation = next_generation_++;
   RemoveLocked(key, e);  // its pins stay counted: they still hold this generation
-  return PlaceLocked(key, e, bytes, std::move(data));
+  return PlaceLocked(key, e, bytes, std::move(data), highest);
 }
 
-Pin TieredCache::PlaceLocked(uint64_t key, Entry& e, uint64_t bytes, Buffer data) {
+Pin TieredCache::PlaceLocked(uint64_t key, Entry& e, uint64_t bytes, Buffer data, Tier highest) {
   e.bytes = bytes;
   e.data = std::move(data);
   const Rank rank = RankOf(key, e);
   Tier placed = Tier::kDisk;
   for (Tier t : {Tier::kDevice, Tier::kHost}) {
+    if (t < highest) continue;
     if (CanFitLocked(t, bytes, rank)) {
       MakeRoomLocked(t, bytes, rank);
       placed = t;

@@ -132,7 +132,9 @@ class TieredCache {
   // The chunk's cached bytes changed (a chunk cached in part gained rows):
   // the old copy leaves its pool and the new one is placed as Admit places
   // a miss. Pins taken before keep the old buffer. Statistics are kept.
-  Pin Replace(uint64_t key, uint64_t bytes, Buffer data);
+  // `highest` caps the placement: kHost keeps the new copy off the device
+  // (bytes nobody has asked for yet, e.g. rows read ahead for nothing).
+  Pin Replace(uint64_t key, uint64_t bytes, Buffer data, Tier highest = Tier::kDevice);
 
   // The chunk left the disk tier (evicted or corrupt): forget it everywhere.
   // Pins already taken keep their data.
@@ -192,7 +194,8 @@ class TieredCache {
   void RekeyLocked(uint64_t key, Entry& e) TIERKV_REQUIRES(mu_);  // priority changed
   Pin MakePinLocked(uint64_t key, Entry& e) TIERKV_REQUIRES(mu_);
   // Places an entry that is in no pool, as a miss.
-  Pin PlaceLocked(uint64_t key, Entry& e, uint64_t bytes, Buffer data) TIERKV_REQUIRES(mu_);
+  Pin PlaceLocked(uint64_t key, Entry& e, uint64_t bytes, Buffer data,
+                  Tier highest = Tier::kDevice) TIERKV_REQUIRES(mu_);
   void MaybeWakeOffloaderLocked() TIERKV_REQUIRES(mu_);
   bool OffloadPendingLocked() const TIERKV_REQUIRES(mu_);
   void OffloadLoop();

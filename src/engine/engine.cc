@@ -132,6 +132,7 @@ Status Engine::Impl::OpenStore() {
   so.disk_budget_bytes = opts.disk_budget_bytes;
   so.io_backend = opts.io_backend;
   so.direct_io = opts.direct_io;
+  so.merge_read_gaps = opts.merge_read_gaps;
   ASSIGN_OR_RETURN(store, store::ChunkStore::Open(so));
   cache::CacheOptions co;
   co.device_bytes = opts.device_bytes;

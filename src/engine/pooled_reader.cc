@@ -68,8 +68,6 @@ struct PooledReader::Group {
   cache::Pin pin;
   RowEntryView have;
   std::vector<uint16_t> missing;    // rows (K and/or V) the pool entry lacks
-  std::vector<uint16_t> given;      // of those, rows the read ahead has (`supplied`)
-  std::vector<size_t> given_at;     // their index in supplied->rows
   std::vector<uint32_t> disk_rows;  // the others, read from disk into mk/mv
   std::string mk, mv;
 };
@@ -102,7 +100,7 @@ std::vector<uint16_t> PooledReader::PlanGroup(const store::LookupResult& m, int 
   g->pin = speculation ? pools_->Peek(g->key)
                        : pools_->Access(g->key, static_cast<uint32_t>(g->local.size()),
                                         m.chunk_tokens[g->chunk]);
-  if (g->pin.tier() != cache::Tier::kDisk && g->pin.data()) g->have = ParseRowEntry(*g->pin.data(), rb);
+  g->have = EntryOf(g->pin);
   std::vector<uint16_t> from_disk;
   for (uint16_t r : g->local) {
     if (!((k && !g->have.K(r, rb)) || (v && !g->have.V(r, rb)))) continue;
@@ -110,11 +108,7 @@ std::vector<uint16_t> PooledReader::PlanGroup(const store::LookupResult& m, int 
     const int32_t row = static_cast<int32_t>(g->chunk * g_.chunk_tokens + r);
     if (supplied) {
       while (*si < supplied->rows.size() && supplied->rows[*si] < row) ++*si;
-      if (*si < supplied->rows.size() && supplied->rows[*si] == row) {
-        g->given.push_back(r);
-        g->given_at.push_back(*si);
-        continue;
-      }
+      if (*si < supplied->rows.size() && supplied->rows[*si] == row) continue;  // the read ahead has it
     }
     from_disk.push_back(r);
   }
@@ -133,36 +127,85 @@ std::vector<uint16_t> PooledReader::PlanGroup(const store::LookupResult& m, int 
   return from_disk;
 }
 
+RowEntryView PooledReader::EntryOf(const cache::Pin& pin) const {
+  if (pin.tier() == cache::Tier::kDisk || !pin.data()) return {};
+  return ParseRowEntry(*pin.data(), g_.row_bytes);
+}
+
+std::span<const int32_t> PooledReader::SuppliedOf(const Supplied* supplied, size_t chunk) const {
+  if (!supplied) return {};
+  const int32_t C = static_cast<int32_t>(g_.chunk_tokens);
+  const auto& rows = supplied->rows;
+  auto lo = std::lower_bound(rows.begin(), rows.end(), static_cast<int32_t>(chunk) * C);
+  auto hi = std::lower_bound(lo, rows.end(), static_cast<int32_t>(chunk + 1) * C);
+  return {lo, hi};
+}
+
 void PooledReader::FinishGroup(Group& g, const std::vector<uint32_t>* disk_rows,
                                const Supplied* supplied, char* k, char* v, bool admit) {
   const size_t rb = g_.row_bytes;
-  auto find = [](const auto& list, uint32_t r) -> std::ptrdiff_t {
+  auto find = [](const auto& list, auto r) -> std::ptrdiff_t {
     auto it = std::lower_bound(list.begin(), list.end(), r);
     return it != list.end() && *it == r ? it - list.begin() : -1;
   };
+  // The read ahead's rows of this chunk (used or not) and where they are.
+  const std::span<const int32_t> ahead = SuppliedOf(supplied, g.chunk);
+  const size_t ahead_at = supplied ? static_cast<size_t>(ahead.data() - supplied->rows.data()) : 0;
+  const int32_t base = static_cast<int32_t>(g.chunk * g_.chunk_tokens);
+  auto given = [&](uint16_t r) -> std::ptrdiff_t {
+    const auto s = find(ahead, base + r);
+    return s < 0 ? -1 : static_cast<std::ptrdiff_t>(ahead_at) + s;
+  };
   auto row_k = [&](uint16_t r) -> const char* {
-    if (const auto d = disk_rows ? find(*disk_rows, r) : -1; d >= 0 && k) return g.mk.data() + d * rb;
-    if (const auto s = find(g.given, r); s >= 0 && k) return supplied->k->data() + g.given_at[s] * rb;
+    if (const auto d = disk_rows ? find(*disk_rows, uint32_t{r}) : -1; d >= 0 && k) return g.mk.data() + d * rb;
+    if (const auto s = given(r); s >= 0) return supplied->k->data() + s * rb;
     return g.have.K(r, rb);
   };
   auto row_v = [&](uint16_t r) -> const char* {
-    if (const auto d = disk_rows ? find(*disk_rows, r) : -1; d >= 0 && v) return g.mv.data() + d * rb;
-    if (const auto s = find(g.given, r); s >= 0 && v) return supplied->v->data() + g.given_at[s] * rb;
+    if (const auto d = disk_rows ? find(*disk_rows, uint32_t{r}) : -1; d >= 0 && v) return g.mv.data() + d * rb;
+    if (const auto s = given(r); s >= 0) return supplied->v->data() + s * rb;
     return g.have.V(r, rb);
   };
   for (size_t i = 0; i < g.local.size(); ++i) {
     if (k) std::memcpy(k + (g.first + i) * rb, row_k(g.local[i]), rb);
     if (v) std::memcpy(v + (g.first + i) * rb, row_v(g.local[i]), rb);
   }
-  if (g.missing.empty() || !admit) return;
-  // The pool entry grows by what was read (verified by the store).
-  const std::vector<uint16_t> krows =
-      k ? UnionRows(g.have.krows, g.missing) : std::vector<uint16_t>(g.have.krows.begin(), g.have.krows.end());
-  const std::vector<uint16_t> vrows =
-      v ? UnionRows(g.have.vrows, g.missing) : std::vector<uint16_t>(g.have.vrows.begin(), g.have.vrows.end());
+  if (!admit) return;
+  // The entry grows by what was read (verified by the store) and by every
+  // row the read ahead brought of this chunk, used or not: a wrong
+  // prediction kept is not read again by the next request.
+  std::vector<uint16_t> extra;
+  for (int32_t r : ahead) extra.push_back(static_cast<uint16_t>(r - base));
+  std::vector<uint16_t> krows = UnionRows(g.have.krows, extra), vrows = UnionRows(g.have.vrows, extra);
+  if (k) krows = UnionRows(krows, g.missing);
+  if (v) vrows = UnionRows(vrows, g.missing);
+  if (krows.size() == g.have.krows.size() && vrows.size() == g.have.vrows.size()) return;
   cache::Buffer e = BuildRowEntry(krows, vrows, rb, row_k, row_v);
   const uint64_t bytes = e->size();
-  g.pin = pools_->Replace(g.key, bytes, std::move(e));
+  // An entry none of whose rows this read used holds only rows read ahead
+  // for nothing: on the host at most, so that it pushes no used row off the
+  // device.
+  const cache::Tier highest = g.local.empty() ? cache::Tier::kHost : cache::Tier::kDevice;
+  g.pin = pools_->Replace(g.key, bytes, std::move(e), highest);
+}
+
+void PooledReader::KeepReadAhead(const store::LookupResult& m, int layer,
+                                 const std::vector<Group>& groups, const Supplied& supplied) {
+  const uint32_t C = g_.chunk_tokens;
+  size_t gi = 0;
+  for (size_t i = 0; i < supplied.rows.size();) {
+    Group g;
+    g.chunk = static_cast<size_t>(supplied.rows[i]) / C;
+    i += SuppliedOf(&supplied, g.chunk).size();
+    while (gi < groups.size() && groups[gi].chunk < g.chunk) ++gi;
+    if (gi < groups.size() && groups[gi].chunk == g.chunk) continue;  // FinishGroup kept them
+    // A group using none of the chunk's rows: FinishGroup only grows its
+    // entry by the read ahead's rows.
+    g.key = PoolKey(EntryKind::kRows, m.prefix_hashes[g.chunk], layer);
+    g.pin = pools_->Peek(g.key);
+    g.have = EntryOf(g.pin);
+    FinishGroup(g, nullptr, &supplied, nullptr, nullptr, /*admit=*/true);
+  }
 }
 
 Status PooledReader::ReadSelected(const store::LookupResult& m, int layer,
@@ -200,14 +243,30 @@ Status PooledReader::ReadSelected(const store::LookupResult& m, int layer,
   }
   // The read ahead's bytes are used only from here: it ran beside the reads above.
   if (supplied) RETURN_IF_ERROR(supplied->ready());
-  // A read ahead leaves the pools alone: the rows it read enter them when a
-  // layer uses them (as `supplied`), so rows predicted wrongly never push
-  // used ones out.
+  // A read ahead leaves the pools alone: what it read enters them with the
+  // layer that reads after it (as `supplied`), the rows that layer did not
+  // use on the host at most, so rows predicted wrongly push no used row off
+  // the device and are not read again by the next request.
   const bool admit = who != ReadFor::kSpeculation;
   for (Group& g : groups) {
     FinishGroup(g, g.disk_rows.empty() ? nullptr : &g.disk_rows, supplied, k, v, admit);
   }
+  if (supplied && admit) KeepReadAhead(m, layer, groups, *supplied);
   return Status::Ok();
+}
+
+std::vector<int32_t> PooledReader::NotPooled(const store::LookupResult& m, int layer,
+                                             std::span<const int32_t> rows) const {
+  const size_t rb = g_.row_bytes;
+  std::vector<int32_t> out;
+  for (const Group& g : GroupByChunk(rows)) {
+    const cache::Pin pin = pools_->Peek(PoolKey(EntryKind::kRows, m.prefix_hashes[g.chunk], layer));
+    const RowEntryView have = EntryOf(pin);
+    for (uint16_t r : g.local) {
+      if (!have.K(r, rb) || !have.V(r, rb)) out.push_back(static_cast<int32_t>(g.chunk * g_.chunk_tokens + r));
+    }
+  }
+  return out;
 }
 
 Status PooledReader::ReadProbes(const store::LookupResult& m, size_t R, int layer,

@@ -11,6 +11,7 @@
 
 #include "cache/tiered_cache.h"
 #include "engine/io_counts.h"
+#include "engine/pool_entries.h"
 #include "store/chunk_store.h"
 #include "tierkv/status.h"
 
@@ -53,10 +54,16 @@ class PooledReader {
   // Rows `rows` (ascending, below R) of `layer`, K and/or V, into k/v
   // (|rows| x row_bytes each, in that order): from the row entries of the
   // pools, from `supplied`, and only the rest's pages from disk. Demand and
-  // ahead reads grow the pools' entries by what they read.
+  // ahead reads grow the pools' entries by what they read and keep all of
+  // `supplied` (its unused rows on the host at most).
   Status ReadSelected(const store::LookupResult& m, int layer, std::span<const int32_t> rows,
                       char* k, char* v, ReadFor who, IoCounts* io,
                       const Supplied* supplied = nullptr);
+
+  // Of `rows` (ascending) of `layer`, those whose K or V no pool entry
+  // holds now (a look, not an access): what a read ahead would have to read.
+  std::vector<int32_t> NotPooled(const store::LookupResult& m, int layer,
+                                 std::span<const int32_t> rows) const;
 
   // The probe heads' keys of R's chunks at `layer`: R x probe_bytes.
   Status ReadProbes(const store::LookupResult& m, size_t R, int layer, std::string* keys,
@@ -73,9 +80,17 @@ class PooledReader {
                                   ReadFor who, const Supplied* supplied, size_t* si, Group* g,
                                   IoCounts* io);
   // Copies the group's rows into k/v and, for a demand or ahead read, grows
-  // its pool entry by what was missing.
+  // its pool entry by what was missing and by the chunk's `supplied` rows.
   void FinishGroup(Group& g, const std::vector<uint32_t>* disk_rows, const Supplied* supplied,
                    char* k, char* v, bool admit);
+  // `supplied`'s rows of chunks no group uses join their chunks' entries
+  // (FinishGroup of a group without rows: placed on the host at most).
+  void KeepReadAhead(const store::LookupResult& m, int layer, const std::vector<Group>& groups,
+                     const Supplied& supplied);
+  // The row entry a pin holds (empty on a miss).
+  RowEntryView EntryOf(const cache::Pin& pin) const;
+  // The rows of `supplied` (null: none) in chunk `chunk`.
+  std::span<const int32_t> SuppliedOf(const Supplied* supplied, size_t chunk) const;
 
   store::ChunkStore* store_;
   cache::TieredCache* pools_;

@@ -65,7 +65,12 @@ Status SpeculatingSource::UseShared(Request& rq, LayerWork& work, const std::vec
   }
   // The read ahead starts once this layer has its own rows: the disk is then
   // idle while the layer computes, and it does not lengthen this layer's read.
-  if (read_ahead) ReadAhead(rq, layer + 1, shared);
+  // Rows the pools hold are left to the next layer's own read (a copy on the
+  // compute thread): handing them to the load thread only adds a wait.
+  if (read_ahead) {
+    std::vector<int32_t> rows = d_.reader->NotPooled(*rq.m, layer + 1, shared);
+    if (!rows.empty()) ReadAhead(rq, layer + 1, std::move(rows));
+  }
   return Status::Ok();
 }
 

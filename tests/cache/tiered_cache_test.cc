@@ -362,5 +362,21 @@ TEST(TieredCacheTest, PeekPinsTheCopyWithoutCountingAnAccess) {
   EXPECT_THAT(c->TEST_Validate(), IsOk());
 }
 
+// Bytes nobody asked for yet (rows read ahead for nothing) can be kept off
+// the device: capped at the host, even with room on the device; the first
+// access that finds them there promotes them as any host hit.
+TEST(TieredCacheTest, ReplaceCappedAtTheHostLeavesTheDeviceAlone) {
+  auto c = Make(PolicyKind::kLfu, 100, 200);
+  Pin p = c->Replace(7, 40, Bytes(40, 'a'), Tier::kHost);
+  EXPECT_EQ(p.tier(), Tier::kHost);
+  p.Release();
+  EXPECT_EQ(c->stats().device_used, 0u);
+  EXPECT_EQ(c->stats().host_used, 40u);
+  Pin hit = c->Access(7, 1, 4);
+  EXPECT_EQ(hit.tier(), Tier::kDevice);  // promoted: the device had room
+  EXPECT_EQ((*hit.data())[0], 'a');
+  EXPECT_THAT(c->TEST_Validate(), IsOk());
+}
+
 }  // namespace
 }  // namespace tierkv::cache
