@@ -15,6 +15,7 @@ void AddBenchIo(CLI::App& app, Action* run) {
     bench::IoBenchOptions o;
     bool keep = false;
     bool json = false;
+    bool calibrate = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -50,9 +51,27 @@ void AddBenchIo(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_flag("--keep", a->keep, "Keep the written records");
+  sub->add_flag("--calibrate", a->calibrate,
+                "Measure the read planner's cost model instead (fixed cost per read and bandwidth, "
+                "at the store's backend and queue depth: the first of --backends/--depths when "
+                "given, else auto and 32) and save it as IO-MODEL in --dir, the cache directory "
+                "(a store measures it by itself when the file is missing or from another machine)");
   sub->add_flag("--json", a->json, "Print JSON instead of a table");
-  sub->callback([a, run] {
-    *run = [a]() -> int {
+  sub->callback([a, run, sub] {
+    const bool backend_given = sub->count("--backends") > 0, depth_given = sub->count("--depths") > 0;
+    *run = [a, backend_given, depth_given]() -> int {
+      if (a->calibrate) {
+        if (a->dir.empty()) return Fail("--calibrate needs --dir, the cache directory to measure and save the model in");
+        const std::string backend = backend_given ? a->o.backends.front() : "auto";
+        const int depth = depth_given ? a->o.depths.front() : 32;
+        if (depth < 1 || depth > 4096) return Fail("--depths " + std::to_string(depth) + " is outside 1..4096");
+        auto m = bench::CalibrateCacheDir(a->dir, backend, static_cast<uint32_t>(depth), [](const std::string& msg) {
+          std::fprintf(stderr, "bench-io: %s\n", msg.c_str());
+        });
+        if (!m.ok()) return Fail(m.status().ToString());
+        std::printf("%s\n", a->json ? bench::IoModelToJson(*m).c_str() : bench::IoModelToText(*m).c_str());
+        return 0;
+      }
       bool made = false;
       if (a->dir.empty()) {
         const char* base = std::getenv("TMPDIR");

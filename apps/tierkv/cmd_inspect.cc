@@ -58,6 +58,9 @@ void PrintReportJson(const store::StoreReport& o) {
                 nlohmann::json(o.segments[i].first).dump().c_str(), o.segments[i].second);
   }
   std::printf("]");
+  const nlohmann::json io = {{"source", o.io_source}, {"per_io_us", o.io_per_io_us},
+                             {"mb_per_s", o.io_mb_per_s}, {"merge_gap_blocks", o.io_merge_gap_blocks}};
+  std::printf(", \"io_model\": %s", io.dump().c_str());
   if (o.verified) std::printf(", \"verify\": %s", VerifyJson(o.verify).dump().c_str());
   std::printf("}\n");
 }
@@ -85,6 +88,9 @@ void PrintReport(const store::StoreReport& o) {
               : o.manifest_present ? "present"
                                    : "absent",
               s.manifest_chunks, s.scanned_segments);
+  std::printf("read planner     %s cost model: %.2f us per read, %.0f MB/s; gaps up to %u blocks "
+              "read through\n", o.io_source.c_str(), o.io_per_io_us, o.io_mb_per_s,
+              o.io_merge_gap_blocks);
   std::printf("segments         %zu\n", o.segments.size());
   for (const auto& [name, size] : o.segments) std::printf("  %s  %" PRIu64 " bytes\n", name.c_str(), size);
   if (o.verified) PrintVerify(o.verify);

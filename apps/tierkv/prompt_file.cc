@@ -119,6 +119,13 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
                   "pages): off (the default), system (impress-ro, impress, spec and car do; "
                   "compare's store is written so), or on",
                   "system, on or off");
+  sub->add_option("--read-planner", f->read_planner,
+                  "How selective reads fetch a record's pages: model (the default: gaps the "
+                  "store's measured cost model, IO-MODEL, says are cheaper to read than to skip "
+                  "are read through, fewer and larger reads) or pages (only the needed pages; "
+                  "adjacent ones merged)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"model", "pages"}));
   sub->add_option("--chunk-tokens", f->chunk_tokens,
                   "Tokens per chunk (at most what one record's header lists: several hundred for "
                   "small models; a larger value is refused naming this model's limit)")
@@ -134,7 +141,9 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
       ->capture_default_str();
   sub->add_option("--spec-min-recall", f->spec_min_recall,
                   "spec: prefetch a layer's predicted rows only while the prediction's recall "
-                  "there (a moving average) is at least this (0: always, as SPEC publishes)")
+                  "there (a moving average) is at least this (0: always, as SPEC publishes; the "
+                  "default 0.9 because reading ahead 0.8-recall predictions made cold requests "
+                  "slower here, docs/systems.md)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   sub->add_flag("--exact-store", f->exact_store,
@@ -159,6 +168,7 @@ engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string&
   o.spec_min_recall = f.spec_min_recall;
   o.unit = f.unit;
   o.store_order = f.store_order;
+  o.merge_read_gaps = f.read_planner == "model";
   o.tokenizer_hash = TokenizerHash(f.tokenizer);
   return o;
 }

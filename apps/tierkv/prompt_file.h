@@ -62,9 +62,10 @@ struct EngineFlags {
   uint32_t chunk_tokens = 64;
   uint32_t maintain_interval_ms = 0;
   bool exact_store = false;
-  double spec_min_recall = 0.5;
+  double spec_min_recall = 0.9;
   engine::SelectionUnit unit;
   engine::StoreOrder store_order = engine::StoreOrder::kOff;
+  std::string read_planner = "model";
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
 // --alpha's value: nullopt for "auto", else the exponent; InvalidArgument otherwise.

@@ -43,6 +43,23 @@ struct IoBenchReport {
 };
 
 Result<IoBenchReport> RunIoBench(const IoBenchOptions& options);
+
+// The read planner's cost model (bench-io --calibrate): measured in a cache
+// directory with the store's backend and queue depth and saved there as
+// IO-MODEL, where the store finds it (it measures by itself only when the
+// file is missing or from another machine).
+struct IoModelReport {
+  std::string dir;
+  std::string machine;      // host, device, backend, depth
+  double per_io_us = 0;     // fixed cost of one read at that depth
+  double mb_per_s = 0;      // bandwidth at that depth
+  uint32_t merge_gap_blocks = 0;  // gaps up to this many 4 KiB blocks are read through
+};
+Result<IoModelReport> CalibrateCacheDir(const std::string& dir, const std::string& backend,
+                                        uint32_t queue_depth,
+                                        std::function<void(const std::string&)> progress = {});
+std::string IoModelToJson(const IoModelReport& r);
+std::string IoModelToText(const IoModelReport& r);
 std::string IoReportToJson(const IoBenchReport& r);
 std::string IoReportToText(const IoBenchReport& r);
 

@@ -59,6 +59,12 @@ struct StoreReport {
   std::vector<std::pair<std::string, uint64_t>> segments;  // file name, bytes; sorted
   bool verified = false;
   VerifyReport verify;  // when verified
+  // The read planner's cost model (IO-MODEL): "saved" when measured on this
+  // machine (bench-io --calibrate, or the first open that may write),
+  // "measured" (a repair open that measured it), else "default".
+  std::string io_source;
+  double io_per_io_us = 0, io_mb_per_s = 0;
+  uint32_t io_merge_gap_blocks = 0;
 };
 
 // The files a store's owner keeps beside it (tolerated, never touched):

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "store/chunk_store.h"
+#include "store/io_model.h"
+#include "tierkv/filesystem.h"
 
 namespace tierkv::bench {
 namespace {
@@ -246,6 +248,45 @@ std::string IoReportToText(const IoBenchReport& r) {
     s << line;
   }
   return s.str();
+}
+
+Result<IoModelReport> CalibrateCacheDir(const std::string& dir, const std::string& backend,
+                                        uint32_t queue_depth,
+                                        std::function<void(const std::string&)> progress) {
+  RETURN_IF_ERROR(FileSystem::Default()->CreateDir(dir).WithContext("cache directory " + dir));
+  ASSIGN_OR_RETURN(auto io, store::NewIoBackend(backend, store::IoOptions{queue_depth}));
+  store::CalibrateOptions c;
+  c.progress = std::move(progress);
+  ASSIGN_OR_RETURN(store::IoCostModel m, store::CalibrateIo(dir, *io, c));
+  RETURN_IF_ERROR(store::SaveIoModel(dir, m));
+  IoModelReport r;
+  r.dir = dir;
+  r.machine = m.machine.ToString();
+  r.per_io_us = m.per_io_us;
+  r.mb_per_s = m.mb_per_s;
+  r.merge_gap_blocks = m.MergeGapBlocks();
+  return r;
+}
+
+std::string IoModelToJson(const IoModelReport& r) {
+  nlohmann::json j;
+  j["dir"] = r.dir;
+  j["machine"] = r.machine;
+  j["per_io_us"] = r.per_io_us;
+  j["mb_per_s"] = r.mb_per_s;
+  j["merge_gap_blocks"] = r.merge_gap_blocks;
+  return j.dump(2);
+}
+
+std::string IoModelToText(const IoModelReport& r) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "io model of %s (%s):\n  fixed cost per read  %.2f us\n  bandwidth            %.0f MB/s\n"
+                "  read planner: gaps of up to %u blocks (4 KiB) are read through, not skipped\n"
+                "saved as %s/IO-MODEL",
+                r.dir.c_str(), r.machine.c_str(), r.per_io_us, r.mb_per_s, r.merge_gap_blocks,
+                r.dir.c_str());
+  return buf;
 }
 
 }  // namespace tierkv::bench

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "store/format.h"
+#include "store/io_model.h"
 
 namespace tierkv::store {
 namespace {
@@ -174,6 +175,7 @@ Status CheckForeignFiles(const StoreOptions& o, const std::vector<std::string>& 
   for (const std::string& name : names) {
     if (name == kStoreFile || SegmentNumber(name) != 0 || name == std::string(kStoreFile) + ".tmp" ||
         name == kManifestFile || name == std::string(kManifestFile) + ".tmp" || name == kLockFile ||
+        name == kIoModelFile || name == std::string(kIoModelFile) + ".tmp" || name == kIoScratchFile ||
         IsOwnerFile(o, name)) {
       continue;
     }

@@ -47,6 +47,8 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
 StoreStats ChunkStore::stats() const { return impl_->stats(); }
 Result<VerifyReport> ChunkStore::Verify(bool repair) { return impl_->Verify(repair); }
 const StoreOptions& ChunkStore::options() const { return impl_->opts_; }
+
+const IoCostModel& ChunkStore::io_model() const { return impl_->io_model_; }
 uint64_t ChunkStore::record_bytes(uint32_t tokens) const { return impl_->record_bytes(tokens); }
 uint64_t ChunkStore::probe_record_bytes(uint32_t tokens) const {
   return impl_->probe_record_bytes(tokens);
@@ -157,7 +159,33 @@ Status ChunkStore::Impl::Init() {
     side_io_.push_back(std::move(side));
   }
   RETURN_IF_ERROR(PrepareCacheDir(opts_, fs_, &lock_));
+  LoadIoModel();
   return Recover();
+}
+
+void ChunkStore::Impl::LoadIoModel() {
+  // Measuring and the machine's identity need OS files.
+  if (fs_ != FileSystem::Default()) return;
+  MutexLock io(&io_mu_);
+  auto here = MachineOf(opts_.dir, *io_);
+  if (!here.ok()) return;
+  auto saved = LoadSavedIoModel(opts_.dir, *here);
+  if (saved.ok()) {
+    io_model_ = *saved;
+    return;
+  }
+  if (!opts_.calibrate_io || opts_.read_only || !opts_.direct_io) return;  // the default
+  auto measured = CalibrateIo(opts_.dir, *io_);
+  if (!measured.ok()) {
+    TIERKV_LOG(kWarn) << "store " << opts_.dir << ": " << measured.status().ToString()
+                      << "; reads planned with the default cost model";
+    return;
+  }
+  io_model_ = *measured;
+  if (Status s = SaveIoModel(opts_.dir, io_model_); !s.ok()) {
+    // Still usable; the next open measures again.
+    TIERKV_LOG(kWarn) << "store " << opts_.dir << ": io model not saved (" << s.ToString() << ")";
+  }
 }
 
 uint64_t ChunkStore::Impl::record_bytes(uint32_t tokens) const {

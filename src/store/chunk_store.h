@@ -35,6 +35,7 @@
 #include "index/mapping_list.h"
 #include "index/radix_tree.h"
 #include "store/format.h"
+#include "store/io_model.h"
 #include "store/io_backend.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/status.h"
@@ -86,6 +87,14 @@ struct StoreOptions {
   uint32_t side_readers = 2;
   // Open record files with O_DIRECT (off only for file systems without it).
   bool direct_io = true;
+  // The read planner's cost model (store/io_model.h): the directory's
+  // IO-MODEL when it was measured on this machine, else measured now (about
+  // 0.1 s) and saved. false, a read-only open or a file system other than
+  // the default: the saved model if any, else the built-in default.
+  bool calibrate_io = true;
+  // Row reads read through gaps the model says are cheaper to read than to
+  // skip; false: only the needed blocks (adjacent ones merged).
+  bool merge_read_gaps = true;
   // Inspect only: never create or write anything; Put fails.
   bool read_only = false;
   // Write the manifest when the store is destroyed (off: tests that model a
@@ -291,6 +300,8 @@ class ChunkStore {
 
   StoreStats stats() const;
   const StoreOptions& options() const;
+  // The read planner's cost model and where it came from (calibrate_io).
+  const IoCostModel& io_model() const;
   uint64_t record_bytes(uint32_t tokens) const;  // bytes of one chunk layer on disk
   uint64_t probe_record_bytes(uint32_t tokens) const;  // of its probe copy (0 without)
 

@@ -16,6 +16,11 @@ Result<StoreReport> InspectStore(const std::string& dir, const InspectOptions& o
                 .chunk_tokens = o.chunk_tokens, .layers = o.layers, .row_bytes = o.row_bytes,
                 .probe_bytes = o.probe_bytes, .dtype = o.dtype == KvDtype::kF16 ? "f16" : "f32",
                 .stats = st->stats()};
+  const IoCostModel& io = st->io_model();
+  r.io_source = io.source;
+  r.io_per_io_us = io.per_io_us;
+  r.io_mb_per_s = io.mb_per_s;
+  r.io_merge_gap_blocks = io.MergeGapBlocks();
   if (options.verify || options.repair) {
     ASSIGN_OR_RETURN(r.verify, st->Verify(options.repair));
     r.verified = true;

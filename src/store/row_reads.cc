@@ -1,7 +1,8 @@
 // Selective reads of rows (ReadRows): for each record touched, the header
-// block and only the 4 KiB pages holding the selected rows, runs of adjacent
-// blocks merged into one read, through a side backend; each page read is
-// verified. A chunk of a reordered run is read from the run's records; a
+// block (unless the store knows it) and only the 4 KiB pages holding the
+// selected rows, through a side backend; pages separated by gaps the cost
+// model says are cheaper to read than to skip (io_model.h) are one read.
+// Each needed page is verified. A chunk of a reordered run is read from the run's records; a
 // reordered copy that fails is dropped and its rows are read again from the
 // chunks' own records.
 #include <cstring>
@@ -84,16 +85,43 @@ Result<Rec> NewRec(ChunkStore::Impl& s, const RowRead& r, const std::shared_ptr<
 }
 
 // Per reordered run the reads touch: whether reading their rows from the
-// run costs fewer blocks than from the chunks' own records. A block is a
-// page holding a wanted row (K or V; pages the reads share counted once),
-// plus each record's header unless the store knows it. Rows the run packs
-// together are cheaper there; runs of consecutive tokens (page or block
-// units) are cheaper in the chunks' own records.
+// run is predicted faster than from the chunks' own records. Each side's
+// blocks (pages holding a wanted row, K and/or V, shared pages once, plus
+// each record's header unless the store knows it) are costed as PageRuns
+// reads them, gaps merged, by the cost model. Rows the run packs together
+// are cheaper there; runs of consecutive tokens (page or block units) are
+// cheaper in the chunks' own records.
 struct RunCost {
-  std::set<uint64_t> run_pages;   // (run record, page)
+  std::set<uint64_t> run_blocks;  // (run record << 32) | block
   std::set<uint32_t> run_records;
-  size_t own = 0;
+  double own_seconds = 0;
 };
+
+// The planner's rule: the reads that fetch `blocks` (ascending), as
+// [first, end) ranges; needed blocks separated by at most `gap` unneeded
+// ones share a read. Blocks keyed (record << 32) | block never merge across
+// records (their distance exceeds any gap).
+std::vector<std::pair<uint64_t, uint64_t>> MergedRuns(std::span<const uint64_t> blocks, uint64_t gap) {
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  for (uint64_t b : blocks) {
+    if (!runs.empty() && b - runs.back().second <= gap) {
+      runs.back().second = b + 1;
+    } else {
+      runs.emplace_back(b, b + 1);
+    }
+  }
+  return runs;
+}
+
+// Predicted time of reading `blocks` ((record << 32) | block) as PageRuns
+// reads them.
+double PredictedSeconds(const std::set<uint64_t>& blocks, const ChunkStore::Impl& s) {
+  const std::vector<uint64_t> sorted(blocks.begin(), blocks.end());
+  uint64_t read_blocks = 0;
+  const auto runs = MergedRuns(sorted, s.MergeGap());
+  for (const auto& [first, end] : runs) read_blocks += end - first;
+  return s.io_model_.Seconds(runs.size(), read_blocks * kBlockSize);
+}
 
 void AddRunCost(const ChunkStore::Impl& s, const RowRead& r, const Run& run, RunCost* cost)
     TIERKV_REQUIRES(s.mu_) {
@@ -101,28 +129,32 @@ void AddRunCost(const ChunkStore::Impl& s, const RowRead& r, const Run& run, Run
   const uint64_t rb = s.opts_.row_bytes;
   const index::ChunkInfo& c = s.tree_.chunk(r.chunk);
   std::set<uint64_t> own;
-  auto pages_of = [&](uint64_t record, uint32_t row, uint32_t tokens, std::set<uint64_t>* pages) {
-    if (r.k) pages->insert(record << 32 | row * rb / kBlockSize);
-    if (r.v) pages->insert(record << 32 | (uint64_t{tokens} + row) * rb / kBlockSize);
+  // Payload page p is block p + 1 (block 0: the header).
+  auto blocks_of = [&](uint64_t record, uint32_t row, uint32_t tokens, std::set<uint64_t>* blocks) {
+    if (r.k) blocks->insert(record << 32 | (1 + row * rb / kBlockSize));
+    if (r.v) blocks->insert(record << 32 | (1 + (uint64_t{tokens} + row) * rb / kBlockSize));
   };
   for (uint32_t row : r.rows) {
-    pages_of(0, row, c.tokens, &own);
+    blocks_of(0, row, c.tokens, &own);
     const uint32_t slot = run.map.SlotOf(r.layer, c.first_token + row - run.first_token);
-    pages_of(slot / C, slot % C, run.RecordTokens(slot / C), &cost->run_pages);
+    blocks_of(slot / C, slot % C, run.RecordTokens(slot / C), &cost->run_blocks);
     cost->run_records.insert(slot / C);
   }
   const Expect e = KeyValueExpect(r.layer, c.prefix_hash, c.first_token, c.tokens);
-  cost->own += own.size() + (s.known_headers_.Find(s.table_.LocationOf(r.chunk, r.layer), e) ? 0 : 1);
+  if (!s.known_headers_.Find(s.table_.LocationOf(r.chunk, r.layer), e)) own.insert(0);
+  cost->own_seconds += PredictedSeconds(own, s);
 }
 
 bool RunIsCheaper(const ChunkStore::Impl& s, const Run& run, uint16_t layer, const RunCost& cost)
     TIERKV_REQUIRES(s.mu_) {
-  size_t run_cost = cost.run_pages.size();
+  std::set<uint64_t> blocks = cost.run_blocks;
   for (uint32_t rec : cost.run_records) {
     const Expect re = RunRecordExpect(run, layer, rec);
-    run_cost += s.known_headers_.Find(run.where[size_t{layer} * run.records + rec], re) ? 0 : 1;
+    if (!s.known_headers_.Find(run.where[size_t{layer} * run.records + rec], re)) {
+      blocks.insert(uint64_t{rec} << 32);
+    }
   }
-  return run_cost < cost.own;
+  return PredictedSeconds(blocks, s) < cost.own_seconds;
 }
 
 // The runs (by layer) worth reading from for these reads.
@@ -186,22 +218,22 @@ Status PlanRows(ChunkStore::Impl& s, RowRead& r, size_t i, const std::set<std::p
   return Status::Ok();
 }
 
-// The header block and the needed pages of each record, runs of adjacent
-// blocks merged into one read. *pages: payload pages read.
-std::vector<ReadOp> PageRuns(std::vector<Rec>& recs, std::vector<size_t>* op_rec, uint64_t* pages) {
+// The header block (unless known) and the needed pages of each record, as
+// reads: needed blocks separated by at most `merge_gap` unneeded ones are
+// one read (the cost model says reading the gap is cheaper than another
+// read; 0 merges only adjacent blocks). *pages: payload pages read.
+std::vector<ReadOp> PageRuns(std::vector<Rec>& recs, uint32_t merge_gap, std::vector<size_t>* op_rec,
+                             uint64_t* pages) {
   std::vector<ReadOp> ops;
   for (size_t ri = 0; ri < recs.size(); ++ri) {
     Rec& rec = recs[ri];
-    const size_t blocks = 1 + rec.pages.size();
-    rec.buf = AllocateAligned(blocks * kBlockSize);
-    auto needed = [&](size_t blk) { return blk == 0 ? !rec.known : rec.pages[blk - 1]; };
-    for (size_t b = 0; b < blocks;) {
-      if (!needed(b)) {
-        ++b;
-        continue;
-      }
-      size_t e = b;
-      while (e < blocks && needed(e)) ++e;
+    rec.buf = AllocateAligned((1 + rec.pages.size()) * kBlockSize);
+    std::vector<uint64_t> needed;
+    if (!rec.known) needed.push_back(0);
+    for (size_t pg = 0; pg < rec.pages.size(); ++pg) {
+      if (rec.pages[pg]) needed.push_back(1 + pg);
+    }
+    for (const auto& [b, e] : MergedRuns(needed, merge_gap)) {
       ReadOp op;
       op.file = rec.file.get();
       op.offset = (uint64_t{rec.where.block} + b) * kBlockSize;
@@ -211,7 +243,6 @@ std::vector<ReadOp> PageRuns(std::vector<Rec>& recs, std::vector<size_t>* op_rec
       ops.push_back(op);
       op_rec->push_back(ri);
       *pages += e - b - (b == 0 ? 1 : 0);
-      b = e;
     }
   }
   return ops;
@@ -281,7 +312,7 @@ Status ChunkStore::Impl::ReadRows(std::span<RowRead> reads, RowReadStats* out_st
   }
   RowReadStats st;
   std::vector<size_t> op_rec;
-  std::vector<ReadOp> ops = PageRuns(plan.recs, &op_rec, &st.pages);
+  std::vector<ReadOp> ops = PageRuns(plan.recs, MergeGap(), &op_rec, &st.pages);
   RETURN_IF_ERROR(ReadOnSide(ops));
   for (size_t oi = 0; oi < ops.size(); ++oi) {
     Rec& rec = plan.recs[op_rec[oi]];

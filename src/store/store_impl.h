@@ -31,6 +31,7 @@
 #include "store/chunk_store.h"
 #include "store/chunk_table.h"
 #include "store/header_cache.h"
+#include "store/io_model.h"
 #include "store/io_backend.h"
 #include "store/manifest.h"
 #include "store/record_check.h"
@@ -47,6 +48,10 @@ struct ChunkStore::Impl {
 
   // ---- chunk_store.cc
   Status Init();
+  // Sets io_model_: the saved model of this machine, else (calibrate_io, a
+  // writable O_DIRECT open) one measured through io_ and saved, else the
+  // default; failures only log.
+  void LoadIoModel() TIERKV_EXCLUDES(io_mu_);
   Result<PutResult> Put(std::span<const int32_t> tokens, const KvInput& kv) TIERKV_EXCLUDES(mu_);
   LookupResult Lookup(std::span<const int32_t> tokens) TIERKV_EXCLUDES(mu_);
   Status Checkpoint() TIERKV_EXCLUDES(mu_);
@@ -248,6 +253,10 @@ struct ChunkStore::Impl {
   // K/V records' identity and page checksums, so that row reads skip the
   // header block (header_cache.h); its own leaf lock.
   HeaderCache known_headers_;  // written since the last manifest
+  // What reads cost on this disk (io_model.h); set once by Init, then read only.
+  IoCostModel io_model_;
+  // The largest gap (blocks) a row read reads through (merge_read_gaps).
+  uint32_t MergeGap() const { return opts_.merge_read_gaps ? io_model_.MergeGapBlocks() : 0; }
   std::atomic<size_t> segment_count_{0};
 
   // The main backend and the registered staging arena for whole-record reads.

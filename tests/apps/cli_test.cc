@@ -167,6 +167,19 @@ TEST(CliTest, InspectReportsAStoreAndRejectsOtherDirectories) {
     EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
   }
   EXPECT_EQ(r.out.find("\"chunks\": 0,"), std::string::npos) << r.out;
+  // The read planner's cost model, measured and saved in a cache directory.
+  r = Tierkv("bench-io --calibrate --json --dir " + dir + "/c16");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* key : {"\"per_io_us\"", "\"mb_per_s\"", "\"merge_gap_blocks\""}) {
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir + "/c16/IO-MODEL"));
+  r = Tierkv("inspect --quick --json --cache-dir " + dir + "/c16");
+  EXPECT_NE(r.out.find("\"io_model\": {\"mb_per_s\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"source\":\"saved\""), std::string::npos) << r.out;
+  r = Tierkv("bench-io --calibrate");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--calibrate needs --dir"), std::string::npos) << r.out;
   r = Tierkv("inspect --cache-dir " + dir);  // the parent: not a cache directory
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("not a tierkv cache directory"), std::string::npos) << r.out;
