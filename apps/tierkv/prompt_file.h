@@ -65,7 +65,7 @@ struct EngineFlags {
   double spec_min_recall = 0.9;
   engine::SelectionUnit unit;
   engine::StoreOrder store_order = engine::StoreOrder::kOff;
-  std::string read_planner = "model";
+  std::string read_planner = "pages";
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
 // --alpha's value: nullopt for "auto", else the exponent; InvalidArgument otherwise.

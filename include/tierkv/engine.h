@@ -156,8 +156,16 @@ struct EngineOptions {
   StoreOrder store_order = StoreOrder::kOff;
   // Selective reads read through gaps between needed pages that the store's
   // measured cost model says are cheaper to read than to skip (fewer, larger
-  // reads); false: only the needed pages (adjacent ones merged).
-  bool merge_read_gaps = true;
+  // reads); false (the default): only the needed pages, adjacent ones
+  // merged. Off by default because on the disks measured it read ~10% more
+  // bytes for no measurable gain in the layers' wait (docs/systems.md,
+  // "Read efficiency, part 2").
+  bool merge_read_gaps = false;
+  // Measure the cache directory's disk (IO-MODEL, about 0.2 s once per
+  // directory and machine) when it has no model of this machine; false:
+  // the saved model if any, else the built-in default. The planner picks a
+  // reordered copy or the chunks' own records by this model's time.
+  bool calibrate_io = true;
   // InvalidArgument naming the bad field.
   Status Validate() const;
 };

@@ -133,6 +133,7 @@ Status Engine::Impl::OpenStore() {
   so.io_backend = opts.io_backend;
   so.direct_io = opts.direct_io;
   so.merge_read_gaps = opts.merge_read_gaps;
+  so.calibrate_io = opts.calibrate_io;
   ASSIGN_OR_RETURN(store, store::ChunkStore::Open(so));
   cache::CacheOptions co;
   co.device_bytes = opts.device_bytes;

@@ -93,8 +93,9 @@ struct StoreOptions {
   // the default: the saved model if any, else the built-in default.
   bool calibrate_io = true;
   // Row reads read through gaps the model says are cheaper to read than to
-  // skip; false: only the needed blocks (adjacent ones merged).
-  bool merge_read_gaps = true;
+  // skip; false (the default, as the engine's): only the needed blocks
+  // (adjacent ones merged).
+  bool merge_read_gaps = false;
   // Inspect only: never create or write anything; Put fails.
   bool read_only = false;
   // Write the manifest when the store is destroyed (off: tests that model a
