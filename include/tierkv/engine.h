@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "tierkv/model.h"
+#include "tierkv/sequence.h"
 #include "tierkv/status.h"
 
 namespace tierkv::store {
@@ -222,6 +223,9 @@ struct ServeOptions {
   // on are always computed, never reused.
   size_t logits_from = std::numeric_limits<size_t>::max();
   bool store = true;  // store the prompt's K/V for later requests
+  // Keep the request's K/V (ServeResult::sequence) to generate from: the
+  // prefix rows its attention read and the rows it computed (sequence.h).
+  bool keep_kv = false;
 };
 
 // What a maintenance round did.
@@ -234,6 +238,8 @@ struct ServeResult {
   std::vector<float> logits;
   size_t logits_rows = 0;
   RequestStats stats;
+  // keep_kv: the request's K/V, to continue with Sequence::Step; null otherwise.
+  std::shared_ptr<Sequence> sequence;
 };
 
 class Engine {

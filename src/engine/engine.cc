@@ -264,18 +264,19 @@ PrefillOptions Engine::Impl::ForwardOptions(Request& rq, RequestStats& st, bool 
                                             bool last_only, Status* load_error) {
   PrefillOptions po;
   po.start_pos = static_cast<int>(rq.R);
-  po.capture_kv = store_kv && row.reuses();
+  po.capture_kv = (store_kv && row.reuses()) || rq.keep != nullptr;
   po.kv_dtype = KvDType::kF16;
   po.logits = last_only ? LogitsMode::kLast : LogitsMode::kAll;
   const bool order = opts.store_order == StoreOrder::kOn ||
                      (opts.store_order == StoreOrder::kSystem && row.orders_at_store);
-  if (po.capture_kv && order) rq.order = std::make_unique<StoreImportance>(c);
+  if (store_kv && row.reuses() && order) rq.order = std::make_unique<StoreImportance>(c);
   if (rq.R == 0 && !rq.order) return po;
   po.before_attention = [this, &rq, &st, load_error](const LayerView& v,
                                                     LayerPrefix* prefix) -> Status {
     if (rq.order) rq.order->Capture(v);
     if (rq.R == 0) return Status::Ok();
     Status s = source->Supply(rq, v, prefix, &st.layers[v.layer]);
+    if (s.ok() && rq.keep) s = rq.keep->AddPrefix(v.layer, *prefix);
     if (s.ok()) return s;
     *load_error = s;
     return Status::Cancelled("layer " + std::to_string(v.layer) + " load failed");
@@ -329,6 +330,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   st.layers.resize(c.n_layers);
   Request rq(&m, R, t0, c.n_layers);
   if (profile) rq.layer_retention = profile->LayerRetention();
+  if (so.keep_kv) rq.keep = std::make_shared<Sequence>(c, static_cast<int>(n));
   ScoreEvents events(pools.get(), ScoreKeys(m, R));
   if (R > 0) source->Start(rq);
   PrefillOptions po = ForwardOptions(rq, st, so.store, last_only, load_error);
@@ -350,7 +352,11 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
     out.logits.assign(r->logits.begin() + (so.logits_from - R) * V, r->logits.end());
     out.logits_rows = n - so.logits_from;
   }
-  if (po.capture_kv) writer->Store(tokens, rq, std::move(r->kv), &st);
+  if (rq.keep) {
+    RETURN_IF_ERROR(rq.keep->AddComputed(r->kv, r->kv_dtype, r->n_tokens, static_cast<int>(R)));
+    out.sequence = std::move(rq.keep);
+  }
+  if (so.store && row.reuses()) writer->Store(tokens, rq, std::move(r->kv), &st);
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "engine/store_importance.h"
 #include "engine/timing.h"
 #include "store/chunk_store.h"
+#include "tierkv/sequence.h"
 
 namespace tierkv::engine {
 
@@ -50,6 +51,9 @@ struct Request {
   // Systems that order at store: the window captured by the forward pass,
   // scored when the prompt is stored (null otherwise).
   std::unique_ptr<StoreImportance> order;
+  // ServeOptions::keep_kv: the rows each layer's attention is given are
+  // copied here as the forward pass goes (null otherwise).
+  std::shared_ptr<Sequence> keep;
 
   // Waits for a fetch this request issued and counts its reads as the
   // request's (whatever its status); adds the wait to *wait_ms unless null.

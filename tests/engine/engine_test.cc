@@ -890,5 +890,149 @@ TEST_F(EngineTest, BadOptionsAndRequestsAreClearErrors) {
   EXPECT_THAT(eng->Serve(bad).status(), StatusIs(StatusCode::kInvalidArgument));
 }
 
+
+// Greedy decoding from a prompt, by hand over the model's hooks: the
+// prompt's first `split` tokens run alone, the rest over their fp16 rows,
+// then each new token over the fp16 rows of every token before it. Returns
+// each step's logits (the prompt's last, then one per generated token).
+std::vector<std::vector<float>> DecodeReference(const Model& model, const std::vector<int32_t>& prompt,
+                                                size_t split, int steps) {
+  const ModelConfig& c = model.config();
+  const size_t kvd = static_cast<size_t>(c.kv_dim());
+  std::vector<PrefillResult::LayerKv> all(c.n_layers);
+  auto run = [&](std::span<const int32_t> t, int start) -> PrefillResult {
+    PrefillOptions po;
+    po.start_pos = start;
+    po.capture_kv = true;
+    po.kv_dtype = KvDType::kF16;
+    if (start > 0) {
+      po.before_attention = [&](const LayerView& v, LayerPrefix* p) {
+        p->heads.resize(c.n_kv_heads);
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          const size_t off = static_cast<size_t>(h) * c.head_dim() * 2;
+          p->heads[h] = KvRows{all[v.layer].k.data() + off, all[v.layer].v.data() + off, KvDType::kF16,
+                               static_cast<size_t>(start), kvd, kvd, nullptr};
+        }
+        return Status::Ok();
+      };
+    }
+    auto r = model.Prefill(t, po);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    for (int l = 0; l < c.n_layers; ++l) {
+      all[l].k.insert(all[l].k.end(), r->kv[l].k.begin(), r->kv[l].k.end());
+      all[l].v.insert(all[l].v.end(), r->kv[l].v.begin(), r->kv[l].v.end());
+    }
+    return std::move(r).value();
+  };
+  if (split > 0) run(std::span(prompt).first(split), 0);
+  std::vector<std::vector<float>> out = {run(std::span(prompt).subspan(split), static_cast<int>(split)).logits};
+  for (int i = 0; i < steps; ++i) {
+    const auto& last = out.back();
+    const int32_t next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    out.push_back(run(std::span(&next, 1), static_cast<int>(prompt.size()) + i).logits);
+  }
+  return out;
+}
+
+// Greedy steps of a kept sequence; each step's logits, the first being `first`.
+std::vector<std::vector<float>> DecodeKept(const Model& model, Sequence& seq, std::vector<float> first,
+                                           int steps) {
+  std::vector<std::vector<float>> out = {std::move(first)};
+  for (int i = 0; i < steps; ++i) {
+    const auto& last = out.back();
+    const int32_t next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    auto r = seq.Step(model, next);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) break;
+    out.push_back(std::move(r).value());
+  }
+  return out;
+}
+
+// Generation after reuse: the kept K/V continue the prompt as the same
+// computation in memory does (as-like at retention 1.0: the stored prefix
+// rows, cold and warm; recompute: its own rows), token for token.
+TEST_F(EngineTest, AKeptSequenceDecodesAsTheSameComputationInMemory) {
+  const size_t P = 320, Q = 24;
+  const int steps = 12;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  store::testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
+  ASSERT_OK(eng->Serve(a).status());
+  ServeOptions so;
+  so.keep_kv = true;
+  so.store = false;
+  const auto want = DecodeReference(*model_, b, P, steps);
+  for (const char* pass : {"cold", "warm"}) {
+    ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
+    EXPECT_EQ(r.stats.reused_tokens, P);
+    ASSERT_NE(r.sequence, nullptr);
+    EXPECT_EQ(r.sequence->position(), static_cast<int>(b.size()));
+    EXPECT_EQ(r.sequence->rows(0, 0), b.size());
+    const auto got = DecodeKept(*model_, *r.sequence, r.logits, steps);
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, MaxDiff(got[i], want[i]));
+    std::printf("as-like %s, %d decoded tokens after %zu reused: max |dlogit| vs in memory %.3g\n", pass,
+                steps, P, worst);
+    EXPECT_EQ(worst, 0.0);  // the same rows, the same kernels
+    EXPECT_EQ(r.sequence->position(), static_cast<int>(b.size()) + steps);
+    EXPECT_EQ(r.sequence->rows(model_->config().n_layers - 1, model_->config().n_kv_heads - 1), b.size() + steps);
+  }
+  // Without keep_kv there is none.
+  ASSERT_OK_AND_ASSIGN(ServeResult plain, eng->Serve(b));
+  EXPECT_EQ(plain.sequence, nullptr);
+
+  EngineOptions ro;
+  ro.system = System::kRecompute;
+  ASSERT_OK_AND_ASSIGN(auto rec, Engine::Open(*model_, ro));
+  ASSERT_OK_AND_ASSIGN(ServeResult full, rec->Serve(b, so));
+  ASSERT_NE(full.sequence, nullptr);
+  const auto own = DecodeReference(*model_, b, 0, steps);
+  const auto got = DecodeKept(*model_, *full.sequence, full.logits, steps);
+  double worst = 0;
+  ASSERT_EQ(got.size(), own.size());
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, MaxDiff(got[i], own[i]));
+  EXPECT_EQ(worst, 0.0);
+}
+
+// A selective system's kept sequence holds the prefix rows its attention
+// read (fewer than R at retention 0.25) and the rows it computed; decoding
+// goes on over them, one row more per step, and stops cleanly at the
+// model's context.
+TEST_F(EngineTest, ASelectiveSequenceKeepsTheRowsItsPromptAttended) {
+  const size_t P = 640, Q = 24;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  store::testing::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  o.system = System::kImpress;
+  o.retention = 0.25;
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+  ASSERT_OK(eng->Serve(a).status());
+  ServeOptions so;
+  so.keep_kv = true;
+  ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
+  EXPECT_EQ(r.stats.reused_tokens, P);
+  ASSERT_NE(r.sequence, nullptr);
+  size_t kept = 0;
+  for (int l = 0; l < model_->config().n_layers; ++l) {
+    for (int h = 0; h < model_->config().n_kv_heads; ++h) {
+      EXPECT_GT(r.sequence->rows(l, h), Q);
+      EXPECT_LE(r.sequence->rows(l, h), b.size());
+      kept += r.sequence->rows(l, h);
+    }
+  }
+  EXPECT_LT(kept, b.size() * model_->config().n_layers * model_->config().n_kv_heads * 3 / 4);  // a quarter of R, plus Q
+  const size_t before = r.sequence->rows(3, 1);
+  const auto got = DecodeKept(*model_, *r.sequence, r.logits, 4);
+  EXPECT_EQ(got.size(), 5u);
+  EXPECT_EQ(r.sequence->rows(3, 1), before + 4);
+  const uint64_t bytes = r.sequence->bytes();
+  Sequence full(model_->config(), model_->config().context_length);
+  EXPECT_THAT(full.Step(*model_, 1).status(), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_EQ(full.position(), model_->config().context_length);
+  EXPECT_GT(bytes, 0u);
+}
+
 }  // namespace
 }  // namespace tierkv::engine

@@ -1,0 +1,108 @@
+#include "tierkv/sequence.h"
+
+#include <cstring>
+#include <string>
+
+#include "kernels/fp16.h"
+
+namespace tierkv {
+
+Sequence::Sequence(const ModelConfig& c, int next_position)
+    : layers_(c.n_layers),
+      heads_(c.n_kv_heads),
+      head_dim_(c.head_dim()),
+      pos_(next_position),
+      slots_(static_cast<size_t>(c.n_layers) * c.n_kv_heads) {}
+
+uint64_t Sequence::bytes() const {
+  uint64_t b = 0;
+  for (const Rows& r : slots_) b += (r.k.size() + r.v.size()) * sizeof(uint16_t) + r.pos.size() * sizeof(int32_t);
+  return b;
+}
+
+namespace {
+
+// Appends `count` rows of `hd` elements (row i at src + i*stride elements)
+// to `dst` as fp16.
+void AppendRows(const void* src, KvDType dtype, size_t count, size_t stride, int hd,
+                std::vector<uint16_t>* dst) {
+  const size_t n = static_cast<size_t>(hd);
+  if (stride == 0) stride = n;
+  const size_t at = dst->size();
+  dst->resize(at + count * n);
+  uint16_t* out = dst->data() + at;
+  for (size_t i = 0; i < count; ++i, out += n) {
+    if (dtype == KvDType::kF16) {
+      std::memcpy(out, static_cast<const uint16_t*>(src) + i * stride, n * sizeof(uint16_t));
+    } else {
+      kernels::FloatToHalfN(static_cast<const float*>(src) + i * stride, out, n);
+    }
+  }
+}
+
+}  // namespace
+
+Status Sequence::AddPrefix(int layer, const LayerPrefix& prefix) {
+  if (layer < 0 || layer >= layers_) return Status::InvalidArgument("sequence: layer " + std::to_string(layer));
+  if (prefix.heads.empty()) return Status::Ok();
+  if (static_cast<int>(prefix.heads.size()) != heads_) {
+    return Status::InvalidArgument("sequence: layer " + std::to_string(layer) + " has " +
+                                   std::to_string(prefix.heads.size()) + " heads, the model " +
+                                   std::to_string(heads_));
+  }
+  for (int h = 0; h < heads_; ++h) {
+    const KvRows& in = prefix.heads[h];
+    Rows& r = Slot(layer, h);
+    AppendRows(in.k, in.dtype, in.count, in.k_stride, head_dim_, &r.k);
+    AppendRows(in.v, in.dtype, in.count, in.v_stride, head_dim_, &r.v);
+    for (size_t i = 0; i < in.count; ++i) {
+      r.pos.push_back(in.positions ? in.positions[i] : static_cast<int32_t>(i));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Sequence::AddComputed(std::span<const PrefillResult::LayerKv> kv, KvDType dtype, int n_tokens,
+                             int first_position) {
+  if (static_cast<int>(kv.size()) != layers_) {
+    return Status::InvalidArgument("sequence: computed K/V of " + std::to_string(kv.size()) +
+                                   " layers, the model has " + std::to_string(layers_));
+  }
+  const size_t kvd = static_cast<size_t>(heads_) * head_dim_;
+  const size_t es = KvDTypeSize(dtype);
+  for (int l = 0; l < layers_; ++l) {
+    if (kv[l].k.size() != n_tokens * kvd * es || kv[l].v.size() != n_tokens * kvd * es) {
+      return Status::InvalidArgument("sequence: layer " + std::to_string(l) + "'s computed K/V size");
+    }
+    for (int h = 0; h < heads_; ++h) {
+      Rows& r = Slot(l, h);
+      const size_t off = static_cast<size_t>(h) * head_dim_ * es;
+      AppendRows(kv[l].k.data() + off, dtype, n_tokens, kvd, head_dim_, &r.k);
+      AppendRows(kv[l].v.data() + off, dtype, n_tokens, kvd, head_dim_, &r.v);
+      for (int i = 0; i < n_tokens; ++i) r.pos.push_back(first_position + i);
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<float>> Sequence::Step(const Model& model, int32_t token) {
+  PrefillOptions po;
+  po.start_pos = pos_;
+  po.capture_kv = true;
+  po.kv_dtype = KvDType::kF16;
+  po.logits = LogitsMode::kLast;
+  po.before_attention = [this](const LayerView& v, LayerPrefix* p) -> Status {
+    p->heads.resize(heads_);
+    for (int h = 0; h < heads_; ++h) {
+      const Rows& r = Slot(v.layer, h);
+      p->heads[h] = KvRows{r.k.data(), r.v.data(), KvDType::kF16, r.pos.size(), 0, 0, r.pos.data()};
+    }
+    return Status::Ok();
+  };
+  ASSIGN_OR_RETURN(PrefillResult r, model.Prefill(std::span(&token, 1), po));
+  RETURN_IF_ERROR(AddComputed(r.kv, r.kv_dtype, 1, pos_));
+  ++pos_;
+  return std::move(r.logits);
+}
+
+}  // namespace tierkv
