@@ -1,18 +1,59 @@
 #include <cstdio>
 
 #include "tierkv/commands.h"
+#include "tierkv/engine.h"
 #include "tierkv/generate.h"
+#include "prompt_file.h"
 
 namespace tierkv::app {
 
+namespace {
+
+struct RunArgs {
+  std::string model, tokenizer, prompt, kv_dtype = "f32";
+  int max_tokens = 64;
+  float temperature = 0.8f, top_p = 0.9f;
+  uint64_t seed = 0;
+  bool stats = false;
+  std::string cache_dir, system = "as-like";
+  double retention = 1.0;
+};
+
+// The prompt through the engine (stored prefix reused, the prompt stored for
+// later runs), then decoding over the rows the prompt attended.
+Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& tok, const RunArgs& a,
+                                         const GenerateOptions& go) {
+  RETURN_IF_ERROR(ValidateGenerateOptions(go));
+  auto system = engine::ParseSystem(a.system);
+  if (!system.ok()) return system.status().WithContext("--system");
+  engine::EngineOptions o;
+  o.system = *system;
+  o.cache_dir = a.cache_dir;
+  o.retention = a.retention;
+  o.tokenizer_hash = TokenizerHash(a.tokenizer);
+  ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(model, o));
+  GenerateResult res;
+  ASSIGN_OR_RETURN(res.prompt_tokens, tok.Encode(a.prompt, /*add_bos=*/true));
+  engine::ServeOptions so;
+  so.keep_kv = true;
+  ASSIGN_OR_RETURN(engine::ServeResult first, eng->Serve(res.prompt_tokens, so));
+  const engine::RequestStats& st = first.stats;
+  res.prefill_ms = st.ttft_ms;
+  if (a.stats) {
+    std::fprintf(stderr, "%s: %zu of %zu prompt tokens reused (%llu bytes read from disk), TTFT %.1f ms\n",
+                 a.system.c_str(), st.reused_tokens, st.prompt_tokens,
+                 static_cast<unsigned long long>(st.disk_bytes_read), st.ttft_ms);
+  }
+  Sequence& seq = *first.sequence;
+  const auto step = [&](int32_t t) { return seq.Step(model, t); };
+  RETURN_IF_ERROR(Continue(tok, model.config().context_length, std::move(first.logits), step, go, &res));
+  return res;
+}
+
+}  // namespace
+
 void AddRun(CLI::App& app, Action* run) {
-  struct Args {
-    std::string model, tokenizer, prompt, kv_dtype = "f32";
-    int max_tokens = 64;
-    float temperature = 0.8f, top_p = 0.9f;
-    uint64_t seed = 0;
-    bool stats = false;
-  };
+  using Args = RunArgs;
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("run", "Generate a continuation of a prompt");
   sub->add_option("--model", a->model,
@@ -31,10 +72,24 @@ void AddRun(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("--seed", a->seed, "Random seed for sampling")->capture_default_str();
-  sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type")
+  sub->add_option("--kv-dtype", a->kv_dtype,
+                  "KV cache element type (with --cache-dir the store's: f16)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16"}));
   sub->add_flag("--stats", a->stats, "Print token counts and timings to stderr");
+  sub->add_option("--cache-dir", a->cache_dir,
+                  "Reuse and store the prompt's K/V in this cache directory (created if "
+                  "missing): a later run whose prompt starts the same reuses that prefix, and "
+                  "the tokens generated attend the rows the prompt attended. Without it the "
+                  "prompt is computed in memory and nothing is kept");
+  sub->add_option("--system", a->system,
+                  "With --cache-dir: how the stored prefix is reused (tierkv compare's systems; "
+                  "as-like reads all of it: the same tokens as without a cache)")
+      ->capture_default_str();
+  sub->add_option("--retention", a->retention,
+                  "With --cache-dir: share of the prefix rows a selective system reads per layer")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   sub->callback([a, run] {
     *run = [a]() -> int {
       auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);
@@ -51,7 +106,8 @@ void AddRun(CLI::App& app, Action* run) {
         std::fwrite(s.data(), 1, s.size(), stdout);
         std::fflush(stdout);
       };
-      auto res = Generate(model, tok, a->prompt, go);
+      auto res = a->cache_dir.empty() ? Generate(model, tok, a->prompt, go)
+                                      : GenerateWithReuse(model, tok, *a, go);
       if (!res.ok()) return Fail(res.status().ToString());
       std::fputc('\n', stdout);
       if (res->hit_context_limit) {

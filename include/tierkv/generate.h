@@ -57,4 +57,14 @@ Status ValidateGenerateOptions(const GenerateOptions& options);
 Result<GenerateResult> Generate(const Model& model, const Tokenizer& tokenizer,
                                 std::string_view prompt, const GenerateOptions& options);
 
+// The decoding half of Generate, over any way of running one token: from
+// `logits` (the prompt's last), samples, stops at EOS/BOS, max_tokens or
+// the context, and calls `step` with each chosen token for the next
+// logits. Fills res->output_tokens, text, decode_ms, hit_context_limit;
+// res->prompt_tokens must hold the prompt (its length is the first
+// generated token's position). Errors: options out of range, or step's.
+using StepFn = std::function<Result<std::vector<float>>(int32_t token)>;
+Status Continue(const Tokenizer& tokenizer, int context_length, std::vector<float> logits,
+                const StepFn& step, const GenerateOptions& options, GenerateResult* res);
+
 }  // namespace tierkv

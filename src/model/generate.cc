@@ -118,37 +118,49 @@ Result<GenerateResult> Generate(const Model& model, const Tokenizer& tok, std::s
     vcache[l].reserve(kcache[l].capacity());
   }
 
-  Sampler sampler(opt.sampler);
   auto t0 = std::chrono::steady_clock::now();
   po.start_pos = 0;
   ASSIGN_OR_RETURN(PrefillResult r, model.Prefill(res.prompt_tokens, po));
   append(r);
   res.prefill_ms = MsSince(t0);
 
-  t0 = std::chrono::steady_clock::now();
-  int32_t prev = res.prompt_tokens.back();
-  std::vector<float> logits = std::move(r.logits);
-  for (int step = 0; step < opt.max_tokens; ++step) {
-    const int32_t next = sampler.Sample(logits);
-    if (opt.stop_at_eos && (next == tok.eos_id() || next == tok.bos_id())) break;
-    res.output_tokens.push_back(next);
-    std::string piece = tok.DecodePiece(prev, next);
-    res.text += piece;
-    if (opt.on_text) opt.on_text(piece);
-    prev = next;
-    if (step + 1 == opt.max_tokens) break;
-    if (pos >= c.context_length) {
-      res.hit_context_limit = true;
-      break;
-    }
+  const auto step = [&](int32_t next) -> Result<std::vector<float>> {
     po.start_pos = pos;
-    const int32_t one[1] = {next};
-    ASSIGN_OR_RETURN(PrefillResult d, model.Prefill(one, po));
+    ASSIGN_OR_RETURN(PrefillResult d, model.Prefill(std::span(&next, 1), po));
     append(d);
-    logits = std::move(d.logits);
-  }
-  res.decode_ms = MsSince(t0);
+    return std::move(d.logits);
+  };
+  RETURN_IF_ERROR(Continue(tok, c.context_length, std::move(r.logits), step, opt, &res));
   return res;
 }
+
+Status Continue(const Tokenizer& tok, int context_length, std::vector<float> logits,
+                const StepFn& step, const GenerateOptions& opt, GenerateResult* res) {
+  RETURN_IF_ERROR(ValidateGenerateOptions(opt));
+  if (res->prompt_tokens.empty()) return Status::InvalidArgument("continue: no prompt tokens");
+  Sampler sampler(opt.sampler);
+  const auto t0 = std::chrono::steady_clock::now();
+  int32_t prev = res->prompt_tokens.back();
+  int64_t pos = static_cast<int64_t>(res->prompt_tokens.size());
+  for (int step_i = 0; step_i < opt.max_tokens; ++step_i) {
+    const int32_t next = sampler.Sample(logits);
+    if (opt.stop_at_eos && (next == tok.eos_id() || next == tok.bos_id())) break;
+    res->output_tokens.push_back(next);
+    std::string piece = tok.DecodePiece(prev, next);
+    res->text += piece;
+    if (opt.on_text) opt.on_text(piece);
+    prev = next;
+    if (step_i + 1 == opt.max_tokens) break;
+    if (pos >= context_length) {
+      res->hit_context_limit = true;
+      break;
+    }
+    ASSIGN_OR_RETURN(logits, step(next));
+    ++pos;
+  }
+  res->decode_ms = MsSince(t0);
+  return Status::Ok();
+}
+
 
 }  // namespace tierkv

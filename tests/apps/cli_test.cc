@@ -106,6 +106,32 @@ TEST(CliTest, GreedyRunPrintsTheReferenceContinuation) {
       << r.out;
 }
 
+// run --cache-dir: the prompt goes through the engine and its K/V are
+// stored; the same prompt again reuses them, and as-like at retention 1.0
+// prints the tokens a run without a cache prints (the default model, which
+// ships with the repository).
+TEST(CliTest, RunWithACacheDirReusesThePromptAndPrintsTheSameText) {
+  char tmpl[] = "/tmp/tierkv-run-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string gen = " --prompt 'It is a truth universally acknowledged, that' --max-tokens 30 --temperature 0";
+  CliRun plain = Tierkv("run" + gen);
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  CliRun first = Tierkv("run --cache-dir " + dir + "/c --stats" + gen);
+  CliRun again = Tierkv("run --cache-dir " + dir + "/c --stats" + gen);
+  ASSERT_EQ(first.code, 0) << first.out;
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_NE(first.out.find("as-like: 0 of 12 prompt tokens reused"), std::string::npos) << first.out;
+  EXPECT_NE(again.out.find("as-like: 11 of 12 prompt tokens reused"), std::string::npos) << again.out;
+  const std::string text = plain.out.substr(0, plain.out.find('\n'));
+  ASSERT_GT(text.size(), 20u);
+  EXPECT_NE(again.out.find(text), std::string::npos) << again.out;  // stderr's line comes first
+  CliRun bad = Tierkv("run --cache-dir " + dir + "/c --system nope --prompt x");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.out.find("--system: unknown system 'nope'"), std::string::npos) << bad.out;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliTest, PromptLongerThanContextAndWrongTokenizerFail) {
   TIERKV_REQUIRE_SHARED("models/stories260K/stories260K.bin");
   std::string prompt;
