@@ -83,8 +83,8 @@ void AddRun(CLI::App& app, Action* run) {
                   "the tokens generated attend the rows the prompt attended. Without it the "
                   "prompt is computed in memory and nothing is kept");
   sub->add_option("--system", a->system,
-                  "With --cache-dir: how the stored prefix is reused (tierkv compare's systems; "
-                  "as-like reads all of it: the same tokens as without a cache)")
+                  "With --cache-dir: how the stored prefix is reused (tierkv compare's systems: "
+                  "as-like reads all of it, as fp16 rows; the selective ones read a share)")
       ->capture_default_str();
   sub->add_option("--retention", a->retention,
                   "With --cache-dir: share of the prefix rows a selective system reads per layer")
