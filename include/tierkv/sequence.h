@@ -1,16 +1,14 @@
-// A request's K/V kept after its prompt, so that the tokens it generates
-// are computed over exactly what the prompt attended: Engine::Serve returns
-// one when ServeOptions::keep_kv is set.
-//
-// Per layer and KV head it holds the reused prefix rows as the request's
-// attention read them (all of R for as-like, the selected rows for the
-// selective systems: decoding attends the same reduced prefix the prompt
-// did) followed by the rows the request computed, in fp16 (the store's
-// dtype), with their absolute positions. Step runs one token over them and
-// appends its own rows.
+// A sequence's K/V cache: per layer and KV head, the rows the next token
+// attends, with their absolute positions, and the step that runs tokens
+// over them and appends their own rows. Generate decodes with one; the
+// engine returns one after a prompt (ServeOptions::keep_kv) holding the
+// reused prefix rows as the request's attention read them (all of R for
+// as-like, the selected rows for the selective systems: decoding attends
+// the same reduced prefix the prompt did) followed by the rows the request
+// computed, in the store's fp16.
 //
 // Not thread-safe: one owner at a time (a request's decode loop). Memory:
-// bytes() (the default model keeps 8 KiB per token at retention 1.0).
+// bytes() (the default model keeps 8 KiB per token in fp16).
 #pragma once
 
 #include <cstdint>
@@ -24,32 +22,38 @@ namespace tierkv {
 
 class Sequence {
  public:
-  // An empty sequence for `config`'s shape whose next token sits at
-  // `next_position`.
-  Sequence(const ModelConfig& config, int next_position);
+  // An empty sequence for `config`'s shape, rows kept as `dtype`, whose
+  // next token sits at `next_position`.
+  Sequence(const ModelConfig& config, int next_position, KvDType dtype = KvDType::kF16);
 
-  // The next token's position (the prompt's length, then one more per Step).
+  // The next token's position (the prompt's length, then one more per token run).
   int position() const { return pos_; }
+  KvDType dtype() const { return dtype_; }
   // Rows kept for (layer, KV head).
   size_t rows(int layer, int head) const { return Slot(layer, head).pos.size(); }
   uint64_t bytes() const;
+  // Room for `rows` rows in every (layer, head), so that appending does not move them.
+  void Reserve(size_t rows);
 
-  // Runs `token` at position() and returns its next-token logits
-  // (vocab_size floats); its K/V are appended. InvalidArgument past the
-  // model's context or for a token out of range (the model's checks); the
-  // sequence is unchanged on error.
-  Result<std::vector<float>> Step(const Model& model, int32_t token);
+  // Runs `tokens` from position() over the rows kept and returns the last
+  // one's next-token logits (vocab_size floats); their K/V are appended.
+  // InvalidArgument past the model's context or for a token out of range
+  // (the model's checks); the sequence is unchanged on error.
+  Result<std::vector<float>> Step(const Model& model, std::span<const int32_t> tokens);
+  Result<std::vector<float>> Step(const Model& model, int32_t token) {
+    return Step(model, std::span(&token, 1));
+  }
 
   // Building one (the engine): copies the rows a layer's attention was
-  // given (f16 or f32; f32 is rounded to f16), then the rows the forward
-  // pass computed (PrefillResult::kv, f16, positions from `first_position`).
+  // given (converted to dtype() if need be), then the rows a forward pass
+  // computed (PrefillResult::kv, positions from `first_position`).
   Status AddPrefix(int layer, const LayerPrefix& prefix);
   Status AddComputed(std::span<const PrefillResult::LayerKv> kv, KvDType dtype, int n_tokens,
                      int first_position);
 
  private:
   struct Rows {
-    std::vector<uint16_t> k, v;  // count × head_dim, fp16
+    std::vector<uint8_t> k, v;  // count × head_dim elements of dtype_
     std::vector<int32_t> pos;
   };
   Rows& Slot(int layer, int head) { return slots_[static_cast<size_t>(layer) * heads_ + head]; }
@@ -57,6 +61,7 @@ class Sequence {
 
   int layers_, heads_, head_dim_;
   int pos_;
+  KvDType dtype_;
   std::vector<Rows> slots_;  // layer-major
 };
 

@@ -1,5 +1,7 @@
 #include "tierkv/generate.h"
 
+#include "tierkv/sequence.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -83,54 +85,15 @@ Result<GenerateResult> Generate(const Model& model, const Tokenizer& tok, std::s
                                    std::to_string(c.context_length) + " tokens");
   }
 
-  // The KV cache: per layer, rows of kv_dim elements at positions 0..pos-1.
-  const size_t es = KvDTypeSize(opt.kv_dtype);
-  const size_t row_bytes = static_cast<size_t>(c.kv_dim()) * es;
-  std::vector<std::vector<uint8_t>> kcache(c.n_layers), vcache(c.n_layers);
-  int pos = 0;
-  auto append = [&](const PrefillResult& r) {
-    for (int l = 0; l < c.n_layers; ++l) {
-      kcache[l].insert(kcache[l].end(), r.kv[l].k.begin(), r.kv[l].k.end());
-      vcache[l].insert(vcache[l].end(), r.kv[l].v.begin(), r.kv[l].v.end());
-    }
-    pos += r.n_tokens;
-  };
-  PrefillOptions po;
-  po.capture_kv = true;
-  po.kv_dtype = opt.kv_dtype;
-  po.before_attention = [&](const LayerView& view, LayerPrefix* prefix) -> Status {
-    if (pos == 0) return Status::Ok();
-    prefix->heads.resize(c.n_kv_heads);
-    for (int h = 0; h < c.n_kv_heads; ++h) {
-      KvRows& r = prefix->heads[h];
-      r.dtype = opt.kv_dtype;
-      r.count = static_cast<size_t>(pos);
-      r.k = kcache[view.layer].data() + static_cast<size_t>(h) * c.head_dim() * es;
-      r.v = vcache[view.layer].data() + static_cast<size_t>(h) * c.head_dim() * es;
-      r.k_stride = r.v_stride = static_cast<size_t>(c.kv_dim());
-    }
-    return Status::Ok();
-  };
-  // int64: max_tokens may be as large as INT_MAX.
-  const int64_t rows = std::min<int64_t>(c.context_length, int64_t{n_prompt} + opt.max_tokens);
-  for (int l = 0; l < c.n_layers; ++l) {
-    kcache[l].reserve(row_bytes * static_cast<size_t>(rows));
-    vcache[l].reserve(kcache[l].capacity());
-  }
-
+  // The KV cache, with room for every row it can hold (int64: max_tokens
+  // may be as large as INT_MAX).
+  Sequence seq(c, 0, opt.kv_dtype);
+  seq.Reserve(static_cast<size_t>(std::min<int64_t>(c.context_length, int64_t{n_prompt} + opt.max_tokens)));
   auto t0 = std::chrono::steady_clock::now();
-  po.start_pos = 0;
-  ASSIGN_OR_RETURN(PrefillResult r, model.Prefill(res.prompt_tokens, po));
-  append(r);
+  ASSIGN_OR_RETURN(std::vector<float> logits, seq.Step(model, res.prompt_tokens));
   res.prefill_ms = MsSince(t0);
-
-  const auto step = [&](int32_t next) -> Result<std::vector<float>> {
-    po.start_pos = pos;
-    ASSIGN_OR_RETURN(PrefillResult d, model.Prefill(std::span(&next, 1), po));
-    append(d);
-    return std::move(d.logits);
-  };
-  RETURN_IF_ERROR(Continue(tok, c.context_length, std::move(r.logits), step, opt, &res));
+  const auto step = [&](int32_t next) { return seq.Step(model, next); };
+  RETURN_IF_ERROR(Continue(tok, c.context_length, std::move(logits), step, opt, &res));
   return res;
 }
 

@@ -7,35 +7,49 @@
 
 namespace tierkv {
 
-Sequence::Sequence(const ModelConfig& c, int next_position)
+Sequence::Sequence(const ModelConfig& c, int next_position, KvDType dtype)
     : layers_(c.n_layers),
       heads_(c.n_kv_heads),
       head_dim_(c.head_dim()),
       pos_(next_position),
+      dtype_(dtype),
       slots_(static_cast<size_t>(c.n_layers) * c.n_kv_heads) {}
 
 uint64_t Sequence::bytes() const {
   uint64_t b = 0;
-  for (const Rows& r : slots_) b += (r.k.size() + r.v.size()) * sizeof(uint16_t) + r.pos.size() * sizeof(int32_t);
+  for (const Rows& r : slots_) b += r.k.size() + r.v.size() + r.pos.size() * sizeof(int32_t);
   return b;
+}
+
+void Sequence::Reserve(size_t rows) {
+  const size_t row_bytes = static_cast<size_t>(head_dim_) * KvDTypeSize(dtype_);
+  for (Rows& r : slots_) {
+    r.k.reserve(rows * row_bytes);
+    r.v.reserve(rows * row_bytes);
+    r.pos.reserve(rows);
+  }
 }
 
 namespace {
 
-// Appends `count` rows of `hd` elements (row i at src + i*stride elements)
-// to `dst` as fp16.
-void AppendRows(const void* src, KvDType dtype, size_t count, size_t stride, int hd,
-                std::vector<uint16_t>* dst) {
+// Appends `count` rows of `hd` elements of `from` (row i at src + i*stride
+// elements; stride 0: hd) to `dst` as elements of `to`.
+void AppendRows(const void* src, KvDType from, size_t count, size_t stride, int hd, KvDType to,
+                std::vector<uint8_t>* dst) {
   const size_t n = static_cast<size_t>(hd);
   if (stride == 0) stride = n;
+  const size_t in_size = KvDTypeSize(from), out_size = KvDTypeSize(to);
   const size_t at = dst->size();
-  dst->resize(at + count * n);
-  uint16_t* out = dst->data() + at;
-  for (size_t i = 0; i < count; ++i, out += n) {
-    if (dtype == KvDType::kF16) {
-      std::memcpy(out, static_cast<const uint16_t*>(src) + i * stride, n * sizeof(uint16_t));
+  dst->resize(at + count * n * out_size);
+  uint8_t* out = dst->data() + at;
+  const auto* in = static_cast<const uint8_t*>(src);
+  for (size_t i = 0; i < count; ++i, out += n * out_size, in += stride * in_size) {
+    if (from == to) {
+      std::memcpy(out, in, n * out_size);
+    } else if (to == KvDType::kF16) {
+      kernels::FloatToHalfN(reinterpret_cast<const float*>(in), reinterpret_cast<uint16_t*>(out), n);
     } else {
-      kernels::FloatToHalfN(static_cast<const float*>(src) + i * stride, out, n);
+      kernels::HalfToFloatN(reinterpret_cast<const uint16_t*>(in), reinterpret_cast<float*>(out), n);
     }
   }
 }
@@ -53,8 +67,8 @@ Status Sequence::AddPrefix(int layer, const LayerPrefix& prefix) {
   for (int h = 0; h < heads_; ++h) {
     const KvRows& in = prefix.heads[h];
     Rows& r = Slot(layer, h);
-    AppendRows(in.k, in.dtype, in.count, in.k_stride, head_dim_, &r.k);
-    AppendRows(in.v, in.dtype, in.count, in.v_stride, head_dim_, &r.v);
+    AppendRows(in.k, in.dtype, in.count, in.k_stride, head_dim_, dtype_, &r.k);
+    AppendRows(in.v, in.dtype, in.count, in.v_stride, head_dim_, dtype_, &r.v);
     for (size_t i = 0; i < in.count; ++i) {
       r.pos.push_back(in.positions ? in.positions[i] : static_cast<int32_t>(i));
     }
@@ -77,31 +91,34 @@ Status Sequence::AddComputed(std::span<const PrefillResult::LayerKv> kv, KvDType
     for (int h = 0; h < heads_; ++h) {
       Rows& r = Slot(l, h);
       const size_t off = static_cast<size_t>(h) * head_dim_ * es;
-      AppendRows(kv[l].k.data() + off, dtype, n_tokens, kvd, head_dim_, &r.k);
-      AppendRows(kv[l].v.data() + off, dtype, n_tokens, kvd, head_dim_, &r.v);
+      AppendRows(kv[l].k.data() + off, dtype, n_tokens, kvd, head_dim_, dtype_, &r.k);
+      AppendRows(kv[l].v.data() + off, dtype, n_tokens, kvd, head_dim_, dtype_, &r.v);
       for (int i = 0; i < n_tokens; ++i) r.pos.push_back(first_position + i);
     }
   }
   return Status::Ok();
 }
 
-Result<std::vector<float>> Sequence::Step(const Model& model, int32_t token) {
+Result<std::vector<float>> Sequence::Step(const Model& model, std::span<const int32_t> tokens) {
   PrefillOptions po;
   po.start_pos = pos_;
   po.capture_kv = true;
-  po.kv_dtype = KvDType::kF16;
+  po.kv_dtype = dtype_;
   po.logits = LogitsMode::kLast;
   po.before_attention = [this](const LayerView& v, LayerPrefix* p) -> Status {
+    bool any = false;
+    for (int h = 0; h < heads_; ++h) any = any || !Slot(v.layer, h).pos.empty();
+    if (!any) return Status::Ok();  // nothing before these tokens: no prefix
     p->heads.resize(heads_);
     for (int h = 0; h < heads_; ++h) {
       const Rows& r = Slot(v.layer, h);
-      p->heads[h] = KvRows{r.k.data(), r.v.data(), KvDType::kF16, r.pos.size(), 0, 0, r.pos.data()};
+      p->heads[h] = KvRows{r.k.data(), r.v.data(), dtype_, r.pos.size(), 0, 0, r.pos.data()};
     }
     return Status::Ok();
   };
-  ASSIGN_OR_RETURN(PrefillResult r, model.Prefill(std::span(&token, 1), po));
-  RETURN_IF_ERROR(AddComputed(r.kv, r.kv_dtype, 1, pos_));
-  ++pos_;
+  ASSIGN_OR_RETURN(PrefillResult r, model.Prefill(tokens, po));
+  RETURN_IF_ERROR(AddComputed(r.kv, r.kv_dtype, r.n_tokens, pos_));
+  pos_ += r.n_tokens;
   return std::move(r.logits);
 }
 
