@@ -70,7 +70,7 @@ struct Engine::Impl {
   // The rows of the stored prefix this request reuses (below `cap`).
   size_t Reusable(const store::LookupResult& m, size_t cap) const;
   std::vector<uint64_t> ScoreKeys(const store::LookupResult& m, size_t R) const;
-  PrefillOptions ForwardOptions(Request& rq, RequestStats& st, bool store, bool last_only,
+  PrefillOptions ForwardOptions(Request& rq, RequestStats& st, bool storing, bool last_only,
                                 Status* load_error);
   void FillStats(const Request& rq, Clock::time_point t_compute, Clock::time_point t_done,
                  RequestStats* st) const;
@@ -260,16 +260,16 @@ std::vector<uint64_t> Engine::Impl::ScoreKeys(const store::LookupResult& m, size
   return keys;
 }
 
-PrefillOptions Engine::Impl::ForwardOptions(Request& rq, RequestStats& st, bool store_kv,
+PrefillOptions Engine::Impl::ForwardOptions(Request& rq, RequestStats& st, bool storing,
                                             bool last_only, Status* load_error) {
   PrefillOptions po;
   po.start_pos = static_cast<int>(rq.R);
-  po.capture_kv = (store_kv && row.reuses()) || rq.keep != nullptr;
+  po.capture_kv = storing || rq.keep != nullptr;
   po.kv_dtype = KvDType::kF16;
   po.logits = last_only ? LogitsMode::kLast : LogitsMode::kAll;
   const bool order = opts.store_order == StoreOrder::kOn ||
                      (opts.store_order == StoreOrder::kSystem && row.orders_at_store);
-  if (store_kv && row.reuses() && order) rq.order = std::make_unique<StoreImportance>(c);
+  if (storing && order) rq.order = std::make_unique<StoreImportance>(c);
   if (rq.R == 0 && !rq.order) return po;
   po.before_attention = [this, &rq, &st, load_error](const LayerView& v,
                                                     LayerPrefix* prefix) -> Status {
@@ -333,7 +333,9 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   if (so.keep_kv) rq.keep = std::make_shared<Sequence>(c, static_cast<int>(n));
   ScoreEvents events(pools.get(), ScoreKeys(m, R));
   if (R > 0) source->Start(rq);
-  PrefillOptions po = ForwardOptions(rq, st, so.store, last_only, load_error);
+  // The prompt's K/V go to the store (systems that reuse keep what they compute).
+  const bool storing = so.store && row.reuses();
+  PrefillOptions po = ForwardOptions(rq, st, storing, last_only, load_error);
   const auto t_compute = Clock::now();
   auto r = model.Prefill(tokens.subspan(R), po);
   const auto t_done = Clock::now();
@@ -356,7 +358,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
     RETURN_IF_ERROR(rq.keep->AddComputed(r->kv, r->kv_dtype, r->n_tokens, static_cast<int>(R)));
     out.sequence = std::move(rq.keep);
   }
-  if (so.store && row.reuses()) writer->Store(tokens, rq, std::move(r->kv), &st);
+  if (storing) writer->Store(tokens, rq, std::move(r->kv), &st);
   return out;
 }
 
