@@ -69,7 +69,7 @@ void AddBenchIo(CLI::App& app, Action* run) {
           std::fprintf(stderr, "bench-io: %s\n", msg.c_str());
         });
         if (!m.ok()) return Fail(m.status().ToString());
-        std::printf("%s\n", a->json ? bench::IoModelToJson(*m).c_str() : bench::IoModelToText(*m).c_str());
+        std::printf("%s\n", a->json ? bench::IoModelReportToJson(*m).c_str() : bench::IoModelReportToText(*m).c_str());
         return 0;
       }
       bool made = false;

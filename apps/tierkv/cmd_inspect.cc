@@ -88,8 +88,8 @@ void PrintReport(const store::StoreReport& o) {
               : o.manifest_present ? "present"
                                    : "absent",
               s.manifest_chunks, s.scanned_segments);
-  std::printf("read planner     %s cost model: %.2f us per read, %.0f MB/s; gaps up to %u blocks "
-              "read through\n", o.io_source.c_str(), o.io_per_io_us, o.io_mb_per_s,
+  std::printf("read planner     %s cost model: %.2f us per read, %.0f MB/s; with --read-planner "
+              "model, gaps up to %u blocks are read through\n", o.io_source.c_str(), o.io_per_io_us, o.io_mb_per_s,
               o.io_merge_gap_blocks);
   std::printf("segments         %zu\n", o.segments.size());
   for (const auto& [name, size] : o.segments) std::printf("  %s  %" PRIu64 " bytes\n", name.c_str(), size);

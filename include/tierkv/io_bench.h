@@ -53,13 +53,13 @@ struct IoModelReport {
   std::string machine;      // host, device, backend, depth
   double per_io_us = 0;     // fixed cost of one read at that depth
   double mb_per_s = 0;      // bandwidth at that depth
-  uint32_t merge_gap_blocks = 0;  // gaps up to this many 4 KiB blocks are read through
+  uint32_t merge_gap_blocks = 0;  // --read-planner model reads through gaps up to this many 4 KiB blocks
 };
 Result<IoModelReport> CalibrateCacheDir(const std::string& dir, const std::string& backend,
                                         uint32_t queue_depth,
                                         std::function<void(const std::string&)> progress = {});
-std::string IoModelToJson(const IoModelReport& r);
-std::string IoModelToText(const IoModelReport& r);
+std::string IoModelReportToJson(const IoModelReport& r);
+std::string IoModelReportToText(const IoModelReport& r);
 std::string IoReportToJson(const IoBenchReport& r);
 std::string IoReportToText(const IoBenchReport& r);
 

@@ -268,7 +268,7 @@ Result<IoModelReport> CalibrateCacheDir(const std::string& dir, const std::strin
   return r;
 }
 
-std::string IoModelToJson(const IoModelReport& r) {
+std::string IoModelReportToJson(const IoModelReport& r) {
   nlohmann::json j;
   j["dir"] = r.dir;
   j["machine"] = r.machine;
@@ -278,11 +278,11 @@ std::string IoModelToJson(const IoModelReport& r) {
   return j.dump(2);
 }
 
-std::string IoModelToText(const IoModelReport& r) {
+std::string IoModelReportToText(const IoModelReport& r) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "io model of %s (%s):\n  fixed cost per read  %.2f us\n  bandwidth            %.0f MB/s\n"
-                "  read planner: gaps of up to %u blocks (4 KiB) are read through, not skipped\n"
+                "  with --read-planner model, gaps of up to %u blocks (4 KiB) are read through, not skipped\n"
                 "saved as %s/IO-MODEL",
                 r.dir.c_str(), r.machine.c_str(), r.per_io_us, r.mb_per_s, r.merge_gap_blocks,
                 r.dir.c_str());

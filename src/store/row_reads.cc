@@ -97,11 +97,13 @@ struct RunCost {
   double own_seconds = 0;
 };
 
-// The planner's rule: the reads that fetch `blocks` (ascending), as
+// The planner's rule: the reads that fetch `blocks` (ascending: a sorted
+// vector or a set), as
 // [first, end) ranges; needed blocks separated by at most `gap` unneeded
 // ones share a read. Blocks keyed (record << 32) | block never merge across
 // records (their distance exceeds any gap).
-std::vector<std::pair<uint64_t, uint64_t>> MergedRuns(std::span<const uint64_t> blocks, uint64_t gap) {
+template <typename Blocks>
+std::vector<std::pair<uint64_t, uint64_t>> MergedRuns(const Blocks& blocks, uint64_t gap) {
   std::vector<std::pair<uint64_t, uint64_t>> runs;
   for (uint64_t b : blocks) {
     if (!runs.empty() && b - runs.back().second <= gap) {
@@ -116,9 +118,8 @@ std::vector<std::pair<uint64_t, uint64_t>> MergedRuns(std::span<const uint64_t> 
 // Predicted time of reading `blocks` ((record << 32) | block) as PageRuns
 // reads them.
 double PredictedSeconds(const std::set<uint64_t>& blocks, const ChunkStore::Impl& s) {
-  const std::vector<uint64_t> sorted(blocks.begin(), blocks.end());
   uint64_t read_blocks = 0;
-  const auto runs = MergedRuns(sorted, s.MergeGap());
+  const auto runs = MergedRuns(blocks, s.MergeGap());
   for (const auto& [first, end] : runs) read_blocks += end - first;
   return s.io_model_.Seconds(runs.size(), read_blocks * kBlockSize);
 }
