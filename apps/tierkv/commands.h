@@ -26,6 +26,7 @@ void AddInspect(CLI::App& app, Action* run);
 void AddVerify(CLI::App& app, Action* run);
 void AddCheck(CLI::App& app, Action* run);
 void AddCompare(CLI::App& app, Action* run);
+void AddServe(CLI::App& app, Action* run);
 
 // Prints "tierkv: error: <message>" to stderr and returns the exit code 1.
 int Fail(const std::string& message);

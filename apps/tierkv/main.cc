@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddVerify(app, &action);
   tierkv::app::AddCheck(app, &action);
   tierkv::app::AddCompare(app, &action);
+  tierkv::app::AddServe(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -23,6 +23,12 @@ std::set<std::string>& Scratch() {
   return dirs;
 }
 
+// The command's shutdown handler; guarded by ScratchMu().
+std::function<void()>& ShutdownHandler() {
+  static std::function<void()> handler;
+  return handler;
+}
+
 sigset_t Handled() {
   sigset_t set;
   sigemptyset(&set);
@@ -40,7 +46,21 @@ void InstallSignalCleanup() {
   std::thread([set] {
     pthread_setname_np(pthread_self(), "tierkv-signal");
     int sig = 0;
-    if (sigwait(&set, &sig) != 0) return;
+    bool handled = false;
+    for (;;) {
+      if (sigwait(&set, &sig) != 0) return;
+      std::function<void()> handler;
+      {
+        MutexLock l(&ScratchMu());
+        handler = ShutdownHandler();
+      }
+      if (handler && !handled) {
+        handled = true;
+        handler();
+        continue;
+      }
+      break;
+    }
     {
       MutexLock l(&ScratchMu());
       for (const std::string& dir : Scratch()) {
@@ -50,6 +70,11 @@ void InstallSignalCleanup() {
     }
     _exit(128 + sig);
   }).detach();
+}
+
+void SetShutdownHandler(std::function<void()> handler) {
+  MutexLock l(&ScratchMu());
+  ShutdownHandler() = std::move(handler);
 }
 
 void RegisterScratch(const std::string& dir) {

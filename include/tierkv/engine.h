@@ -31,6 +31,7 @@
 #include "tierkv/model.h"
 #include "tierkv/sequence.h"
 #include "tierkv/status.h"
+#include "tierkv/store.h"
 
 namespace tierkv::store {
 class ChunkStore;
@@ -276,10 +277,12 @@ class Engine {
   // Bytes of records the disk tier holds for live chunks, without the
   // importance-ordered copies (the K/V once; 0 for recompute).
   uint64_t StoredBytes() const;
+  // The disk tier's counters and sizes (zeros for recompute). Thread-safe.
+  store::StoreStats StoreStatistics() const;
+  // The device and host pools' statistics (empty for recompute). Thread-safe.
+  cache::CacheStats PoolStatistics() const;
   // The disk tier (null for recompute): tests and inspection.
   store::ChunkStore* TEST_store();
-  // The device and host pools' statistics (empty for recompute).
-  cache::CacheStats TEST_pool_stats() const;
 
  private:
   struct Impl;

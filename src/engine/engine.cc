@@ -179,7 +179,11 @@ uint64_t Engine::StoredBytes() const {
   return st.live_bytes - st.reordered_bytes;
 }
 
-cache::CacheStats Engine::TEST_pool_stats() const {
+store::StoreStats Engine::StoreStatistics() const {
+  return impl_->store ? impl_->store->stats() : store::StoreStats{};
+}
+
+cache::CacheStats Engine::PoolStatistics() const {
   return impl_->pools ? impl_->pools->stats() : cache::CacheStats{};
 }
 

@@ -517,7 +517,7 @@ TEST_F(EngineTest, SpecKeepsWhatItReadAheadSoTheNextRequestDoesNotReadItAgain) {
     auto r = (*eng)->Serve(b, so);
     EXPECT_OK(r.status());
     if (r.ok()) s.r = *r;
-    s.pools = (*eng)->TEST_pool_stats();
+    s.pools = (*eng)->PoolStatistics();
     auto again = (*eng)->Serve(b, so);
     EXPECT_OK(again.status());
     if (again.ok()) s.again = *again;

@@ -1,0 +1,116 @@
+// tierkv serve: the engine behind an OpenAI-compatible HTTP API.
+#include <cstdio>
+#include <cstdlib>
+
+#include "prompt_file.h"
+#include "signals.h"
+#include "tierkv/commands.h"
+#include "tierkv/engine.h"
+#include "tierkv/server.h"
+
+namespace tierkv::app {
+
+namespace {
+
+struct ServeArgs {
+  std::string model, tokenizer, cache_dir, system = "as-like";
+  double retention = 1.0;
+  server::ServerOptions server;
+  double grace_seconds = 10;
+};
+
+// $XDG_CACHE_HOME/tierkv, else ~/.cache/tierkv: a restart finds the
+// prefixes stored before (each model in its own namespace within it).
+Result<std::string> DefaultCacheDir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/tierkv";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/tierkv";
+  return Status::InvalidArgument("--cache-dir: neither XDG_CACHE_HOME nor HOME is set; give a directory");
+}
+
+Result<int> Serve(const ServeArgs& a) {
+  ASSIGN_OR_RETURN(auto loaded, LoadModelAndTokenizer(a.model, a.tokenizer));
+  auto system = engine::ParseSystem(a.system);
+  if (!system.ok()) return system.status().WithContext("--system");
+  engine::EngineOptions o;
+  o.system = *system;
+  if (a.cache_dir.empty()) {
+    ASSIGN_OR_RETURN(o.cache_dir, DefaultCacheDir());
+  } else {
+    o.cache_dir = a.cache_dir;
+  }
+  o.retention = a.retention;
+  o.tokenizer_hash = TokenizerHash(a.tokenizer);
+  ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(*loaded.model, o));
+  server::ServerOptions so = a.server;
+  so.grace_ms = static_cast<int>(a.grace_seconds * 1000);
+  ASSIGN_OR_RETURN(auto srv, server::Server::Create(*loaded.model, *loaded.tokenizer, eng.get(), so));
+  ASSIGN_OR_RETURN(int port, srv->Bind());
+  server::Server* s = srv.get();
+  SetShutdownHandler([s] {
+    std::fprintf(stderr, "tierkv: shutting down (running requests may finish; a second signal exits now)\n");
+    s->Shutdown();
+  });
+  std::printf("tierkv: serving %s as %s on http://%s:%d (cache %s)\n", so.model_id.c_str(), a.system.c_str(),
+              so.host.c_str(), port, o.cache_dir.c_str());
+  std::fflush(stdout);
+  Status run = srv->Run();
+  SetShutdownHandler(nullptr);
+  srv.reset();  // the scheduler ends; then the engine closes its store
+  eng.reset();
+  RETURN_IF_ERROR(run);
+  std::fprintf(stderr, "tierkv: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void AddServe(CLI::App& app, Action* run) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "serve",
+      "Serve the model over an OpenAI-compatible HTTP API (POST /v1/completions, /v1/chat/completions; "
+      "GET /v1/models, /health, /metrics, /v1/cache), reusing stored prompt prefixes");
+  sub->add_option("--model", a->model,
+                  "Model file: GGUF (llama) or llama2.c checkpoint (default: $TIERKV_MODEL, else " +
+                      DefaultModelPath() + ")");
+  sub->add_option("--tokenizer", a->tokenizer,
+                  "SentencePiece .model or llama2.c tokenizer.bin (default: the model's own)");
+  sub->add_option("--cache-dir", a->cache_dir,
+                  "Where prompt K/V is stored and found again across restarts (default: "
+                  "$XDG_CACHE_HOME/tierkv, else ~/.cache/tierkv); each model has its own namespace in it");
+  sub->add_option("--system", a->system,
+                  "How a stored prefix is reused (tierkv compare's systems; as-like reads all of it, "
+                  "the selective ones a share)")
+      ->capture_default_str();
+  sub->add_option("--retention", a->retention, "Share of the prefix rows a selective system reads per layer")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", a->server.port, "Port to listen on (0: any free port, printed at start)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--max-running", a->server.max_running, "Requests generating at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-queue", a->server.max_queue, "Requests waiting to start; more are refused with 429")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-body-bytes", a->server.max_body_bytes, "Largest request body; larger ones get 413")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--model-id", a->server.model_id, "The model's name in /v1/models and responses")
+      ->capture_default_str();
+  sub->add_option("--grace-seconds", a->grace_seconds,
+                  "On SIGTERM or SIGINT, how long running requests may finish before they are cancelled")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->callback([a, run] {
+    *run = [a]() -> int {
+      auto r = Serve(*a);
+      if (!r.ok()) return Fail(r.status().ToString());
+      return *r;
+    };
+  });
+}
+
+}  // namespace tierkv::app

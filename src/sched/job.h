@@ -1,0 +1,85 @@
+// One generation request between the HTTP worker that received it and the
+// scheduler thread that runs it. The scheduler appends text (Emit) and ends
+// the job (Finish); the worker takes the text as it comes (Next, for
+// streaming) or waits for the end (Wait). A client that goes away cancels
+// (Cancel): the scheduler drops the job at its next step and frees its K/V.
+//
+// Thread-safe. Shared (std::shared_ptr) by the worker and the scheduler;
+// whichever lets go last frees it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tierkv/engine.h"
+#include "tierkv/generate.h"
+#include "tierkv/mutex.h"
+#include "tierkv/status.h"
+
+namespace tierkv::sched {
+
+using Clock = std::chrono::steady_clock;
+
+struct GenerationParams {
+  std::vector<int32_t> prompt;  // tokens, BOS first
+  int max_tokens = 16;          // at least 1 (the caller checked the context)
+  SamplerOptions sampler;
+  // Generation ends before the first occurrence of any of these (not
+  // included in the text).
+  std::vector<std::string> stop;
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+// OpenAI's finish_reason ("stop", "length"; "cancelled" and "error" are ours).
+const char* FinishReasonName(FinishReason r);
+
+// What a finished job did.
+struct Outcome {
+  FinishReason reason = FinishReason::kError;
+  Status status;            // not OK only for kError
+  std::string text;         // all of it
+  size_t completion_tokens = 0;
+  engine::RequestStats prefill;  // the prompt's pass through the engine (reuse, reads, TTFT parts)
+  double queue_ms = 0;      // arrival to the start of its prefill
+  double ttft_ms = 0;       // arrival to its first token
+  double decode_ms = 0;     // first token to the last
+};
+
+class Job {
+ public:
+  explicit Job(GenerationParams params);
+  const GenerationParams& params() const { return params_; }
+  Clock::time_point arrival() const { return arrival_; }
+
+  // ---- the worker's side
+  // Blocks until there is text not yet taken or the job has ended. Returns
+  // the new text; *ended is set once the job has ended and all its text was
+  // taken (outcome() is then final).
+  std::string Next(bool* ended) TIERKV_EXCLUDES(mu_);
+  // Blocks until the job has ended; its outcome.
+  Outcome Wait() TIERKV_EXCLUDES(mu_);
+  void Cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  // ---- the scheduler's side
+  void Emit(std::string_view text) TIERKV_EXCLUDES(mu_);
+  // Ends the job; `o.text` is ignored (the emitted text is kept).
+  void End(Outcome o) TIERKV_EXCLUDES(mu_);
+
+ private:
+  const GenerationParams params_;
+  const Clock::time_point arrival_;
+  std::atomic<bool> cancelled_{false};
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::string text_ TIERKV_GUARDED_BY(mu_);   // emitted so far
+  size_t taken_ TIERKV_GUARDED_BY(mu_) = 0;   // of text_, handed to Next
+  bool ended_ TIERKV_GUARDED_BY(mu_) = false;
+  Outcome outcome_ TIERKV_GUARDED_BY(mu_);
+};
+
+}  // namespace tierkv::sched

@@ -1,0 +1,217 @@
+#include "sched/scheduler.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+
+#include "tierkv/logging.h"
+
+namespace tierkv::sched {
+
+namespace {
+
+double MsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// The longest tail of `text` that begins some stop string (it may still
+// become one: not emitted yet).
+size_t HeldBack(std::string_view text, const std::vector<std::string>& stops) {
+  size_t held = 0;
+  for (const std::string& s : stops) {
+    for (size_t n = std::min(s.size() - 1, text.size()); n > held; --n) {
+      if (text.substr(text.size() - n) == std::string_view(s).substr(0, n)) {
+        held = n;
+        break;
+      }
+    }
+  }
+  return held;
+}
+
+// Where the first stop string begins in `text` (searching from `from`), or npos.
+size_t FirstStop(std::string_view text, size_t from, const std::vector<std::string>& stops) {
+  size_t at = std::string_view::npos;
+  for (const std::string& s : stops) at = std::min(at, text.find(s, from));
+  return at;
+}
+
+size_t LongestStop(const std::vector<std::string>& stops) {
+  size_t n = 0;
+  for (const std::string& s : stops) n = std::max(n, s.size());
+  return n;
+}
+
+}  // namespace
+
+Status SchedulerOptions::Validate() const {
+  if (max_queue == 0) return Status::InvalidArgument("max_queue: must be at least 1");
+  if (max_running == 0) return Status::InvalidArgument("max_running: must be at least 1");
+  return Status::Ok();
+}
+
+// A job that has a first token: its K/V and where its decoding stands.
+struct Scheduler::Running {
+  std::shared_ptr<Job> job;
+  std::shared_ptr<Sequence> seq;
+  Sampler sampler;
+  std::vector<float> logits;  // the next token's
+  int32_t prev = 0;           // the last token run
+  std::string text;           // generated so far
+  size_t emitted = 0;         // of text, handed to the job
+  Outcome out;
+  Clock::time_point first_token;
+  explicit Running(const SamplerOptions& s) : sampler(s) {}
+};
+
+Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, engine::Engine* engine,
+                     SchedulerOptions options)
+    : model_(model), tok_(tokenizer), engine_(engine), opts_(options) {
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "tierkv-sched");
+    Loop();
+  });
+}
+
+Scheduler::~Scheduler() { Shutdown(std::chrono::milliseconds(0)); }
+
+Status Scheduler::Submit(std::shared_ptr<Job> job) {
+  MutexLock l(&mu_);
+  if (draining_) return Status::Unavailable("the server is shutting down");
+  if (queue_.size() >= opts_.max_queue) {
+    return Status::ResourceExhausted("the queue is full (" + std::to_string(opts_.max_queue) + " requests waiting)");
+  }
+  queue_.push_back(std::move(job));
+  cv_.SignalAll();
+  return Status::Ok();
+}
+
+void Scheduler::Drain(std::chrono::milliseconds grace) {
+  MutexLock l(&mu_);
+  if (draining_) {
+    deadline_ = std::min(deadline_, Clock::now() + grace);
+  } else {
+    draining_ = true;
+    deadline_ = Clock::now() + grace;
+  }
+  cv_.SignalAll();
+}
+
+void Scheduler::Shutdown(std::chrono::milliseconds grace) {
+  Drain(grace);
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t Scheduler::queued() const {
+  MutexLock l(&mu_);
+  return queue_.size();
+}
+
+void Scheduler::Loop() {
+  for (;;) {
+    std::vector<std::shared_ptr<Job>> starting;
+    bool past_deadline = false;
+    {
+      MutexLock l(&mu_);
+      while (queue_.empty() && running_.empty() && !draining_) cv_.Wait(&mu_);
+      if (draining_ && queue_.empty() && running_.empty()) return;
+      past_deadline = draining_ && Clock::now() >= deadline_;
+      while (!queue_.empty() && (past_deadline || running_.size() + starting.size() < opts_.max_running)) {
+        starting.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    for (auto& job : starting) {
+      if (past_deadline) job->Cancel();
+      Start(std::move(job));
+    }
+    for (auto& r : running_) {
+      if (past_deadline) r->job->Cancel();
+      if (!Advance(*r)) r.reset();
+    }
+    std::erase(running_, nullptr);
+    running_count_ = running_.size();
+  }
+}
+
+void Scheduler::Start(std::shared_ptr<Job> job) {
+  auto r = std::make_unique<Running>(job->params().sampler);
+  r->job = std::move(job);
+  r->out.queue_ms = MsBetween(r->job->arrival(), Clock::now());
+  if (r->job->cancelled()) return End(*r, FinishReason::kCancelled);
+  const GenerationParams& p = r->job->params();
+  engine::ServeOptions so;
+  so.keep_kv = true;
+  auto served = engine_->Serve(p.prompt, so);
+  if (!served.ok()) return End(*r, FinishReason::kError, served.status());
+  r->out.prefill = served->stats;
+  r->seq = std::move(served->sequence);
+  r->logits = std::move(served->logits);
+  r->prev = p.prompt.back();
+  if (Advance(*r)) {
+    running_.push_back(std::move(r));
+    running_count_ = running_.size();
+  }
+}
+
+bool Scheduler::Advance(Running& r) {
+  const GenerationParams& p = r.job->params();
+  if (r.job->cancelled()) {
+    End(r, FinishReason::kCancelled);
+    return false;
+  }
+  const int32_t next = r.sampler.Sample(r.logits);
+  if (r.out.completion_tokens == 0) {
+    r.first_token = Clock::now();
+    r.out.ttft_ms = MsBetween(r.job->arrival(), r.first_token);
+  }
+  if (next == tok_.eos_id() || next == tok_.bos_id()) {
+    End(r, FinishReason::kStop);
+    return false;
+  }
+  ++r.out.completion_tokens;
+  const size_t before = r.text.size();
+  r.text += tok_.DecodePiece(r.prev, next);
+  r.prev = next;
+  const size_t longest = LongestStop(p.stop);
+  const size_t stop_at = FirstStop(r.text, before > longest ? before - longest : 0, p.stop);
+  if (stop_at != std::string::npos) {
+    r.text.resize(stop_at);
+    End(r, FinishReason::kStop);
+    return false;
+  }
+  const size_t ready = r.text.size() - HeldBack(r.text, p.stop);
+  if (ready > r.emitted) {
+    r.job->Emit(std::string_view(r.text).substr(r.emitted, ready - r.emitted));
+    r.emitted = ready;
+  }
+  if (r.out.completion_tokens >= static_cast<size_t>(p.max_tokens) ||
+      r.seq->position() >= model_.config().context_length) {
+    End(r, FinishReason::kLength);
+    return false;
+  }
+  auto logits = r.seq->Step(model_, next);
+  if (!logits.ok()) {
+    End(r, FinishReason::kError, logits.status());
+    return false;
+  }
+  r.logits = std::move(*logits);
+  return true;
+}
+
+void Scheduler::End(Running& r, FinishReason reason, Status status) {
+  if (reason == FinishReason::kError) {
+    TIERKV_LOG(kWarn) << "request failed: " << status.ToString();
+  }
+  // The text held back for a stop string that did not come is the job's.
+  if (reason != FinishReason::kCancelled && r.text.size() > r.emitted) {
+    r.job->Emit(std::string_view(r.text).substr(r.emitted));
+  }
+  r.out.reason = reason;
+  r.out.status = std::move(status);
+  if (r.out.completion_tokens > 0) r.out.decode_ms = MsBetween(r.first_token, Clock::now());
+  r.seq.reset();
+  r.job->End(std::move(r.out));
+}
+
+}  // namespace tierkv::sched

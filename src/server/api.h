@@ -1,0 +1,39 @@
+// The OpenAI-style request bodies the server accepts, parsed and checked.
+// Every error is InvalidArgument naming the field ("max_tokens: must be an
+// integer of at least 1"), or JSON's own complaint for a body that is not
+// JSON. Unknown fields are ignored, as OpenAI-compatible servers do.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tierkv/generate.h"
+#include "tierkv/status.h"
+
+namespace tierkv::server {
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+struct CompletionRequest {
+  bool chat = false;
+  std::string prompt;                    // completions: text
+  std::vector<int32_t> prompt_tokens;    // completions: token ids instead of text
+  std::vector<ChatMessage> messages;     // chat
+  std::optional<int> max_tokens;         // unset: the endpoint's default
+  SamplerOptions sampler;                // temperature 1 and top_p 1 unless given (OpenAI's)
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;            // stream_options.include_usage
+  std::optional<double> retention;       // the request's share of prefix rows
+};
+
+// Parses a POST /v1/completions (chat = false) or /v1/chat/completions body.
+Result<CompletionRequest> ParseCompletionRequest(std::string_view body, bool chat);
+
+}  // namespace tierkv::server

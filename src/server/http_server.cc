@@ -1,0 +1,285 @@
+// Server: the HTTP routes (cpp-httplib) over the scheduler.
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "sched/scheduler.h"
+#include "server/api.h"
+#include "server/chat_template.h"
+#include "server/metrics.h"
+#include "server/openai_format.h"
+#include "tierkv/logging.h"
+#include "tierkv/server.h"
+
+namespace tierkv::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kDefaultCompletionTokens = 16;  // OpenAI's default for /v1/completions
+
+// GET /v1/cache: the disk tier's and the pools' figures.
+std::string CacheStatsJson(const store::StoreStats& s, const cache::CacheStats& p) {
+  const nlohmann::json j{
+      {"store",
+       {{"live_chunks", s.live_chunks}, {"live_bytes", s.live_bytes}, {"dead_bytes", s.dead_bytes},
+        {"segments", s.segments}, {"puts", s.puts}, {"bytes_written", s.bytes_written}, {"bytes_read", s.bytes_read},
+        {"records_read", s.records_read}, {"corrupt_records", s.corrupt_records}, {"read_errors", s.read_errors},
+        {"evicted_chunks", s.evicted_chunks}, {"dropped_chunks", s.dropped_chunks},
+        {"recovered_chunks", s.recovered_chunks}, {"compactions", s.compactions},
+        {"reordered_chunks", s.reordered_chunks}}},
+      {"pools",
+       {{"accesses", p.accesses}, {"device_hits", p.hits[0]}, {"host_hits", p.hits[1]}, {"misses", p.hits[2]},
+        {"device_used_bytes", p.device_used}, {"host_used_bytes", p.host_used}, {"device_chunks", p.device_chunks},
+        {"host_chunks", p.host_chunks}, {"promotions", p.promotions}, {"demotions", p.demotions},
+        {"offloads", p.offloads}, {"device_hit_ratio", p.device_hit_ratio()}}}};
+  return j.dump();
+}
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Status ServerOptions::Validate() const {
+  if (port < 0 || port > 65535) return Status::InvalidArgument("port: must be in [0, 65535]");
+  if (max_queue == 0) return Status::InvalidArgument("max_queue: must be at least 1");
+  if (max_running == 0) return Status::InvalidArgument("max_running: must be at least 1");
+  if (max_body_bytes == 0) return Status::InvalidArgument("max_body_bytes: must be at least 1");
+  if (grace_ms < 0) return Status::InvalidArgument("grace_ms: must not be negative");
+  return Status::Ok();
+}
+
+struct Server::Impl {
+  const Model& model;
+  const Tokenizer& tok;
+  engine::Engine* const engine;
+  const ServerOptions opts;
+  httplib::Server http;
+  Metrics metrics;
+  sched::Scheduler sched;
+  std::atomic<bool> draining{false};
+  std::atomic<uint64_t> next_id{1};
+  const uint64_t id_salt = std::random_device{}();
+
+  Impl(const Model& m, const Tokenizer& t, engine::Engine* e, ServerOptions o)
+      : model(m), tok(t), engine(e), opts(std::move(o)),
+        sched(m, t, e, sched::SchedulerOptions{opts.max_queue, opts.max_running}) {}
+
+  void Routes();
+  void Reply(httplib::Response& res, const std::string& endpoint, int status, const std::string& body,
+             const char* type = "application/json");
+  void Fail(httplib::Response& res, const std::string& endpoint, const Status& s);
+  Result<sched::GenerationParams> Prepare(const CompletionRequest& r);
+  void Complete(const httplib::Request& req, httplib::Response& res, bool chat);
+  void Stream(httplib::Response& res, const std::string& endpoint, std::shared_ptr<sched::Job> job,
+              ResponseHead head, bool include_usage);
+  std::string NewId(bool chat);
+};
+
+void Server::Impl::Reply(httplib::Response& res, const std::string& endpoint, int status, const std::string& body,
+                         const char* type) {
+  res.status = status;
+  res.set_content(body, type);
+  metrics.CountRequest(endpoint, status);
+}
+
+void Server::Impl::Fail(httplib::Response& res, const std::string& endpoint, const Status& s) {
+  const int code = HttpStatusOf(s);
+  if (code == 429) res.set_header("Retry-After", "1");
+  Reply(res, endpoint, code, ErrorBody(code, s));
+}
+
+std::string Server::Impl::NewId(bool chat) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%s-%016llx", chat ? "chatcmpl" : "cmpl",
+                static_cast<unsigned long long>(id_salt ^ (next_id++ * 0x9e3779b97f4a7c15ULL)));
+  return buf;
+}
+
+// The request's tokens and limits, checked against the model.
+Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r) {
+  const double server_retention = engine->options().retention;
+  if (r.retention && *r.retention != server_retention) {
+    char have[32];
+    std::snprintf(have, sizeof have, "%g", server_retention);
+    return Status::InvalidArgument(std::string("retention: this server reads ") + have +
+                                   " of the prefix rows for every request (tierkv serve --retention); a "
+                                   "per-request value is not supported yet");
+  }
+  sched::GenerationParams p;
+  if (r.chat) {
+    ASSIGN_OR_RETURN(p.prompt, ChatPromptTokens(tok, r.messages));
+  } else if (!r.prompt_tokens.empty()) {
+    for (int32_t t : r.prompt_tokens) {
+      if (t < 0 || t >= model.config().vocab_size) {
+        return Status::InvalidArgument("prompt: token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                       std::to_string(model.config().vocab_size) + ")");
+      }
+    }
+    p.prompt = r.prompt_tokens;
+  } else {
+    ASSIGN_OR_RETURN(p.prompt, tok.Encode(r.prompt, /*add_bos=*/true));
+  }
+  const int context = model.config().context_length;
+  const int n = static_cast<int>(p.prompt.size());
+  p.max_tokens = r.max_tokens.value_or(r.chat ? context - n : kDefaultCompletionTokens);
+  if (n >= context || p.max_tokens < 1 || n + p.max_tokens > context) {
+    return Status::InvalidArgument("max_tokens: the prompt's " + std::to_string(n) + " tokens plus max_tokens " +
+                                   std::to_string(p.max_tokens) + " exceed the model's context of " +
+                                   std::to_string(context) + " tokens");
+  }
+  p.sampler = r.sampler;
+  p.stop = r.stop;
+  return p;
+}
+
+void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
+  const auto t0 = Clock::now();
+  auto parsed = ParseCompletionRequest(req.body, chat);
+  if (!parsed.ok()) return Fail(res, endpoint, parsed.status());
+  auto params = Prepare(*parsed);
+  if (!params.ok()) return Fail(res, endpoint, params.status());
+  const size_t prompt_tokens = params->prompt.size();
+  auto job = std::make_shared<sched::Job>(std::move(*params));
+  if (Status s = sched.Submit(job); !s.ok()) return Fail(res, endpoint, s);
+  ResponseHead head{NewId(chat), UnixNow(), opts.model_id, chat};
+  if (parsed->stream) return Stream(res, endpoint, std::move(job), std::move(head), parsed->include_usage);
+  const sched::Outcome o = job->Wait();
+  metrics.ObserveOutcome(o, std::chrono::duration<double>(Clock::now() - t0).count());
+  if (o.reason == sched::FinishReason::kError) return Fail(res, endpoint, o.status);
+  if (o.reason == sched::FinishReason::kCancelled) {
+    return Fail(res, endpoint, Status::Unavailable("the server shut down before the request finished"));
+  }
+  Reply(res, endpoint, 200, CompletionBody(head, o, UsageOf(o, prompt_tokens)));
+}
+
+// Streams the job's text as server-sent events. The provider runs on this
+// request's HTTP worker after the handler returns; a failed write (the
+// client went away) ends it, and the releaser then cancels the job.
+void Server::Impl::Stream(httplib::Response& res, const std::string& endpoint, std::shared_ptr<sched::Job> job,
+                          ResponseHead head, bool include_usage) {
+  metrics.CountRequest(endpoint, 200);
+  const auto t0 = Clock::now();
+  auto first = std::make_shared<bool>(true);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, job, head, include_usage, first, t0](size_t, httplib::DataSink& sink) {
+        bool ended = false;
+        const std::string text = job->Next(&ended);
+        if (!text.empty()) {
+          const std::string ev = ChunkEvent(head, text, *first, nullptr);
+          *first = false;
+          if (!sink.write(ev.data(), ev.size())) return false;
+        }
+        if (!ended) return true;
+        const sched::Outcome o = job->Wait();
+        metrics.ObserveOutcome(o, std::chrono::duration<double>(Clock::now() - t0).count());
+        std::string tail;
+        if (o.reason == sched::FinishReason::kError || o.reason == sched::FinishReason::kCancelled) {
+          const Status s = o.reason == sched::FinishReason::kError
+                               ? o.status
+                               : Status::Unavailable("the server shut down before the request finished");
+          tail = "data: " + ErrorBody(HttpStatusOf(s), s) + "\n\n";
+        } else {
+          tail = ChunkEvent(head, "", *first, sched::FinishReasonName(o.reason));
+          if (include_usage) tail += UsageEvent(head, UsageOf(o, job->params().prompt.size()));
+        }
+        tail += kDoneEvent;
+        if (!sink.write(tail.data(), tail.size())) return false;
+        sink.done();
+        return true;
+      },
+      [job](bool success) {
+        if (!success) job->Cancel();
+      });
+}
+
+void Server::Impl::Routes() {
+  http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { Complete(q, r, false); });
+  http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { Complete(q, r, true); });
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
+    const nlohmann::json j{{"object", "list"},
+                           {"data", {{{"id", opts.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "tierkv"}}}}};
+    Reply(r, "/v1/models", 200, j.dump());
+  });
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+    if (draining) return Reply(r, "/health", 503, R"({"status":"shutting down"})");
+    Reply(r, "/health", 200, R"({"status":"ok"})");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+    const Snapshot now{sched.queued(), sched.running(), engine->StoreStatistics(), engine->PoolStatistics()};
+    Reply(r, "/metrics", 200, metrics.Render(now), "text/plain; version=0.0.4");
+  });
+  http.Get("/v1/cache", [this](const httplib::Request&, httplib::Response& r) {
+    Reply(r, "/v1/cache", 200, CacheStatsJson(engine->StoreStatistics(), engine->PoolStatistics()));
+  });
+  // Errors cpp-httplib raises itself (413, 404, 405) get OpenAI's error body.
+  http.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
+    if (!r.body.empty()) return;
+    const std::string why = r.status == 413   ? "body: larger than the server's limit of " +
+                                                     std::to_string(opts.max_body_bytes) + " bytes"
+                            : r.status == 404 ? "no route " + q.method + " " + q.path
+                                              : "the request could not be handled";
+    r.set_content(ErrorBody(r.status, r.status >= 500 ? Status::IOError(why) : Status::InvalidArgument(why)),
+                  "application/json");
+    // Routes only, not paths: a scanner must not grow the label set.
+    static const std::set<std::string> kRoutes = {"/v1/completions", "/v1/chat/completions", "/v1/models",
+                                                  "/health", "/metrics", "/v1/cache"};
+    metrics.CountRequest(kRoutes.count(q.path) ? q.path : "other", r.status);
+  });
+}
+
+Result<std::unique_ptr<Server>> Server::Create(const Model& model, const Tokenizer& tokenizer, engine::Engine* engine,
+                                               ServerOptions options) {
+  RETURN_IF_ERROR(options.Validate());
+  auto impl = std::make_unique<Impl>(model, tokenizer, engine, std::move(options));
+  Impl& im = *impl;
+  im.http.set_payload_max_length(im.opts.max_body_bytes);
+  im.http.set_keep_alive_timeout(2);
+  // A worker per request in flight (a stream holds its worker), plus room
+  // for the refusals and the metrics scrapes.
+  const size_t workers = im.opts.max_queue + im.opts.max_running + 4;
+  im.http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  im.Routes();
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() {
+  impl_->sched.Shutdown(std::chrono::milliseconds(0));
+}
+
+Result<int> Server::Bind() {
+  Impl& im = *impl_;
+  const int port = im.opts.port == 0 ? im.http.bind_to_any_port(im.opts.host)
+                                     : (im.http.bind_to_port(im.opts.host, im.opts.port) ? im.opts.port : -1);
+  if (port < 0) {
+    return Status::IOError("cannot listen on " + im.opts.host + ":" + std::to_string(im.opts.port) +
+                           " (in use, or not an address of this machine)");
+  }
+  return port;
+}
+
+Status Server::Run() {
+  if (!impl_->http.listen_after_bind()) {
+    if (!impl_->draining) return Status::IOError("the server stopped listening");
+  }
+  return Status::Ok();
+}
+
+void Server::Shutdown() {
+  Impl& im = *impl_;
+  im.draining = true;
+  im.sched.Drain(std::chrono::milliseconds(im.opts.grace_ms));
+  im.http.stop();
+}
+
+}  // namespace tierkv::server

@@ -1,0 +1,150 @@
+#include "server/metrics.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace tierkv::server {
+
+namespace {
+
+void Line(std::string* out, const std::string& name, const std::string& labels, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " %.17g\n", v);
+  *out += name;
+  if (!labels.empty()) *out += "{" + labels + "}";
+  *out += buf;
+}
+
+void Head(std::string* out, const std::string& name, const char* type, const char* help) {
+  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+void One(std::string* out, const std::string& name, const char* type, const char* help, double v) {
+  Head(out, name, type, help);
+  Line(out, name, "", v);
+}
+
+void ByTier(std::string* out, const std::string& name, const char* type, const char* help,
+            const std::array<double, 3>& v) {
+  static const char* kTiers[3] = {"device", "host", "disk"};
+  Head(out, name, type, help);
+  for (int t = 0; t < 3; ++t) Line(out, name, std::string("tier=\"") + kTiers[t] + "\"", v[t]);
+}
+
+std::vector<double> LatencyBounds() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
+
+void Histogram::Observe(double x) {
+  size_t i = 0;
+  while (i < bounds_.size() && x > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += x;
+  ++count_;
+}
+
+void Histogram::Render(const std::string& name, std::string* out) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    char le[32];
+    std::snprintf(le, sizeof le, "le=\"%g\"", bounds_[i]);
+    Line(out, name + "_bucket", le, static_cast<double>(cumulative));
+  }
+  Line(out, name + "_bucket", "le=\"+Inf\"", static_cast<double>(count_));
+  Line(out, name + "_sum", "", sum_);
+  Line(out, name + "_count", "", static_cast<double>(count_));
+}
+
+Metrics::Metrics() : ttft_(LatencyBounds()), tpot_(LatencyBounds()), queue_(LatencyBounds()), e2e_(LatencyBounds()) {}
+
+void Metrics::CountRequest(const std::string& endpoint, int http_status) {
+  MutexLock l(&mu_);
+  ++requests_[{endpoint, http_status}];
+}
+
+void Metrics::ObserveOutcome(const sched::Outcome& o, double request_seconds) {
+  const engine::RequestStats& s = o.prefill;
+  MutexLock l(&mu_);
+  e2e_.Observe(request_seconds);
+  queue_.Observe(o.queue_ms / 1000);
+  if (o.reason == sched::FinishReason::kError || o.reason == sched::FinishReason::kCancelled) {
+    if (s.prompt_tokens == 0) return;  // never reached the engine
+  }
+  ttft_.Observe(o.ttft_ms / 1000);
+  if (o.completion_tokens > 1) tpot_.Observe(o.decode_ms / 1000 / static_cast<double>(o.completion_tokens - 1));
+  Totals& t = totals_;
+  t.prompt_tokens += s.prompt_tokens;
+  t.reused_tokens += s.reused_tokens;
+  t.completion_tokens += o.completion_tokens;
+  t.decode_seconds += o.decode_ms / 1000;
+  t.hits[0] += s.device_hits;
+  t.hits[1] += s.host_hits;
+  t.hits[2] += s.disk_reads;
+  t.bytes[0] += s.device_bytes_read;
+  t.bytes[1] += s.host_bytes_read;
+  t.bytes[2] += s.disk_bytes_read;
+  if (s.reused_tokens > 0) {
+    for (const engine::LayerTrace& lt : s.layers) {
+      t.rows_used += static_cast<double>(lt.rows);
+      t.rows_offered += lt.retention > 0 ? static_cast<double>(lt.rows) / lt.retention : 0;
+    }
+    t.reuse_layers += s.layers.size();
+  }
+  t.fallback_layers += static_cast<uint64_t>(s.fallback_layers);
+  if (s.attempts > 1) ++t.retried;
+}
+
+std::string Metrics::Render(const Snapshot& now) const {
+  std::string out;
+  MutexLock l(&mu_);
+  Head(&out, "tierkv_requests_total", "counter", "HTTP requests by endpoint and status code.");
+  for (const auto& [key, n] : requests_) {
+    Line(&out, "tierkv_requests_total",
+         "endpoint=\"" + key.first + "\",code=\"" + std::to_string(key.second) + "\"", static_cast<double>(n));
+  }
+  Head(&out, "tierkv_ttft_seconds", "histogram", "Arrival to the first generated token.");
+  ttft_.Render("tierkv_ttft_seconds", &out);
+  Head(&out, "tierkv_time_per_output_token_seconds", "histogram", "Decode time per token after the first.");
+  tpot_.Render("tierkv_time_per_output_token_seconds", &out);
+  Head(&out, "tierkv_queue_wait_seconds", "histogram", "Arrival to the start of the prompt's pass.");
+  queue_.Render("tierkv_queue_wait_seconds", &out);
+  Head(&out, "tierkv_request_seconds", "histogram", "Arrival to the last token.");
+  e2e_.Render("tierkv_request_seconds", &out);
+  const Totals& t = totals_;
+  One(&out, "tierkv_prompt_tokens_total", "counter", "Prompt tokens.", static_cast<double>(t.prompt_tokens));
+  One(&out, "tierkv_reused_prompt_tokens_total", "counter", "Prompt tokens whose K/V was reused.",
+      static_cast<double>(t.reused_tokens));
+  One(&out, "tierkv_completion_tokens_total", "counter", "Generated tokens.", static_cast<double>(t.completion_tokens));
+  One(&out, "tierkv_decode_tokens_per_second", "gauge", "Generated tokens per second of decoding, over all requests.",
+      t.decode_seconds > 0 ? static_cast<double>(t.completion_tokens) / t.decode_seconds : 0);
+  ByTier(&out, "tierkv_prefix_hits_total", "counter", "Chunk-layer accesses of reused prefixes, by the tier that served them.",
+         {double(t.hits[0]), double(t.hits[1]), double(t.hits[2])});
+  ByTier(&out, "tierkv_prefix_bytes_read_total", "counter", "Bytes of reused prefix K/V read, by tier.",
+         {double(t.bytes[0]), double(t.bytes[1]), double(t.bytes[2])});
+  One(&out, "tierkv_important_row_ratio", "gauge", "Prefix rows attended, of those stored (1: everything loaded).",
+      t.rows_offered > 0 ? t.rows_used / t.rows_offered : 1);
+  One(&out, "tierkv_probe_fallback_layers_total", "counter", "Layers whose probe heads disagreed and read all keys.",
+      static_cast<double>(t.fallback_layers));
+  One(&out, "tierkv_reuse_layers_total", "counter", "Layers of requests that reused a prefix.", static_cast<double>(t.reuse_layers));
+  One(&out, "tierkv_requests_retried_total", "counter", "Requests computed again after stored data failed its checks.",
+      static_cast<double>(t.retried));
+  One(&out, "tierkv_queue_length", "gauge", "Requests waiting to start.", static_cast<double>(now.queued));
+  One(&out, "tierkv_running_requests", "gauge", "Requests generating.", static_cast<double>(now.running));
+  One(&out, "tierkv_store_corrupt_records_total", "counter", "Stored records that failed verification (served as misses).",
+      static_cast<double>(now.store.corrupt_records));
+  One(&out, "tierkv_store_evicted_chunks_total", "counter", "Chunks evicted from the disk tier for its budget.",
+      static_cast<double>(now.store.evicted_chunks));
+  One(&out, "tierkv_store_live_bytes", "gauge", "Bytes of live records on disk.", static_cast<double>(now.store.live_bytes));
+  One(&out, "tierkv_store_live_chunks", "gauge", "Chunks the disk tier holds.", static_cast<double>(now.store.live_chunks));
+  ByTier(&out, "tierkv_tier_used_bytes", "gauge", "Bytes each tier holds (device and host pools, live records on disk).",
+         {double(now.pools.device_used), double(now.pools.host_used), double(now.store.live_bytes)});
+  One(&out, "tierkv_pool_device_hit_ratio", "gauge", "Pool accesses served by the device pool.", now.pools.device_hit_ratio());
+  return out;
+}
+
+}  // namespace tierkv::server
