@@ -18,13 +18,29 @@ const char* FinishReasonName(FinishReason r) {
 
 Job::Job(GenerationParams params) : params_(std::move(params)), arrival_(Clock::now()) {}
 
-std::string Job::Next(bool* ended) {
+std::string Job::Next(std::chrono::milliseconds wait, bool* ended) {
+  const Clock::time_point until = Clock::now() + wait;
   MutexLock l(&mu_);
-  while (taken_ == text_.size() && !ended_) cv_.Wait(&mu_);
+  while (taken_ == text_.size() && !ended_) {
+    const auto left = until - Clock::now();
+    if (left <= Clock::duration::zero()) break;
+    cv_.WaitFor(&mu_, left);
+  }
   std::string out = text_.substr(taken_);
   taken_ = text_.size();
   *ended = ended_;
   return out;
+}
+
+bool Job::WaitFor(std::chrono::milliseconds wait) {
+  const Clock::time_point until = Clock::now() + wait;
+  MutexLock l(&mu_);
+  while (!ended_) {
+    const auto left = until - Clock::now();
+    if (left <= Clock::duration::zero()) return false;
+    cv_.WaitFor(&mu_, left);
+  }
+  return true;
 }
 
 Outcome Job::Wait() {

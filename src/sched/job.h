@@ -31,6 +31,7 @@ struct GenerationParams {
   // Generation ends before the first occurrence of any of these (not
   // included in the text).
   std::vector<std::string> stop;
+  bool ignore_eos = false;  // EOS and BOS do not end the generation
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -40,13 +41,13 @@ const char* FinishReasonName(FinishReason r);
 // What a finished job did.
 struct Outcome {
   FinishReason reason = FinishReason::kError;
-  Status status;            // not OK only for kError
-  std::string text;         // all of it
+  Status status;     // not OK only for kError
+  std::string text;  // all of it
   size_t completion_tokens = 0;
   engine::RequestStats prefill;  // the prompt's pass through the engine (reuse, reads, TTFT parts)
-  double queue_ms = 0;      // arrival to the start of its prefill
-  double ttft_ms = 0;       // arrival to its first token
-  double decode_ms = 0;     // first token to the last
+  double queue_ms = 0;           // arrival to the start of its prefill
+  double ttft_ms = 0;            // arrival to its first token
+  double decode_ms = 0;          // first token to the last
 };
 
 class Job {
@@ -56,10 +57,13 @@ class Job {
   Clock::time_point arrival() const { return arrival_; }
 
   // ---- the worker's side
-  // Blocks until there is text not yet taken or the job has ended. Returns
-  // the new text; *ended is set once the job has ended and all its text was
-  // taken (outcome() is then final).
-  std::string Next(bool* ended) TIERKV_EXCLUDES(mu_);
+  // Blocks until there is text not yet taken or the job has ended, for at
+  // most `wait` (so the worker can look at its client between waits).
+  // Returns the new text (empty when the time ran out); *ended is set once
+  // the job has ended and all its text was taken (Wait() then returns at once).
+  std::string Next(std::chrono::milliseconds wait, bool* ended) TIERKV_EXCLUDES(mu_);
+  // Blocks until the job has ended, for at most `wait`; whether it has.
+  bool WaitFor(std::chrono::milliseconds wait) TIERKV_EXCLUDES(mu_);
   // Blocks until the job has ended; its outcome.
   Outcome Wait() TIERKV_EXCLUDES(mu_);
   void Cancel() { cancelled_ = true; }
@@ -76,8 +80,8 @@ class Job {
   std::atomic<bool> cancelled_{false};
   mutable Mutex mu_;
   CondVar cv_;
-  std::string text_ TIERKV_GUARDED_BY(mu_);   // emitted so far
-  size_t taken_ TIERKV_GUARDED_BY(mu_) = 0;   // of text_, handed to Next
+  std::string text_ TIERKV_GUARDED_BY(mu_);  // emitted so far
+  size_t taken_ TIERKV_GUARDED_BY(mu_) = 0;  // of text_, handed to Next
   bool ended_ TIERKV_GUARDED_BY(mu_) = false;
   Outcome outcome_ TIERKV_GUARDED_BY(mu_);
 };

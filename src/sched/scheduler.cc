@@ -165,7 +165,7 @@ bool Scheduler::Advance(Running& r) {
     r.first_token = Clock::now();
     r.out.ttft_ms = MsBetween(r.job->arrival(), r.first_token);
   }
-  if (next == tok_.eos_id() || next == tok_.bos_id()) {
+  if (!p.ignore_eos && (next == tok_.eos_id() || next == tok_.bos_id())) {
     End(r, FinishReason::kStop);
     return false;
   }

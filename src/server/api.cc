@@ -1,7 +1,7 @@
 #include "server/api.h"
 
+#include <cstdint>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 namespace tierkv::server {
@@ -21,11 +21,13 @@ Status Bad(const std::string& field, const std::string& why) {
 }
 
 // A number field in [lo, hi] (lo excluded when open_lo).
-Result<double> NumberIn(const json& v, const std::string& field, double lo, double hi, bool open_lo) {
+Result<double> NumberIn(const json& v, const std::string& field, double lo, double hi,
+                        bool open_lo) {
   if (!v.is_number()) return Bad(field, "must be a number");
   const double x = v.get<double>();
   if (!(open_lo ? x > lo : x >= lo) || !(x <= hi)) {
-    return Bad(field, "must be in " + std::string(open_lo ? "(" : "[") + Short(lo) + ", " + Short(hi) + "], got " + v.dump());
+    return Bad(field, "must be in " + std::string(open_lo ? "(" : "[") + Short(lo) + ", " +
+                          Short(hi) + "], got " + v.dump());
   }
   return x;
 }
@@ -59,8 +61,15 @@ Status ParsePrompt(const json& body, CompletionRequest* r) {
   }
   if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
     for (const json& t : p) {
-      if (!t.is_number_integer()) return Bad("prompt", "an array of token ids must hold only integers");
-      r->prompt_tokens.push_back(t.get<int32_t>());
+      if (!t.is_number_integer())
+        return Bad("prompt", "an array of token ids must hold only integers");
+      // Ids beyond int32 are refused here; the vocabulary's bound is checked
+      // against the model (a negative id stays negative and is refused there).
+      if (t.is_number_unsigned() ? t.get<uint64_t>() > INT32_MAX
+                                 : t.get<int64_t>() < INT32_MIN || t.get<int64_t>() > INT32_MAX) {
+        return Bad("prompt", "token id " + t.dump() + " is out of range");
+      }
+      r->prompt_tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
     return Status::Ok();
   }
@@ -68,7 +77,8 @@ Status ParsePrompt(const json& body, CompletionRequest* r) {
     r->prompt = p[0].get<std::string>();
     return Status::Ok();
   }
-  if (p.is_array() && p.size() > 1) return Bad("prompt", "one prompt per request (batches are not supported)");
+  if (p.is_array() && p.size() > 1)
+    return Bad("prompt", "one prompt per request (batches are not supported)");
   return Bad("prompt", "must be a string or an array of token ids");
 }
 
@@ -78,7 +88,8 @@ Result<std::string> MessageContent(const json& c, const std::string& field) {
   if (!c.is_array()) return Bad(field, "must be a string or an array of text parts");
   std::string text;
   for (const json& part : c) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
       return Bad(field, "only parts of type \"text\" with a string \"text\" are supported");
     }
     text += part["text"].get<std::string>();
@@ -93,11 +104,13 @@ Status ParseMessages(const json& body, CompletionRequest* r) {
   for (size_t i = 0; i < m.size(); ++i) {
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m[i].is_object()) return Bad(at, "must be an object");
-    if (!m[i].contains("role") || !m[i]["role"].is_string()) return Bad(at + ".role", "required string");
+    if (!m[i].contains("role") || !m[i]["role"].is_string())
+      return Bad(at + ".role", "required string");
     ChatMessage msg;
     msg.role = m[i]["role"].get<std::string>();
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
-      return Bad(at + ".role", "must be \"system\", \"user\" or \"assistant\", got \"" + msg.role + "\"");
+      return Bad(at + ".role",
+                 "must be \"system\", \"user\" or \"assistant\", got \"" + msg.role + "\"");
     }
     if (!m[i].contains("content")) return Bad(at + ".content", "required");
     auto content = MessageContent(m[i]["content"], at + ".content");
@@ -123,8 +136,9 @@ Status ParseSampling(const json& body, CompletionRequest* r) {
   }
   if (body.contains("seed") && !body["seed"].is_null()) {
     if (!body["seed"].is_number_integer()) return Bad("seed", "must be an integer");
-    r->sampler.seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>()
-                                                        : static_cast<uint64_t>(body["seed"].get<int64_t>());
+    r->sampler.seed = body["seed"].is_number_unsigned()
+                          ? body["seed"].get<uint64_t>()
+                          : static_cast<uint64_t>(body["seed"].get<int64_t>());
   }
   return Status::Ok();
 }
@@ -140,6 +154,10 @@ Status ParseLimits(const json& body, CompletionRequest* r) {
   }
   if (body.contains("n") && !body["n"].is_null() && body["n"] != 1) {
     return Bad("n", "only 1 completion per request is supported, got " + body["n"].dump());
+  }
+  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
+    if (!body["ignore_eos"].is_boolean()) return Bad("ignore_eos", "must be true or false");
+    r->ignore_eos = body["ignore_eos"].get<bool>();
   }
   if (body.contains("retention") && !body["retention"].is_null()) {
     auto x = NumberIn(body["retention"], "retention", 0, 1, true);
@@ -158,7 +176,8 @@ Status ParseStreaming(const json& body, CompletionRequest* r) {
     const json& so = body["stream_options"];
     if (!so.is_object()) return Bad("stream_options", "must be an object");
     if (so.contains("include_usage")) {
-      if (!so["include_usage"].is_boolean()) return Bad("stream_options.include_usage", "must be true or false");
+      if (!so["include_usage"].is_boolean())
+        return Bad("stream_options.include_usage", "must be true or false");
       r->include_usage = so["include_usage"].get<bool>();
     }
   }
@@ -171,7 +190,7 @@ Result<CompletionRequest> ParseCompletionRequest(std::string_view text, bool cha
   json body;
   try {
     body = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond double
     return Status::InvalidArgument(std::string("body: not JSON (") + e.what() + ")");
   }
   if (!body.is_object()) return Status::InvalidArgument("body: must be a JSON object");

@@ -31,6 +31,9 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;            // stream_options.include_usage
   std::optional<double> retention;       // the request's share of prefix rows
+  // Generate max_tokens tokens even past the model's end of text (llama.cpp's
+  // and vLLM's extension; load generators use it for fixed output lengths).
+  bool ignore_eos = false;
 };
 
 // Parses a POST /v1/completions (chat = false) or /v1/chat/completions body.

@@ -12,6 +12,7 @@
 #include "server/chat_template.h"
 #include "server/metrics.h"
 #include "server/openai_format.h"
+#include "server/peer_watch.h"
 #include "tierkv/logging.h"
 #include "tierkv/server.h"
 
@@ -21,27 +22,49 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kDefaultCompletionTokens = 16;  // OpenAI's default for /v1/completions
+// How often a waiting worker looks whether its client is still there.
+constexpr std::chrono::milliseconds kPeerCheck{100};
+// Counted (nobody reads it) for a request whose client hung up: nginx's code.
+constexpr int kClientClosed = 499;
 
 // GET /v1/cache: the disk tier's and the pools' figures.
 std::string CacheStatsJson(const store::StoreStats& s, const cache::CacheStats& p) {
-  const nlohmann::json j{
-      {"store",
-       {{"live_chunks", s.live_chunks}, {"live_bytes", s.live_bytes}, {"dead_bytes", s.dead_bytes},
-        {"segments", s.segments}, {"puts", s.puts}, {"bytes_written", s.bytes_written}, {"bytes_read", s.bytes_read},
-        {"records_read", s.records_read}, {"corrupt_records", s.corrupt_records}, {"read_errors", s.read_errors},
-        {"evicted_chunks", s.evicted_chunks}, {"dropped_chunks", s.dropped_chunks},
-        {"recovered_chunks", s.recovered_chunks}, {"compactions", s.compactions},
-        {"reordered_chunks", s.reordered_chunks}}},
-      {"pools",
-       {{"accesses", p.accesses}, {"device_hits", p.hits[0]}, {"host_hits", p.hits[1]}, {"misses", p.hits[2]},
-        {"device_used_bytes", p.device_used}, {"host_used_bytes", p.host_used}, {"device_chunks", p.device_chunks},
-        {"host_chunks", p.host_chunks}, {"promotions", p.promotions}, {"demotions", p.demotions},
-        {"offloads", p.offloads}, {"device_hit_ratio", p.device_hit_ratio()}}}};
+  const nlohmann::json j{{"store",
+                          {{"live_chunks", s.live_chunks},
+                           {"live_bytes", s.live_bytes},
+                           {"dead_bytes", s.dead_bytes},
+                           {"segments", s.segments},
+                           {"puts", s.puts},
+                           {"bytes_written", s.bytes_written},
+                           {"bytes_read", s.bytes_read},
+                           {"records_read", s.records_read},
+                           {"corrupt_records", s.corrupt_records},
+                           {"read_errors", s.read_errors},
+                           {"evicted_chunks", s.evicted_chunks},
+                           {"dropped_chunks", s.dropped_chunks},
+                           {"recovered_chunks", s.recovered_chunks},
+                           {"compactions", s.compactions},
+                           {"reordered_chunks", s.reordered_chunks}}},
+                         {"pools",
+                          {{"accesses", p.accesses},
+                           {"device_hits", p.hits[0]},
+                           {"host_hits", p.hits[1]},
+                           {"misses", p.hits[2]},
+                           {"device_used_bytes", p.device_used},
+                           {"host_used_bytes", p.host_used},
+                           {"device_chunks", p.device_chunks},
+                           {"host_chunks", p.host_chunks},
+                           {"promotions", p.promotions},
+                           {"demotions", p.demotions},
+                           {"offloads", p.offloads},
+                           {"device_hit_ratio", p.device_hit_ratio()}}}};
   return j.dump();
 }
 
 int64_t UnixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
@@ -68,22 +91,25 @@ struct Server::Impl {
   const uint64_t id_salt = std::random_device{}();
 
   Impl(const Model& m, const Tokenizer& t, engine::Engine* e, ServerOptions o)
-      : model(m), tok(t), engine(e), opts(std::move(o)),
+      : model(m),
+        tok(t),
+        engine(e),
+        opts(std::move(o)),
         sched(m, t, e, sched::SchedulerOptions{opts.max_queue, opts.max_running}) {}
 
   void Routes();
-  void Reply(httplib::Response& res, const std::string& endpoint, int status, const std::string& body,
-             const char* type = "application/json");
+  void Reply(httplib::Response& res, const std::string& endpoint, int status,
+             const std::string& body, const char* type = "application/json");
   void Fail(httplib::Response& res, const std::string& endpoint, const Status& s);
   Result<sched::GenerationParams> Prepare(const CompletionRequest& r);
   void Complete(const httplib::Request& req, httplib::Response& res, bool chat);
   void Stream(httplib::Response& res, const std::string& endpoint, std::shared_ptr<sched::Job> job,
-              ResponseHead head, bool include_usage);
+              ResponseHead head, bool include_usage, PeerWatch peer);
   std::string NewId(bool chat);
 };
 
-void Server::Impl::Reply(httplib::Response& res, const std::string& endpoint, int status, const std::string& body,
-                         const char* type) {
+void Server::Impl::Reply(httplib::Response& res, const std::string& endpoint, int status,
+                         const std::string& body, const char* type) {
   res.status = status;
   res.set_content(body, type);
   metrics.CountRequest(endpoint, status);
@@ -108,9 +134,10 @@ Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r
   if (r.retention && *r.retention != server_retention) {
     char have[32];
     std::snprintf(have, sizeof have, "%g", server_retention);
-    return Status::InvalidArgument(std::string("retention: this server reads ") + have +
-                                   " of the prefix rows for every request (tierkv serve --retention); a "
-                                   "per-request value is not supported yet");
+    return Status::InvalidArgument(
+        std::string("retention: this server reads ") + have +
+        " of the prefix rows for every request (tierkv serve --retention); a "
+        "per-request value is not supported yet");
   }
   sched::GenerationParams p;
   if (r.chat) {
@@ -118,7 +145,8 @@ Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r
   } else if (!r.prompt_tokens.empty()) {
     for (int32_t t : r.prompt_tokens) {
       if (t < 0 || t >= model.config().vocab_size) {
-        return Status::InvalidArgument("prompt: token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+        return Status::InvalidArgument("prompt: token id " + std::to_string(t) +
+                                       " is outside the vocabulary [0, " +
                                        std::to_string(model.config().vocab_size) + ")");
       }
     }
@@ -130,12 +158,14 @@ Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r
   const int n = static_cast<int>(p.prompt.size());
   p.max_tokens = r.max_tokens.value_or(r.chat ? context - n : kDefaultCompletionTokens);
   if (n >= context || p.max_tokens < 1 || n + p.max_tokens > context) {
-    return Status::InvalidArgument("max_tokens: the prompt's " + std::to_string(n) + " tokens plus max_tokens " +
-                                   std::to_string(p.max_tokens) + " exceed the model's context of " +
-                                   std::to_string(context) + " tokens");
+    return Status::InvalidArgument("max_tokens: the prompt's " + std::to_string(n) +
+                                   " tokens plus max_tokens " + std::to_string(p.max_tokens) +
+                                   " exceed the model's context of " + std::to_string(context) +
+                                   " tokens");
   }
   p.sampler = r.sampler;
   p.stop = r.stop;
+  p.ignore_eos = r.ignore_eos;
   return p;
 }
 
@@ -150,30 +180,43 @@ void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res,
   auto job = std::make_shared<sched::Job>(std::move(*params));
   if (Status s = sched.Submit(job); !s.ok()) return Fail(res, endpoint, s);
   ResponseHead head{NewId(chat), UnixNow(), opts.model_id, chat};
-  if (parsed->stream) return Stream(res, endpoint, std::move(job), std::move(head), parsed->include_usage);
+  const PeerWatch peer(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  if (parsed->stream)
+    return Stream(res, endpoint, std::move(job), std::move(head), parsed->include_usage, peer);
+  while (!job->WaitFor(kPeerCheck)) {
+    if (peer.Gone()) job->Cancel();
+  }
   const sched::Outcome o = job->Wait();
   metrics.ObserveOutcome(o, std::chrono::duration<double>(Clock::now() - t0).count());
   if (o.reason == sched::FinishReason::kError) return Fail(res, endpoint, o.status);
   if (o.reason == sched::FinishReason::kCancelled) {
-    return Fail(res, endpoint, Status::Unavailable("the server shut down before the request finished"));
+    if (peer.Gone())
+      return Reply(res, endpoint, kClientClosed,
+                   ErrorBody(kClientClosed, Status::Cancelled("the client went away")));
+    return Fail(res, endpoint,
+                Status::Unavailable("the server shut down before the request finished"));
   }
   Reply(res, endpoint, 200, CompletionBody(head, o, UsageOf(o, prompt_tokens)));
 }
 
 // Streams the job's text as server-sent events. The provider runs on this
-// request's HTTP worker after the handler returns; a failed write (the
-// client went away) ends it, and the releaser then cancels the job.
-void Server::Impl::Stream(httplib::Response& res, const std::string& endpoint, std::shared_ptr<sched::Job> job,
-                          ResponseHead head, bool include_usage) {
+// request's HTTP worker after the handler returns; a client that went away
+// (seen between waits, or as a failed write) ends it, and the releaser then
+// cancels the job.
+void Server::Impl::Stream(httplib::Response& res, const std::string& endpoint,
+                          std::shared_ptr<sched::Job> job, ResponseHead head, bool include_usage,
+                          PeerWatch peer) {
   metrics.CountRequest(endpoint, 200);
   const auto t0 = Clock::now();
   auto first = std::make_shared<bool>(true);
+  auto observed = std::make_shared<bool>(false);  // the outcome is in the metrics (once)
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, job, head, include_usage, first, t0](size_t, httplib::DataSink& sink) {
+      [this, job, head, include_usage, first, observed, t0, peer](size_t, httplib::DataSink& sink) {
         bool ended = false;
-        const std::string text = job->Next(&ended);
+        const std::string text = job->Next(kPeerCheck, &ended);
+        if (peer.Gone()) return false;
         if (!text.empty()) {
           const std::string ev = ChunkEvent(head, text, *first, nullptr);
           *first = false;
@@ -181,12 +224,16 @@ void Server::Impl::Stream(httplib::Response& res, const std::string& endpoint, s
         }
         if (!ended) return true;
         const sched::Outcome o = job->Wait();
-        metrics.ObserveOutcome(o, std::chrono::duration<double>(Clock::now() - t0).count());
+        if (!*observed)
+          metrics.ObserveOutcome(o, std::chrono::duration<double>(Clock::now() - t0).count());
+        *observed = true;
         std::string tail;
-        if (o.reason == sched::FinishReason::kError || o.reason == sched::FinishReason::kCancelled) {
-          const Status s = o.reason == sched::FinishReason::kError
-                               ? o.status
-                               : Status::Unavailable("the server shut down before the request finished");
+        if (o.reason == sched::FinishReason::kError ||
+            o.reason == sched::FinishReason::kCancelled) {
+          const Status s =
+              o.reason == sched::FinishReason::kError
+                  ? o.status
+                  : Status::Unavailable("the server shut down before the request finished");
           tail = "data: " + ErrorBody(HttpStatusOf(s), s) + "\n\n";
         } else {
           tail = ChunkEvent(head, "", *first, sched::FinishReasonName(o.reason));
@@ -197,17 +244,26 @@ void Server::Impl::Stream(httplib::Response& res, const std::string& endpoint, s
         sink.done();
         return true;
       },
-      [job](bool success) {
-        if (!success) job->Cancel();
+      [this, job, t0, observed](bool success) {
+        if (success || *observed) return;
+        // The client left (or a write failed): the scheduler drops the job at
+        // its next step; its outcome is counted once it has.
+        job->Cancel();
+        metrics.ObserveOutcome(job->Wait(),
+                               std::chrono::duration<double>(Clock::now() - t0).count());
       });
 }
 
 void Server::Impl::Routes() {
-  http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { Complete(q, r, false); });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { Complete(q, r, true); });
+  http.Post("/v1/completions",
+            [this](const httplib::Request& q, httplib::Response& r) { Complete(q, r, false); });
+  http.Post("/v1/chat/completions",
+            [this](const httplib::Request& q, httplib::Response& r) { Complete(q, r, true); });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
-    const nlohmann::json j{{"object", "list"},
-                           {"data", {{{"id", opts.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "tierkv"}}}}};
+    const nlohmann::json j{
+        {"object", "list"},
+        {"data",
+         {{{"id", opts.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "tierkv"}}}}};
     Reply(r, "/v1/models", 200, j.dump());
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
@@ -215,7 +271,8 @@ void Server::Impl::Routes() {
     Reply(r, "/health", 200, R"({"status":"ok"})");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
-    const Snapshot now{sched.queued(), sched.running(), engine->StoreStatistics(), engine->PoolStatistics()};
+    const Snapshot now{sched.queued(), sched.running(), engine->StoreStatistics(),
+                       engine->PoolStatistics()};
     Reply(r, "/metrics", 200, metrics.Render(now), "text/plain; version=0.0.4");
   });
   http.Get("/v1/cache", [this](const httplib::Request&, httplib::Response& r) {
@@ -224,21 +281,23 @@ void Server::Impl::Routes() {
   // Errors cpp-httplib raises itself (413, 404, 405) get OpenAI's error body.
   http.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
     if (!r.body.empty()) return;
-    const std::string why = r.status == 413   ? "body: larger than the server's limit of " +
-                                                     std::to_string(opts.max_body_bytes) + " bytes"
+    const std::string why = r.status == 413 ? "body: larger than the server's limit of " +
+                                                  std::to_string(opts.max_body_bytes) + " bytes"
                             : r.status == 404 ? "no route " + q.method + " " + q.path
                                               : "the request could not be handled";
-    r.set_content(ErrorBody(r.status, r.status >= 500 ? Status::IOError(why) : Status::InvalidArgument(why)),
-                  "application/json");
+    r.set_content(
+        ErrorBody(r.status, r.status >= 500 ? Status::IOError(why) : Status::InvalidArgument(why)),
+        "application/json");
     // Routes only, not paths: a scanner must not grow the label set.
-    static const std::set<std::string> kRoutes = {"/v1/completions", "/v1/chat/completions", "/v1/models",
-                                                  "/health", "/metrics", "/v1/cache"};
+    static const std::set<std::string> kRoutes = {"/v1/completions", "/v1/chat/completions",
+                                                  "/v1/models",      "/health",
+                                                  "/metrics",        "/v1/cache"};
     metrics.CountRequest(kRoutes.count(q.path) ? q.path : "other", r.status);
   });
 }
 
-Result<std::unique_ptr<Server>> Server::Create(const Model& model, const Tokenizer& tokenizer, engine::Engine* engine,
-                                               ServerOptions options) {
+Result<std::unique_ptr<Server>> Server::Create(const Model& model, const Tokenizer& tokenizer,
+                                               engine::Engine* engine, ServerOptions options) {
   RETURN_IF_ERROR(options.Validate());
   auto impl = std::make_unique<Impl>(model, tokenizer, engine, std::move(options));
   Impl& im = *impl;
@@ -253,14 +312,13 @@ Result<std::unique_ptr<Server>> Server::Create(const Model& model, const Tokeniz
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Server::~Server() {
-  impl_->sched.Shutdown(std::chrono::milliseconds(0));
-}
+Server::~Server() { impl_->sched.Shutdown(std::chrono::milliseconds(0)); }
 
 Result<int> Server::Bind() {
   Impl& im = *impl_;
-  const int port = im.opts.port == 0 ? im.http.bind_to_any_port(im.opts.host)
-                                     : (im.http.bind_to_port(im.opts.host, im.opts.port) ? im.opts.port : -1);
+  const int port = im.opts.port == 0
+                       ? im.http.bind_to_any_port(im.opts.host)
+                       : (im.http.bind_to_port(im.opts.host, im.opts.port) ? im.opts.port : -1);
   if (port < 0) {
     return Status::IOError("cannot listen on " + im.opts.host + ":" + std::to_string(im.opts.port) +
                            " (in use, or not an address of this machine)");

@@ -70,6 +70,7 @@ void Metrics::CountRequest(const std::string& endpoint, int http_status) {
 void Metrics::ObserveOutcome(const sched::Outcome& o, double request_seconds) {
   const engine::RequestStats& s = o.prefill;
   MutexLock l(&mu_);
+  ++finished_[sched::FinishReasonName(o.reason)];
   e2e_.Observe(request_seconds);
   queue_.Observe(o.queue_ms / 1000);
   if (o.reason == sched::FinishReason::kError || o.reason == sched::FinishReason::kCancelled) {
@@ -106,6 +107,11 @@ std::string Metrics::Render(const Snapshot& now) const {
   for (const auto& [key, n] : requests_) {
     Line(&out, "tierkv_requests_total",
          "endpoint=\"" + key.first + "\",code=\"" + std::to_string(key.second) + "\"", static_cast<double>(n));
+  }
+  Head(&out, "tierkv_generations_total", "counter",
+       "Generations that ended, by reason (stop, length, cancelled: the client left or the server shut down, error).");
+  for (const auto& [reason, n] : finished_) {
+    Line(&out, "tierkv_generations_total", "reason=\"" + reason + "\"", static_cast<double>(n));
   }
   Head(&out, "tierkv_ttft_seconds", "histogram", "Arrival to the first generated token.");
   ttft_.Render("tierkv_ttft_seconds", &out);

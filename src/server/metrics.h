@@ -54,6 +54,7 @@ class Metrics {
  private:
   mutable Mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_ TIERKV_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> finished_ TIERKV_GUARDED_BY(mu_);  // by finish reason
   Histogram ttft_ TIERKV_GUARDED_BY(mu_), tpot_ TIERKV_GUARDED_BY(mu_), queue_ TIERKV_GUARDED_BY(mu_),
       e2e_ TIERKV_GUARDED_BY(mu_);
   // The engine's per-request counts, summed.

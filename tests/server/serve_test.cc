@@ -1,0 +1,470 @@
+// Black-box tests of `tierkv serve`: the real binary on a loopback port
+// (--port 0, the port read from its first line), a real HTTP client
+// (cpp-httplib's), the shipped default model and a cache directory on disk.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tierkv {
+namespace {
+
+using nlohmann::json;
+
+// One `tierkv serve` process; SIGTERM and reaped when it goes away.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> args) {
+    int out[2];
+    if (::pipe(out) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      ::close(out[0]);
+      ::close(out[1]);
+      std::vector<char*> argv;
+      static std::string bin = TIERKV_BINARY, serve = "serve";
+      argv.push_back(bin.data());
+      argv.push_back(serve.data());
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(bin.c_str(), argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    stdout_ = ::fdopen(out[0], "r");
+    char line[1024];
+    if (stdout_ && std::fgets(line, sizeof line, stdout_)) {
+      first_line_ = line;
+      std::smatch m;
+      static const std::regex kPort(R"(http://[^:]+:(\d+))");
+      if (std::regex_search(first_line_, m, kPort)) port_ = std::stoi(m[1]);
+    }
+  }
+  ~ServerProcess() {
+    if (pid_ > 0 && !reaped_) Stop();
+    if (stdout_) std::fclose(stdout_);
+  }
+  int port() const { return port_; }
+  const std::string& first_line() const { return first_line_; }
+  // SIGTERM, then the exit code (128 + signal if killed).
+  int Stop() {
+    ::kill(pid_, SIGTERM);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    reaped_ = true;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  FILE* stdout_ = nullptr;
+  std::string first_line_;
+  int port_ = -1;
+};
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char t[] = "/var/tmp/tierkv_serve_XXXXXX";
+    path = ::mkdtemp(t);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+// Prometheus' text format, parsed strictly: every sample line is
+// `name{labels} value` of a metric whose TYPE came before. Keys: the sample
+// as written before the value.
+std::map<std::string, double> ParsePrometheus(const std::string& text) {
+  std::map<std::string, double> samples;
+  std::map<std::string, std::string> types;
+  static const std::regex kType(
+      R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped))");
+  static const std::regex kSample(
+      R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="[^"]*",?)*\})? ([-+0-9.eE]+|NaN|\+Inf|-Inf))");
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = text.find('\n', at);
+    const std::string line = text.substr(at, end - at);
+    at = end == std::string::npos ? text.size() : end + 1;
+    std::smatch m;
+    if (line.rfind("# HELP ", 0) == 0) continue;
+    if (std::regex_match(line, m, kType)) {
+      types[m[1]] = m[2];
+      continue;
+    }
+    EXPECT_TRUE(std::regex_match(line, m, kSample)) << "not a sample line: " << line;
+    if (m.empty()) continue;
+    std::string family = m[1];
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string s = suffix;
+      if (!types.count(family) && family.size() > s.size() && family.ends_with(s)) {
+        family.resize(family.size() - s.size());
+      }
+    }
+    EXPECT_TRUE(types.count(family)) << "no TYPE before " << line;
+    samples[line.substr(0, line.rfind(' '))] = std::stod(m[4]);
+  }
+  return samples;
+}
+
+json Post(httplib::Client& c, const std::string& path, const json& body, int* status = nullptr) {
+  auto r = c.Post(path, body.dump(), "application/json");
+  EXPECT_TRUE(r) << "no response from " << path;
+  if (!r) return json();
+  if (status) *status = r->status;
+  return json::parse(r->body, nullptr, false);
+}
+
+std::map<std::string, double> Metrics(httplib::Client& c) {
+  auto r = c.Get("/metrics");
+  EXPECT_TRUE(r && r->status == 200);
+  return r ? ParsePrometheus(r->body) : std::map<std::string, double>{};
+}
+
+// A story prefix long enough to fill several 64-token chunks.
+const char* kPrefix =
+    "Once upon a time there was a little girl named Lily who lived in a small house near the "
+    "woods with her mother, her father and a big brown dog called Max. Every morning Lily and "
+    "Max walked to the river to look at the fish, and every evening her mother told her a story "
+    "about the stars. One day Lily found a shiny red ball under a tree. She picked it up and ";
+
+TEST(ServeTest, CompletionChatStreamingMetricsAndReuse) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path});
+  ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tierkv");
+
+  const json req{{"prompt", std::string(kPrefix) + "said"}, {"max_tokens", 8}, {"temperature", 0}};
+  int status = 0;
+  const json first = Post(c, "/v1/completions", req, &status);
+  ASSERT_EQ(status, 200) << first.dump();
+  EXPECT_EQ(first["object"], "text_completion");
+  EXPECT_EQ(first["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(first["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  // The same prefix again, another ending: its stored K/V is reused.
+  const json second = Post(
+      c, "/v1/completions",
+      {{"prompt", std::string(kPrefix) + "ran"}, {"max_tokens", 4}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << second.dump();
+  EXPECT_GT(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  // Greedy is deterministic: the first request again gives the same text, from its stored K/V.
+  const json again = Post(c, "/v1/completions", req, &status);
+  EXPECT_EQ(again["choices"][0]["text"], first["choices"][0]["text"]);
+
+  const json chat = Post(
+      c, "/v1/chat/completions",
+      {{"messages",
+        {{{"role", "system"}, {"content", kPrefix}}, {{"role", "user"}, {"content", "Go on."}}}},
+       {"max_tokens", 6},
+       {"temperature", 0}},
+      &status);
+  ASSERT_EQ(status, 200) << chat.dump();
+  EXPECT_EQ(chat["object"], "chat.completion");
+  EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(chat["choices"][0]["message"]["content"].is_string());
+
+  // Streaming: chunks parsed one by one, [DONE] last, text equal to the whole.
+  std::string body;
+  auto sr = c.Post("/v1/completions",
+                   json{{"prompt", std::string(kPrefix) + "said"},
+                        {"max_tokens", 8},
+                        {"temperature", 0},
+                        {"stream", true},
+                        {"stream_options", {{"include_usage", true}}}}
+                       .dump(),
+                   "application/json");
+  ASSERT_TRUE(sr);
+  EXPECT_EQ(sr->status, 200);
+  EXPECT_EQ(sr->get_header_value("Content-Type"), "text/event-stream");
+  std::vector<std::string> events;
+  for (size_t at = 0; at < sr->body.size();) {
+    const size_t end = sr->body.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos) << "an event without its blank line";
+    const std::string ev = sr->body.substr(at, end - at);
+    ASSERT_EQ(ev.rfind("data: ", 0), 0u) << ev;
+    events.push_back(ev.substr(6));
+    at = end + 2;
+  }
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string streamed, finish;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json e = json::parse(events[i]);
+    if (e["choices"].empty()) {
+      EXPECT_EQ(e["usage"]["completion_tokens"], 8);
+      continue;
+    }
+    streamed += e["choices"][0]["text"].get<std::string>();
+    if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(streamed, first["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(finish, "length");
+
+  const auto m = Metrics(c);
+  EXPECT_EQ(m.at("tierkv_requests_total{endpoint=\"/v1/completions\",code=\"200\"}"), 4);
+  EXPECT_EQ(m.at("tierkv_requests_total{endpoint=\"/v1/chat/completions\",code=\"200\"}"), 1);
+  EXPECT_GT(m.at("tierkv_reused_prompt_tokens_total"), 0);
+  EXPECT_EQ(m.at("tierkv_ttft_seconds_count"), 5);
+  EXPECT_EQ(m.at("tierkv_completion_tokens_total"), 8 + 4 + 8 + 6 + 8);
+  EXPECT_EQ(m.at("tierkv_running_requests"), 0);
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+TEST(ServeTest, BadRequestsGetOpenAIErrorsNamingTheField) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--max-body-bytes", "4096"});
+  ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string param;  // "" : null
+  };
+  const std::vector<Case> cases = {
+      {"/v1/completions", "{not json", 400, "body"},
+      {"/v1/completions", "[1, 2]", 400, "body"},
+      {"/v1/completions", R"({"max_tokens": 3})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": 0})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": "many"})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "x", "temperature": 3})", 400, "temperature"},
+      {"/v1/completions", R"({"prompt": "x", "top_p": 0})", 400, "top_p"},
+      {"/v1/completions", R"({"prompt": "x", "stop": [1]})", 400, "stop"},
+      {"/v1/completions", R"({"prompt": "x", "stream": "yes"})", 400, "stream"},
+      {"/v1/completions", R"({"prompt": "x", "n": 2})", 400, "n"},
+      {"/v1/completions", R"({"prompt": [1, 5000000]})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": 100000})", 400, "max_tokens"},
+      {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "hi"}]})", 400,
+       "messages[0].role"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user"}]})", 400, "messages[0].content"},
+      {"/v1/completions", "{\"prompt\": \"" + std::string(5000, 'a') + "\"}", 413, "body"},
+  };
+  for (const Case& k : cases) {
+    auto r = c.Post(k.path, k.body, "application/json");
+    ASSERT_TRUE(r) << k.body.substr(0, 80);
+    EXPECT_EQ(r->status, k.status) << k.body.substr(0, 80) << " -> " << r->body;
+    const json e = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(e.is_object() && e.contains("error")) << r->body;
+    EXPECT_TRUE(e["error"]["message"].is_string());
+    EXPECT_EQ(e["error"]["param"], k.param) << r->body;
+  }
+  // The context check says both counts.
+  auto r =
+      c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 100000})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_NE(r->body.find("100000"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("4096"), std::string::npos) << r->body;
+  auto nf = c.Get("/v2/nothing");
+  ASSERT_TRUE(nf);
+  EXPECT_EQ(nf->status, 404);
+  const auto m = Metrics(c);
+  EXPECT_EQ(m.at("tierkv_requests_total{endpoint=\"/v1/completions\",code=\"400\"}"), 13);
+  EXPECT_EQ(m.at("tierkv_requests_total{endpoint=\"other\",code=\"404\"}"), 1);
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// A restart on the same cache directory finds yesterday's prefixes: the
+// request is answered from the disk tier with the same greedy text.
+TEST(ServeTest, ARestartAnswersFromTheDiskTierWithTheSameText) {
+  TempDir dir;
+  const json req{{"prompt", std::string(kPrefix) + "said"}, {"max_tokens", 12}, {"temperature", 0}};
+  for (const char* system : {"as-like", "impress"}) {
+    SCOPED_TRACE(system);
+    const std::string cache = dir.path + "/" + system;
+    std::string before;
+    {
+      ServerProcess srv({"--port", "0", "--cache-dir", cache, "--system", system});
+      ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+      httplib::Client c("127.0.0.1", srv.port());
+      c.set_read_timeout(60);
+      int status = 0;
+      const json r = Post(c, "/v1/completions", req, &status);
+      ASSERT_EQ(status, 200) << r.dump();
+      EXPECT_EQ(r["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+      before = r["choices"][0]["text"];
+      EXPECT_EQ(srv.Stop(), 0);
+    }
+    ServerProcess srv({"--port", "0", "--cache-dir", cache, "--system", system});
+    ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+    httplib::Client c("127.0.0.1", srv.port());
+    c.set_read_timeout(60);
+    int status = 0;
+    const json r = Post(c, "/v1/completions", req, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_GT(r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+    EXPECT_EQ(r["choices"][0]["text"], before);
+    const auto m = Metrics(c);
+    EXPECT_GT(m.at("tierkv_prefix_hits_total{tier=\"disk\"}"), 0);
+    EXPECT_GT(m.at("tierkv_prefix_bytes_read_total{tier=\"disk\"}"), 0);
+    EXPECT_EQ(m.at("tierkv_prefix_hits_total{tier=\"device\"}"), 0);
+    EXPECT_EQ(m.at("tierkv_prefix_hits_total{tier=\"host\"}"), 0);
+    EXPECT_EQ(srv.Stop(), 0);
+  }
+}
+
+// A client on a plain socket, so that a test can hang up mid-request.
+class RawClient {
+ public:
+  RawClient(int port, const std::string& path, const std::string& body) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
+    const std::string req = "POST " + path +
+                            " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    sent_ = ::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size());
+  }
+  ~RawClient() { Close(); }
+  bool sent() const { return sent_; }
+  // Reads until `what` has arrived (true) or the peer closed or 60 s passed.
+  bool ReadUntil(const std::string& what) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (got_.find(what) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return false;
+      got_.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  bool sent_ = false;
+  std::string got_;
+};
+
+// Polls /metrics until `done` holds of it (at most 60 s); whether it did.
+template <typename Pred>
+bool AwaitMetrics(httplib::Client& c, Pred done) {
+  for (int i = 0; i < 600; ++i) {
+    if (done(Metrics(c))) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+double At(const std::map<std::string, double>& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? -1 : it->second;
+}
+
+// One request runs, one waits, the next is refused with 429 and Retry-After;
+// clients that hang up, streamed or not, cancel their requests (the queued
+// one then starts); the server goes on answering.
+TEST(ServeTest, AFullQueueRefusesAndClientsThatLeaveCancel) {
+  TempDir dir;
+  ServerProcess srv(
+      {"--port", "0", "--cache-dir", dir.path, "--max-running", "1", "--max-queue", "1"});
+  ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(120);
+  // Long generations: 3,000 tokens past any end of text.
+  json long_req{
+      {"prompt", kPrefix}, {"max_tokens", 3000}, {"temperature", 0}, {"ignore_eos", true}};
+  RawClient plain(srv.port(), "/v1/completions", long_req.dump());
+  ASSERT_TRUE(plain.sent());
+  ASSERT_TRUE(AwaitMetrics(c, [](const auto& m) { return At(m, "tierkv_running_requests") == 1; }));
+  long_req["stream"] = true;
+  RawClient streamed(srv.port(), "/v1/completions", long_req.dump());
+  ASSERT_TRUE(streamed.sent());
+  ASSERT_TRUE(AwaitMetrics(c, [](const auto& m) { return At(m, "tierkv_queue_length") == 1; }));
+
+  auto r = c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429) << r->body;
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(json::parse(r->body)["error"]["type"], "rate_limit_error") << r->body;
+
+  // The running (non-streamed) request's client hangs up: cancelled, and the
+  // streamed one starts.
+  plain.Close();
+  ASSERT_TRUE(AwaitMetrics(c, [](const auto& m) {
+    return At(m, "tierkv_generations_total{reason=\"cancelled\"}") == 1 &&
+           At(m, "tierkv_queue_length") == 0 && At(m, "tierkv_running_requests") == 1;
+  }));
+  // The streamed one hangs up after its first tokens.
+  ASSERT_TRUE(streamed.ReadUntil("data: {"));
+  streamed.Close();
+  ASSERT_TRUE(AwaitMetrics(c, [](const auto& m) {
+    return At(m, "tierkv_generations_total{reason=\"cancelled\"}") == 2 &&
+           At(m, "tierkv_running_requests") == 0;
+  }));
+  const auto m = Metrics(c);
+  EXPECT_LT(At(m, "tierkv_completion_tokens_total"), 2 * 3000);
+  EXPECT_EQ(At(m, "tierkv_requests_total{endpoint=\"/v1/completions\",code=\"429\"}"), 1);
+
+  int status = 0;
+  const json ok = Post(c, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}}, &status);
+  EXPECT_EQ(status, 200) << ok.dump();
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// SIGTERM while a request runs: new requests are refused (503), the running
+// one is cancelled after the grace period, the process exits 0.
+TEST(ServeTest, SigtermDrainsWithinTheGracePeriod) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--grace-seconds", "0.5"});
+  ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(120);
+  int code = 0;
+  std::string body;
+  std::thread client([&] {
+    httplib::Client lc("127.0.0.1", srv.port());
+    lc.set_read_timeout(120);
+    const json req{{"prompt", kPrefix}, {"max_tokens", 3000}, {"ignore_eos", true}};
+    if (auto r = lc.Post("/v1/completions", req.dump(), "application/json")) {
+      code = r->status;
+      body = r->body;
+    }
+  });
+  ASSERT_TRUE(AwaitMetrics(c, [](const auto& m) { return At(m, "tierkv_running_requests") == 1; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(srv.Stop(), 0);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  client.join();
+  EXPECT_EQ(code, 503) << body;
+  EXPECT_LT(waited, 30) << "the grace period is 0.5 s";
+}
+
+}  // namespace
+}  // namespace tierkv
