@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddCheck(app, &action);
   tierkv::app::AddCompare(app, &action);
   tierkv::app::AddServe(app, &action);
+  tierkv::app::AddBenchServe(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

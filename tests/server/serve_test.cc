@@ -259,6 +259,9 @@ TEST(ServeTest, BadRequestsGetOpenAIErrorsNamingTheField) {
       {"/v1/completions", R"({"prompt": "x", "stream": "yes"})", 400, "stream"},
       {"/v1/completions", R"({"prompt": "x", "n": 2})", 400, "n"},
       {"/v1/completions", R"({"prompt": [1, 5000000]})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": [1, 4294967297]})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": 1e999})", 400, "body"},
+      {"/v1/completions", R"({"prompt": "x", "ignore_eos": 1})", 400, "ignore_eos"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": 100000})", 400, "max_tokens"},
       {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},
       {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "hi"}]})", 400,
@@ -285,7 +288,7 @@ TEST(ServeTest, BadRequestsGetOpenAIErrorsNamingTheField) {
   ASSERT_TRUE(nf);
   EXPECT_EQ(nf->status, 404);
   const auto m = Metrics(c);
-  EXPECT_EQ(m.at("tierkv_requests_total{endpoint=\"/v1/completions\",code=\"400\"}"), 13);
+  EXPECT_EQ(m.at("tierkv_requests_total{endpoint=\"/v1/completions\",code=\"400\"}"), 16);
   EXPECT_EQ(m.at("tierkv_requests_total{endpoint=\"other\",code=\"404\"}"), 1);
   EXPECT_EQ(srv.Stop(), 0);
 }
@@ -327,6 +330,58 @@ TEST(ServeTest, ARestartAnswersFromTheDiskTierWithTheSameText) {
     EXPECT_EQ(m.at("tierkv_prefix_hits_total{tier=\"host\"}"), 0);
     EXPECT_EQ(srv.Stop(), 0);
   }
+}
+
+// bench-serve against the real server: a two-session chat workload whose
+// second turns reuse the first turns' prompts; no errors, the JSON report's
+// figures consistent with what the server counted.
+TEST(ServeTest, BenchServeDrivesTheServerWithGrowingChats) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path});
+  ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+  const std::string workload = dir.path + "/chat.jsonl";
+  {
+    FILE* f = std::fopen(workload.c_str(), "w");
+    ASSERT_TRUE(f);
+    for (int u = 0; u < 2; ++u) {
+      const json line{{"system", kPrefix}, {"turns", {"Who is Lily?", "What did she find?", "And then?"}}, {"max_tokens", 5}};
+      std::fputs((line.dump() + "\n").c_str(), f);
+    }
+    std::fclose(f);
+  }
+  const std::string cmd = std::string(TIERKV_BINARY) + " bench-serve --url http://127.0.0.1:" +
+                          std::to_string(srv.port()) + " --workload " + workload +
+                          " --concurrency 2 --duration 3 --json 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_TRUE(p);
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << out;
+  const json r = json::parse(out, nullptr, false);
+  ASSERT_TRUE(r.is_object()) << out;
+  EXPECT_GE(r["requests"].get<int>(), 6);
+  EXPECT_EQ(r["errors"], 0) << out;
+  EXPECT_EQ(r["completion_tokens"].get<int>(), 5 * r["ok"].get<int>());  // ignore_eos: every answer is whole
+  EXPECT_GT(r["cached_tokens"].get<int>(), 0);
+  EXPECT_GT(r["ttft"]["p50_ms"].get<double>(), 0);
+  EXPECT_LE(r["ttft"]["p50_ms"].get<double>(), r["e2e"]["p50_ms"].get<double>());
+  httplib::Client c("127.0.0.1", srv.port());
+  const auto m = Metrics(c);
+  EXPECT_EQ(m.at("tierkv_completion_tokens_total"), r["completion_tokens"].get<double>());
+  EXPECT_EQ(m.at("tierkv_reused_prompt_tokens_total"), r["cached_tokens"].get<double>());
+  // A bad workload line is named.
+  {
+    FILE* f = std::fopen(workload.c_str(), "w");
+    std::fputs("{\"system\": \"x\", \"turns\": []}\n", f);
+    std::fclose(f);
+  }
+  p = ::popen((cmd + " 2>&1").c_str(), "r");
+  out.clear();
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_NE(::pclose(p), 0);
+  EXPECT_NE(out.find("line 1: turns"), std::string::npos) << out;
+  EXPECT_EQ(srv.Stop(), 0);
 }
 
 // A client on a plain socket, so that a test can hang up mid-request.

@@ -1,0 +1,46 @@
+// libFuzzer target: the server's request bodies. The first byte picks the
+// endpoint (completions or chat); the rest is the body. A refusal must come
+// as InvalidArgument with an OpenAI error body that is valid JSON; a chat
+// body that parses is rendered with the chat template and the default
+// model's tokenizer.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "server/api.h"
+#include "server/chat_template.h"
+#include "server/openai_format.h"
+#include "tierkv/model.h"
+#include "tierkv/tokenizer.h"
+
+namespace {
+std::unique_ptr<tierkv::Model> model;
+std::unique_ptr<tierkv::Tokenizer> tokenizer;
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  auto m = tierkv::Model::Load(TIERKV_DEFAULT_MODEL);
+  if (!m.ok()) __builtin_trap();
+  model = std::move(m).value();
+  auto t = tierkv::LoadTokenizerFor(*model, "");
+  if (!t.ok()) __builtin_trap();
+  tokenizer = std::move(t).value();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const bool chat = data[0] & 1;
+  const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  auto r = tierkv::server::ParseCompletionRequest(body, chat);
+  if (!r.ok()) {
+    if (r.status().code() != tierkv::StatusCode::kInvalidArgument) __builtin_trap();
+    const std::string e = tierkv::server::ErrorBody(400, r.status());
+    if (!nlohmann::json::accept(e)) __builtin_trap();
+    return 0;
+  }
+  if (chat) tierkv::server::ChatPromptTokens(*tokenizer, r->messages).status().IgnoreError();
+  return 0;
+}
