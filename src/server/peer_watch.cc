@@ -5,42 +5,78 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 namespace tierkv::server {
 
 namespace {
 
-// "addr:port" of a socket address, the form httplib's strings are compared in.
-bool SameEndpoint(const sockaddr_storage& a, const std::string& addr, int port) {
+// An address as /proc/net/tcp{,6} prints it (each 32-bit word of the
+// network-order address in host order, hex) back to text.
+std::string ProcAddress(const std::string& hex) {
   char text[INET6_ADDRSTRLEN] = {};
-  int p = -1;
-  if (a.ss_family == AF_INET) {
-    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
-    inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
-    p = ntohs(v4->sin_port);
-  } else if (a.ss_family == AF_INET6) {
-    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
-    inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
-    p = ntohs(v6->sin6_port);
-  } else {
-    return false;
+  if (hex.size() == 8) {
+    in_addr a{};
+    a.s_addr = static_cast<uint32_t>(std::strtoul(hex.c_str(), nullptr, 16));
+    inet_ntop(AF_INET, &a, text, sizeof text);
+  } else if (hex.size() == 32) {
+    in6_addr a{};
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t v = static_cast<uint32_t>(std::strtoul(hex.substr(8 * w, 8).c_str(), nullptr, 16));
+      std::memcpy(&a.s6_addr[4 * w], &v, 4);
+    }
+    inet_ntop(AF_INET6, &a, text, sizeof text);
   }
-  return p == port && addr == text;
+  return text;
 }
 
-bool Matches(int fd, const std::string& la, int lp, const std::string& ra, int rp) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
-  sockaddr_storage local{}, remote{};
-  socklen_t ll = sizeof local, rl = sizeof remote;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) return false;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &rl) != 0) return false;
-  return SameEndpoint(local, la, lp) && SameEndpoint(remote, ra, rp);
+// The inode of the TCP socket with these endpoints, from the kernel's table
+// (no descriptor of another thread is touched); 0 when none.
+unsigned long SocketInode(const char* table, const std::string& la, int lp, const std::string& ra, int rp) {
+  std::ifstream f(table);
+  std::string line;
+  std::getline(f, line);  // the column names
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string slot, local, remote, state, queues, timer, retr, uid, timeout;
+    unsigned long inode = 0;
+    if (!(in >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+    const size_t lc = local.find(':'), rc = remote.find(':');
+    if (lc == std::string::npos || rc == std::string::npos) continue;
+    if (std::strtol(local.c_str() + lc + 1, nullptr, 16) != lp || std::strtol(remote.c_str() + rc + 1, nullptr, 16) != rp) {
+      continue;
+    }
+    if (ProcAddress(local.substr(0, lc)) == la && ProcAddress(remote.substr(0, rc)) == ra) return inode;
+  }
+  return 0;
+}
+
+// The descriptor of ours that is socket `inode`: /proc/self/fd's links are
+// read (a path operation), never the descriptors themselves.
+int DescriptorOf(unsigned long inode) {
+  const std::string want = "socket:[" + std::to_string(inode) + "]";
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  int found = -1;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    char link[64];
+    const std::string path = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t n = ::readlink(path.c_str(), link, sizeof link);
+    if (n > 0 && std::string(link, static_cast<size_t>(n)) == want) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
 }
 
 }  // namespace
@@ -48,18 +84,9 @@ bool Matches(int fd, const std::string& la, int lp, const std::string& ra, int r
 PeerWatch::PeerWatch(const std::string& local_addr, int local_port, const std::string& remote_addr,
                      int remote_port) {
   if (local_addr.empty() || remote_addr.empty() || local_port < 0 || remote_port < 0) return;
-  DIR* d = ::opendir("/proc/self/fd");
-  if (d == nullptr) return;
-  while (dirent* e = ::readdir(d)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == ::dirfd(d)) continue;
-    if (Matches(static_cast<int>(fd), local_addr, local_port, remote_addr, remote_port)) {
-      fd_ = static_cast<int>(fd);
-      break;
-    }
-  }
-  ::closedir(d);
+  unsigned long inode = SocketInode("/proc/self/net/tcp", local_addr, local_port, remote_addr, remote_port);
+  if (inode == 0) inode = SocketInode("/proc/self/net/tcp6", local_addr, local_port, remote_addr, remote_port);
+  if (inode != 0) fd_ = DescriptorOf(inode);
 }
 
 bool PeerWatch::Gone() const {

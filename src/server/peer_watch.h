@@ -2,9 +2,11 @@
 // (Debian's) tells a handler the connection's endpoints but not its socket,
 // and a non-streamed handler writes nothing until it is done, so a client
 // that hangs up would go unnoticed until its whole generation had run. The
-// socket is found once among the process's descriptors by its two
-// endpoints; it stays open (and so cannot be reused) while the handler
-// runs, because the worker that runs the handler owns it.
+// socket is found once by its two endpoints: its inode in the kernel's TCP
+// table (/proc/self/net/tcp, tcp6), then the descriptor whose link names
+// that inode (other threads' descriptors are never touched). It stays open
+// (and so cannot be reused) while the handler runs, because the worker that
+// runs the handler owns it.
 #pragma once
 
 #include <string>
