@@ -65,8 +65,8 @@ struct Scheduler::Running {
 };
 
 Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, engine::Engine* engine,
-                     SchedulerOptions options)
-    : model_(model), tok_(tokenizer), engine_(engine), opts_(options) {
+                     SchedulerOptions options, OutcomeObserver on_end)
+    : model_(model), tok_(tokenizer), engine_(engine), opts_(options), on_end_(std::move(on_end)) {
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "tierkv-sched");
     Loop();
@@ -79,7 +79,8 @@ Status Scheduler::Submit(std::shared_ptr<Job> job) {
   MutexLock l(&mu_);
   if (draining_) return Status::Unavailable("the server is shutting down");
   if (queue_.size() >= opts_.max_queue) {
-    return Status::ResourceExhausted("the queue is full (" + std::to_string(opts_.max_queue) + " requests waiting)");
+    return Status::ResourceExhausted("the queue is full (" + std::to_string(opts_.max_queue) +
+                                     " requests waiting)");
   }
   queue_.push_back(std::move(job));
   cv_.SignalAll();
@@ -116,7 +117,8 @@ void Scheduler::Loop() {
       while (queue_.empty() && running_.empty() && !draining_) cv_.Wait(&mu_);
       if (draining_ && queue_.empty() && running_.empty()) return;
       past_deadline = draining_ && Clock::now() >= deadline_;
-      while (!queue_.empty() && (past_deadline || running_.size() + starting.size() < opts_.max_running)) {
+      while (!queue_.empty() &&
+             (past_deadline || running_.size() + starting.size() < opts_.max_running)) {
         starting.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -211,6 +213,7 @@ void Scheduler::End(Running& r, FinishReason reason, Status status) {
   r.out.status = std::move(status);
   if (r.out.completion_tokens > 0) r.out.decode_ms = MsBetween(r.first_token, Clock::now());
   r.seq.reset();
+  if (on_end_) on_end_(r.out, MsBetween(r.job->arrival(), Clock::now()) / 1000);
   r.job->End(std::move(r.out));
 }
 

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -32,10 +33,16 @@ struct SchedulerOptions {
   Status Validate() const;
 };
 
+// Told of every job that ends (any reason: finished, cancelled, failed),
+// with the seconds from its arrival, on the scheduler thread, before the
+// job's worker sees the end: the one place outcomes are counted.
+using OutcomeObserver = std::function<void(const Outcome& o, double request_seconds)>;
+
 class Scheduler {
  public:
   // model, tokenizer and engine must outlive the scheduler. Starts the thread.
-  Scheduler(const Model& model, const Tokenizer& tokenizer, engine::Engine* engine, SchedulerOptions options);
+  Scheduler(const Model& model, const Tokenizer& tokenizer, engine::Engine* engine,
+            SchedulerOptions options, OutcomeObserver on_end = {});
   ~Scheduler();  // Shutdown(0)
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -64,6 +71,7 @@ class Scheduler {
   const Tokenizer& tok_;
   engine::Engine* const engine_;
   const SchedulerOptions opts_;
+  const OutcomeObserver on_end_;
 
   mutable Mutex mu_;
   CondVar cv_;

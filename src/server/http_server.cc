@@ -20,7 +20,6 @@ namespace tierkv::server {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr int kDefaultCompletionTokens = 16;  // OpenAI's default for /v1/completions
 // How often a waiting worker looks whether its client is still there.
 constexpr std::chrono::milliseconds kPeerCheck{100};
@@ -95,7 +94,10 @@ struct Server::Impl {
         tok(t),
         engine(e),
         opts(std::move(o)),
-        sched(m, t, e, sched::SchedulerOptions{opts.max_queue, opts.max_running}) {}
+        sched(m, t, e, sched::SchedulerOptions{opts.max_queue, opts.max_running},
+              [this](const sched::Outcome& o, double seconds) {
+                metrics.ObserveOutcome(o, seconds);
+              }) {}
 
   void Routes();
   void Reply(httplib::Response& res, const std::string& endpoint, int status,
@@ -171,7 +173,6 @@ Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r
 
 void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res, bool chat) {
   const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
-  const auto t0 = Clock::now();
   auto parsed = ParseCompletionRequest(req.body, chat);
   if (!parsed.ok()) return Fail(res, endpoint, parsed.status());
   auto params = Prepare(*parsed);
@@ -187,7 +188,6 @@ void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res,
     if (peer.Gone()) job->Cancel();
   }
   const sched::Outcome o = job->Wait();
-  metrics.ObserveOutcome(o, std::chrono::duration<double>(Clock::now() - t0).count());
   if (o.reason == sched::FinishReason::kError) return Fail(res, endpoint, o.status);
   if (o.reason == sched::FinishReason::kCancelled) {
     if (peer.Gone())
@@ -201,22 +201,20 @@ void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res,
 
 // Streams the job's text as server-sent events. The provider runs on this
 // request's HTTP worker after the handler returns; a client that went away
-// (seen between waits, or as a failed write) ends it, and the releaser then
-// cancels the job.
+// (seen while no text comes, or as a failed write) ends it, and the
+// releaser then cancels the job.
 void Server::Impl::Stream(httplib::Response& res, const std::string& endpoint,
                           std::shared_ptr<sched::Job> job, ResponseHead head, bool include_usage,
                           PeerWatch peer) {
   metrics.CountRequest(endpoint, 200);
-  const auto t0 = Clock::now();
   auto first = std::make_shared<bool>(true);
-  auto observed = std::make_shared<bool>(false);  // the outcome is in the metrics (once)
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, job, head, include_usage, first, observed, t0, peer](size_t, httplib::DataSink& sink) {
+      [job, head, include_usage, first, peer](size_t, httplib::DataSink& sink) {
         bool ended = false;
         const std::string text = job->Next(kPeerCheck, &ended);
-        if (peer.Gone()) return false;
+        if (text.empty() && !ended && peer.Gone()) return false;
         if (!text.empty()) {
           const std::string ev = ChunkEvent(head, text, *first, nullptr);
           *first = false;
@@ -224,9 +222,6 @@ void Server::Impl::Stream(httplib::Response& res, const std::string& endpoint,
         }
         if (!ended) return true;
         const sched::Outcome o = job->Wait();
-        if (!*observed)
-          metrics.ObserveOutcome(o, std::chrono::duration<double>(Clock::now() - t0).count());
-        *observed = true;
         std::string tail;
         if (o.reason == sched::FinishReason::kError ||
             o.reason == sched::FinishReason::kCancelled) {
@@ -244,13 +239,10 @@ void Server::Impl::Stream(httplib::Response& res, const std::string& endpoint,
         sink.done();
         return true;
       },
-      [this, job, t0, observed](bool success) {
-        if (success || *observed) return;
+      [job](bool success) {
         // The client left (or a write failed): the scheduler drops the job at
-        // its next step; its outcome is counted once it has.
-        job->Cancel();
-        metrics.ObserveOutcome(job->Wait(),
-                               std::chrono::duration<double>(Clock::now() - t0).count());
+        // its next step.
+        if (!success) job->Cancel();
       });
 }
 

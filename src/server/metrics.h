@@ -4,7 +4,8 @@
 // by tier, the share of prefix rows loaded, probe fallbacks; with the
 // scheduler's, store's and pools' current figures at render time.
 //
-// Thread-safe: HTTP workers record, any worker renders.
+// Thread-safe: HTTP workers count requests, the scheduler thread observes
+// outcomes (its OutcomeObserver), any worker renders.
 #pragma once
 
 #include <array>
@@ -47,7 +48,7 @@ class Metrics {
  public:
   Metrics();
   void CountRequest(const std::string& endpoint, int http_status) TIERKV_EXCLUDES(mu_);
-  // A generation that ran (any reason), with its prompt's length.
+  // A generation that ended (any reason), with the seconds since its arrival.
   void ObserveOutcome(const sched::Outcome& o, double request_seconds) TIERKV_EXCLUDES(mu_);
   std::string Render(const Snapshot& now) const TIERKV_EXCLUDES(mu_);
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 namespace tierkv::server {
 
@@ -27,7 +28,8 @@ std::string ProcAddress(const std::string& hex) {
   } else if (hex.size() == 32) {
     in6_addr a{};
     for (int w = 0; w < 4; ++w) {
-      const uint32_t v = static_cast<uint32_t>(std::strtoul(hex.substr(8 * w, 8).c_str(), nullptr, 16));
+      const uint32_t v =
+          static_cast<uint32_t>(std::strtoul(hex.substr(8 * w, 8).c_str(), nullptr, 16));
       std::memcpy(&a.s6_addr[4 * w], &v, 4);
     }
     inet_ntop(AF_INET6, &a, text, sizeof text);
@@ -37,7 +39,8 @@ std::string ProcAddress(const std::string& hex) {
 
 // The inode of the TCP socket with these endpoints, from the kernel's table
 // (no descriptor of another thread is touched); 0 when none.
-unsigned long SocketInode(const char* table, const std::string& la, int lp, const std::string& ra, int rp) {
+unsigned long SocketInode(const char* table, const std::string& la, int lp, const std::string& ra,
+                          int rp) {
   std::ifstream f(table);
   std::string line;
   std::getline(f, line);  // the column names
@@ -45,13 +48,17 @@ unsigned long SocketInode(const char* table, const std::string& la, int lp, cons
     std::istringstream in(line);
     std::string slot, local, remote, state, queues, timer, retr, uid, timeout;
     unsigned long inode = 0;
-    if (!(in >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+    if (!(in >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >>
+          inode))
+      continue;
     const size_t lc = local.find(':'), rc = remote.find(':');
     if (lc == std::string::npos || rc == std::string::npos) continue;
-    if (std::strtol(local.c_str() + lc + 1, nullptr, 16) != lp || std::strtol(remote.c_str() + rc + 1, nullptr, 16) != rp) {
+    if (std::strtol(local.c_str() + lc + 1, nullptr, 16) != lp ||
+        std::strtol(remote.c_str() + rc + 1, nullptr, 16) != rp) {
       continue;
     }
-    if (ProcAddress(local.substr(0, lc)) == la && ProcAddress(remote.substr(0, rc)) == ra) return inode;
+    if (ProcAddress(local.substr(0, lc)) == la && ProcAddress(remote.substr(0, rc)) == ra)
+      return inode;
   }
   return 0;
 }
@@ -81,15 +88,22 @@ int DescriptorOf(unsigned long inode) {
 
 }  // namespace
 
-PeerWatch::PeerWatch(const std::string& local_addr, int local_port, const std::string& remote_addr,
-                     int remote_port) {
-  if (local_addr.empty() || remote_addr.empty() || local_port < 0 || remote_port < 0) return;
-  unsigned long inode = SocketInode("/proc/self/net/tcp", local_addr, local_port, remote_addr, remote_port);
-  if (inode == 0) inode = SocketInode("/proc/self/net/tcp6", local_addr, local_port, remote_addr, remote_port);
-  if (inode != 0) fd_ = DescriptorOf(inode);
-}
+PeerWatch::PeerWatch(std::string local_addr, int local_port, std::string remote_addr,
+                     int remote_port)
+    : local_addr_(std::move(local_addr)),
+      remote_addr_(std::move(remote_addr)),
+      local_port_(local_port),
+      remote_port_(remote_port) {}
 
 bool PeerWatch::Gone() const {
+  if (!searched_) {
+    searched_ = true;
+    const std::string &la = local_addr_, &ra = remote_addr_;
+    if (la.empty() || ra.empty() || local_port_ < 0 || remote_port_ < 0) return false;
+    unsigned long inode = SocketInode("/proc/self/net/tcp", la, local_port_, ra, remote_port_);
+    if (inode == 0) inode = SocketInode("/proc/self/net/tcp6", la, local_port_, ra, remote_port_);
+    if (inode != 0) fd_ = DescriptorOf(inode);
+  }
   if (fd_ < 0) return false;
   pollfd p{fd_, POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
