@@ -10,21 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "tierkv/engine.h"
+#include "tierkv/latency.h"
 #include "tierkv/logging.h"
 #include "prompt_file.h"
 #include "tierkv/commands.h"
 
 namespace tierkv::app {
-namespace {
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(std::ceil(p * v.size())) - 1);
-  return v[i];
-}
-
-}  // namespace
 
 void AddCompare(CLI::App& app, Action* run) {
   struct Args {
@@ -232,7 +223,7 @@ void AddCompare(CLI::App& app, Action* run) {
         mean /= n;
         nlohmann::json j;
         j["ttft_ms_mean"] = mean;
-        j["ttft_ms_p99"] = Percentile(A.ttft, 0.99);
+        j["ttft_ms_p99"] = bench::Percentile(A.ttft, 0.99);
         j["ttft_ms_mean_by_round"] = A.round_ttft;
         j["load_wait_ms_mean"] = A.wait / n;
         j["identify_ms_mean"] = A.identify / n;

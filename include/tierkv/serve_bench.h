@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "tierkv/latency.h"
 #include "tierkv/status.h"
 
 namespace tierkv::bench {
@@ -53,16 +54,11 @@ struct ServeBenchOptions {
   Status Validate() const;
 };
 
-struct LatencySummary {
-  size_t n = 0;
-  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;  // ms
-};
-
 struct ServeBenchReport {
   double wall_s = 0;              // first request sent to last answer
   size_t requests = 0, ok = 0, errors = 0;
   std::vector<std::string> error_samples;  // the first few, with their cause
-  LatencySummary ttft, tpot, e2e;
+  LatencySummary ttft, tpot, e2e;  // ms
   uint64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   double requests_per_s = 0, output_tokens_per_s = 0;
 };

@@ -182,22 +182,6 @@ void RunSession(const ServeBenchOptions& o, const Session& s, Clock::time_point 
   }
 }
 
-LatencySummary Summarize(std::vector<double> v) {
-  LatencySummary s;
-  s.n = v.size();
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / static_cast<double>(v.size());
-  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))]; };
-  s.p50 = at(0.5);
-  s.p90 = at(0.9);
-  s.p99 = at(0.99);
-  s.max = v.back();
-  return s;
-}
-
 void ClosedLoop(const ServeBenchOptions& o, const std::vector<Session>& sessions, Clock::time_point deadline,
                 Collector* out) {
   std::atomic<size_t> next{0};
