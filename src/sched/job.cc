@@ -18,13 +18,17 @@ const char* FinishReasonName(FinishReason r) {
 
 Job::Job(GenerationParams params) : params_(std::move(params)), arrival_(Clock::now()) {}
 
+bool Job::WaitUntil(Clock::time_point until) {
+  const auto left = until - Clock::now();
+  if (left <= Clock::duration::zero()) return false;
+  cv_.WaitFor(&mu_, left);
+  return true;
+}
+
 std::string Job::Next(std::chrono::milliseconds wait, bool* ended) {
   const Clock::time_point until = Clock::now() + wait;
   MutexLock l(&mu_);
-  while (taken_ == text_.size() && !ended_) {
-    const auto left = until - Clock::now();
-    if (left <= Clock::duration::zero()) break;
-    cv_.WaitFor(&mu_, left);
+  while (taken_ == text_.size() && !ended_ && WaitUntil(until)) {
   }
   std::string out = text_.substr(taken_);
   taken_ = text_.size();
@@ -35,12 +39,9 @@ std::string Job::Next(std::chrono::milliseconds wait, bool* ended) {
 bool Job::WaitFor(std::chrono::milliseconds wait) {
   const Clock::time_point until = Clock::now() + wait;
   MutexLock l(&mu_);
-  while (!ended_) {
-    const auto left = until - Clock::now();
-    if (left <= Clock::duration::zero()) return false;
-    cv_.WaitFor(&mu_, left);
+  while (!ended_ && WaitUntil(until)) {
   }
-  return true;
+  return ended_;
 }
 
 Outcome Job::Wait() {

@@ -77,6 +77,10 @@ class Job {
  private:
   const GenerationParams params_;
   const Clock::time_point arrival_;
+  // One wait on cv_, at most until `until`; false (without waiting) once
+  // `until` has passed. Callers loop on their own condition.
+  bool WaitUntil(Clock::time_point until) TIERKV_REQUIRES(mu_);
+
   std::atomic<bool> cancelled_{false};
   mutable Mutex mu_;
   CondVar cv_;

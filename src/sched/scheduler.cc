@@ -61,7 +61,9 @@ struct Scheduler::Running {
   size_t emitted = 0;         // of text, handed to the job
   Outcome out;
   Clock::time_point first_token;
-  explicit Running(const SamplerOptions& s) : sampler(s) {}
+  size_t longest_stop = 0;  // of the job's stop strings: how far back a new one may begin
+  explicit Running(const GenerationParams& p)
+      : sampler(p.sampler), longest_stop(LongestStop(p.stop)) {}
 };
 
 Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, engine::Engine* engine,
@@ -137,7 +139,7 @@ void Scheduler::Loop() {
 }
 
 void Scheduler::Start(std::shared_ptr<Job> job) {
-  auto r = std::make_unique<Running>(job->params().sampler);
+  auto r = std::make_unique<Running>(job->params());
   r->job = std::move(job);
   r->out.queue_ms = MsBetween(r->job->arrival(), Clock::now());
   if (r->job->cancelled()) return End(*r, FinishReason::kCancelled);
@@ -175,8 +177,8 @@ bool Scheduler::Advance(Running& r) {
   const size_t before = r.text.size();
   r.text += tok_.DecodePiece(r.prev, next);
   r.prev = next;
-  const size_t longest = LongestStop(p.stop);
-  const size_t stop_at = FirstStop(r.text, before > longest ? before - longest : 0, p.stop);
+  const size_t stop_at =
+      FirstStop(r.text, before > r.longest_stop ? before - r.longest_stop : 0, p.stop);
   if (stop_at != std::string::npos) {
     r.text.resize(stop_at);
     End(r, FinishReason::kStop);

@@ -70,8 +70,7 @@ int64_t UnixNow() {
 
 Status ServerOptions::Validate() const {
   if (port < 0 || port > 65535) return Status::InvalidArgument("port: must be in [0, 65535]");
-  if (max_queue == 0) return Status::InvalidArgument("max_queue: must be at least 1");
-  if (max_running == 0) return Status::InvalidArgument("max_running: must be at least 1");
+  RETURN_IF_ERROR((sched::SchedulerOptions{max_queue, max_running}.Validate()));
   if (max_body_bytes == 0) return Status::InvalidArgument("max_body_bytes: must be at least 1");
   if (grace_ms < 0) return Status::InvalidArgument("grace_ms: must not be negative");
   return Status::Ok();

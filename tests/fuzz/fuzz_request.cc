@@ -5,28 +5,20 @@
 // model's tokenizer.
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "default_model.h"
 #include "server/api.h"
 #include "server/chat_template.h"
 #include "server/openai_format.h"
-#include "tierkv/model.h"
-#include "tierkv/tokenizer.h"
 
 namespace {
-std::unique_ptr<tierkv::Model> model;
-std::unique_ptr<tierkv::Tokenizer> tokenizer;
+tierkv::fuzz::DefaultModel loaded;
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  auto m = tierkv::Model::Load(TIERKV_DEFAULT_MODEL);
-  if (!m.ok()) __builtin_trap();
-  model = std::move(m).value();
-  auto t = tierkv::LoadTokenizerFor(*model, "");
-  if (!t.ok()) __builtin_trap();
-  tokenizer = std::move(t).value();
+  loaded = tierkv::fuzz::LoadDefaultModel();
   return 0;
 }
 
@@ -41,6 +33,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!nlohmann::json::accept(e)) __builtin_trap();
     return 0;
   }
-  if (chat) tierkv::server::ChatPromptTokens(*tokenizer, r->messages).status().IgnoreError();
+  if (chat) tierkv::server::ChatPromptTokens(*loaded.tokenizer, r->messages).status().IgnoreError();
   return 0;
 }

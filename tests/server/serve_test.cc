@@ -139,6 +139,16 @@ std::map<std::string, double> Metrics(httplib::Client& c) {
   return r ? ParsePrometheus(r->body) : std::map<std::string, double>{};
 }
 
+// Runs a shell command; its standard output in *out, its wait status.
+int RunCommand(const std::string& cmd, std::string* out) {
+  out->clear();
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out->append(buf, n);
+  return ::pclose(p);
+}
+
 // A story prefix long enough to fill several 64-token chunks.
 const char* kPrefix =
     "Once upon a time there was a little girl named Lily who lived in a small house near the "
@@ -298,37 +308,34 @@ TEST(ServeTest, BadRequestsGetOpenAIErrorsNamingTheField) {
 TEST(ServeTest, ARestartAnswersFromTheDiskTierWithTheSameText) {
   TempDir dir;
   const json req{{"prompt", std::string(kPrefix) + "said"}, {"max_tokens", 12}, {"temperature", 0}};
-  for (const char* system : {"as-like", "impress"}) {
-    SCOPED_TRACE(system);
-    const std::string cache = dir.path + "/" + system;
-    std::string before;
-    {
-      ServerProcess srv({"--port", "0", "--cache-dir", cache, "--system", system});
-      ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
-      httplib::Client c("127.0.0.1", srv.port());
-      c.set_read_timeout(60);
-      int status = 0;
-      const json r = Post(c, "/v1/completions", req, &status);
-      ASSERT_EQ(status, 200) << r.dump();
-      EXPECT_EQ(r["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
-      before = r["choices"][0]["text"];
-      EXPECT_EQ(srv.Stop(), 0);
-    }
+  // One server on `cache`: its answer to `req` (status 200 asserted) and its
+  // metrics after it; the server is stopped (exit 0).
+  auto serve_once = [&](const std::string& cache, const char* system, json* r,
+                        std::map<std::string, double>* m) {
     ServerProcess srv({"--port", "0", "--cache-dir", cache, "--system", system});
     ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
     httplib::Client c("127.0.0.1", srv.port());
     c.set_read_timeout(60);
     int status = 0;
-    const json r = Post(c, "/v1/completions", req, &status);
-    ASSERT_EQ(status, 200) << r.dump();
-    EXPECT_GT(r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
-    EXPECT_EQ(r["choices"][0]["text"], before);
-    const auto m = Metrics(c);
+    *r = Post(c, "/v1/completions", req, &status);
+    ASSERT_EQ(status, 200) << r->dump();
+    *m = Metrics(c);
+    EXPECT_EQ(srv.Stop(), 0);
+  };
+  for (const char* system : {"as-like", "impress"}) {
+    SCOPED_TRACE(system);
+    const std::string cache = dir.path + "/" + system;
+    json before, after;
+    std::map<std::string, double> m;
+    ASSERT_NO_FATAL_FAILURE(serve_once(cache, system, &before, &m));
+    EXPECT_EQ(before["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    ASSERT_NO_FATAL_FAILURE(serve_once(cache, system, &after, &m));
+    EXPECT_GT(after["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+    EXPECT_EQ(after["choices"][0]["text"], before["choices"][0]["text"]);
     EXPECT_GT(m.at("tierkv_prefix_hits_total{tier=\"disk\"}"), 0);
     EXPECT_GT(m.at("tierkv_prefix_bytes_read_total{tier=\"disk\"}"), 0);
     EXPECT_EQ(m.at("tierkv_prefix_hits_total{tier=\"device\"}"), 0);
     EXPECT_EQ(m.at("tierkv_prefix_hits_total{tier=\"host\"}"), 0);
-    EXPECT_EQ(srv.Stop(), 0);
   }
 }
 
@@ -344,25 +351,25 @@ TEST(ServeTest, BenchServeDrivesTheServerWithGrowingChats) {
     FILE* f = std::fopen(workload.c_str(), "w");
     ASSERT_TRUE(f);
     for (int u = 0; u < 2; ++u) {
-      const json line{{"system", kPrefix}, {"turns", {"Who is Lily?", "What did she find?", "And then?"}}, {"max_tokens", 5}};
+      const json line{{"system", kPrefix},
+                      {"turns", {"Who is Lily?", "What did she find?", "And then?"}},
+                      {"max_tokens", 5}};
       std::fputs((line.dump() + "\n").c_str(), f);
     }
     std::fclose(f);
   }
-  const std::string cmd = std::string(TIERKV_BINARY) + " bench-serve --url http://127.0.0.1:" +
-                          std::to_string(srv.port()) + " --workload " + workload +
+  const std::string cmd = std::string(TIERKV_BINARY) +
+                          " bench-serve --url http://127.0.0.1:" + std::to_string(srv.port()) +
+                          " --workload " + workload +
                           " --concurrency 2 --duration 3 --json 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_TRUE(p);
   std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  EXPECT_EQ(::pclose(p), 0) << out;
+  EXPECT_EQ(RunCommand(cmd, &out), 0) << out;
   const json r = json::parse(out, nullptr, false);
   ASSERT_TRUE(r.is_object()) << out;
   EXPECT_GE(r["requests"].get<int>(), 6);
   EXPECT_EQ(r["errors"], 0) << out;
-  EXPECT_EQ(r["completion_tokens"].get<int>(), 5 * r["ok"].get<int>());  // ignore_eos: every answer is whole
+  EXPECT_EQ(r["completion_tokens"].get<int>(),
+            5 * r["ok"].get<int>());  // ignore_eos: every answer is whole
   EXPECT_GT(r["cached_tokens"].get<int>(), 0);
   EXPECT_GT(r["ttft"]["p50_ms"].get<double>(), 0);
   EXPECT_LE(r["ttft"]["p50_ms"].get<double>(), r["e2e"]["p50_ms"].get<double>());
@@ -376,10 +383,7 @@ TEST(ServeTest, BenchServeDrivesTheServerWithGrowingChats) {
     std::fputs("{\"system\": \"x\", \"turns\": []}\n", f);
     std::fclose(f);
   }
-  p = ::popen((cmd + " 2>&1").c_str(), "r");
-  out.clear();
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  EXPECT_NE(::pclose(p), 0);
+  EXPECT_NE(RunCommand(cmd + " 2>&1", &out), 0);
   EXPECT_NE(out.find("line 1: turns"), std::string::npos) << out;
   EXPECT_EQ(srv.Stop(), 0);
 }
