@@ -123,6 +123,7 @@ void Scheduler::Loop() {
              (past_deadline || running_.size() + starting.size() < opts_.max_running)) {
         starting.push_back(std::move(queue_.front()));
         queue_.pop_front();
+        ++running_count_;  // under mu_: queued() + running() never drops a job between them
       }
     }
     for (auto& job : starting) {
@@ -134,7 +135,6 @@ void Scheduler::Loop() {
       if (!Advance(*r)) r.reset();
     }
     std::erase(running_, nullptr);
-    running_count_ = running_.size();
   }
 }
 
@@ -152,10 +152,7 @@ void Scheduler::Start(std::shared_ptr<Job> job) {
   r->seq = std::move(served->sequence);
   r->logits = std::move(served->logits);
   r->prev = p.prompt.back();
-  if (Advance(*r)) {
-    running_.push_back(std::move(r));
-    running_count_ = running_.size();
-  }
+  if (Advance(*r)) running_.push_back(std::move(r));
 }
 
 bool Scheduler::Advance(Running& r) {
@@ -216,6 +213,8 @@ void Scheduler::End(Running& r, FinishReason reason, Status status) {
   if (r.out.completion_tokens > 0) r.out.decode_ms = MsBetween(r.first_token, Clock::now());
   r.seq.reset();
   if (on_end_) on_end_(r.out, MsBetween(r.job->arrival(), Clock::now()) / 1000);
+  // Before the job ends: whoever saw its end never sees it still running.
+  --running_count_;
   r.job->End(std::move(r.out));
 }
 

@@ -57,6 +57,8 @@ class Scheduler {
   void Shutdown(std::chrono::milliseconds grace) TIERKV_EXCLUDES(mu_);
 
   size_t queued() const TIERKV_EXCLUDES(mu_);
+  // Jobs taken from the queue whose end has not been published; a job's
+  // End() happens after it leaves this count.
   size_t running() const { return running_count_; }
 
  private:
