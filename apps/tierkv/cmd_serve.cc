@@ -15,6 +15,7 @@ namespace {
 struct ServeArgs {
   std::string model, tokenizer, cache_dir, system = "as-like";
   double retention = 1.0;
+  uint64_t device_mib = 64, host_mib = 256;
   server::ServerOptions server;
   double grace_seconds = 10;
 };
@@ -39,6 +40,8 @@ Result<int> Serve(const ServeArgs& a) {
     o.cache_dir = a.cache_dir;
   }
   o.retention = a.retention;
+  o.device_bytes = a.device_mib << 20;
+  o.host_bytes = a.host_mib << 20;
   o.tokenizer_hash = TokenizerHash(a.tokenizer);
   ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(*loaded.model, o));
   server::ServerOptions so = a.server;
@@ -50,8 +53,8 @@ Result<int> Serve(const ServeArgs& a) {
     std::fprintf(stderr, "tierkv: shutting down (running requests may finish; a second signal exits now)\n");
     s->Shutdown();
   });
-  std::printf("tierkv: serving %s as %s on http://%s:%d (cache %s)\n", so.model_id.c_str(), a.system.c_str(),
-              so.host.c_str(), port, o.cache_dir.c_str());
+  std::printf("tierkv: serving %s as %s on http://%s:%d (cache %s, scheduler %s)\n", so.model_id.c_str(),
+              a.system.c_str(), so.host.c_str(), port, o.cache_dir.c_str(), so.scheduler.c_str());
   std::fflush(stdout);
   Status run = srv->Run();
   SetShutdownHandler(nullptr);
@@ -85,6 +88,25 @@ void AddServe(CLI::App& app, Action* run) {
   sub->add_option("--retention", a->retention, "Share of the prefix rows a selective system reads per layer")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--device-mib", a->device_mib, "The device pool's size (MiB), the fastest tier above the disk")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
+  sub->add_option("--host-mib", a->host_mib, "The host pool's size (MiB), between the device pool and the disk")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
+  sub->add_option("--scheduler", a->server.scheduler,
+                  "Which waiting request starts next: fcfs (arrival order) or car (CaR: a shuffled window "
+                  "ordered by where each prefix's K/V is, pools before nothing stored before disk, and a "
+                  "timed prefetcher)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fcfs", "car"}));
+  sub->add_option("--window", a->server.window, "car: how many waiting requests the shuffled window holds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--prefetch", a->server.prefetch,
+                  "car: load a waiting request's prefix from disk into the pools when a running request is "
+                  "about to finish (true or false)")
+      ->capture_default_str();
   sub->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", a->server.port, "Port to listen on (0: any free port, printed at start)")
       ->capture_default_str()

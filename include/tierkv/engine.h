@@ -227,6 +227,37 @@ struct ServeOptions {
   // Keep the request's K/V (ServeResult::sequence) to generate from: the
   // prefix rows its attention read and the rows it computed (sequence.h).
   bool keep_kv = false;
+  // The caller's scheduler raises the car pool policy's score events
+  // (Engine::OnSchedulerEvent); false: Serve raises window entry and start
+  // as it begins and finish as it returns.
+  bool scheduler_events = false;
+};
+
+// Where a prompt's stored prefix is, as a scheduler sees it (CaR III-B1's
+// classes, in their order of priority): kPools, the reads a request starts
+// with (those that do not depend on its queries: all rows for as-like, all
+// keys for H2O, the probe heads' keys) would all come from the device or
+// host pool; kNone, nothing stored (or less than one chunk): no transfer
+// to speak of; kDisk, some of them would be read from disk.
+enum class PrefixPlace { kPools, kNone, kDisk };
+std::string_view PrefixPlaceName(PrefixPlace p);  // "pools", "none", "disk"
+
+struct PrefixLocation {
+  PrefixPlace place = PrefixPlace::kNone;
+  size_t reusable_tokens = 0;  // of the prompt, a request would reuse now
+  uint64_t disk_bytes = 0;     // what a prefetch would read from disk now
+  // The pool entries its score events go to (car policy; empty otherwise).
+  std::vector<uint64_t> score_keys;
+};
+
+// A scheduler's events for a request (CaR III-B3: +1 entering the window,
+// +1 starting, -2 finishing; -1 leaving the window without starting).
+enum class SchedulerEvent { kEnterWindow, kStart, kFinish, kLeaveWindow };
+
+struct PrefetchResult {
+  size_t reusable_tokens = 0;
+  uint64_t disk_bytes_read = 0;
+  double ms = 0;
 };
 
 // What a maintenance round did.
@@ -253,6 +284,20 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   Result<ServeResult> Serve(std::span<const int32_t> tokens, const ServeOptions& options = {});
+
+  // What a scheduler asks before a request starts. Thread-safe, and safe
+  // while other threads serve. Locate is a look: it hashes the prompt and
+  // asks the pools where the entries are, reading nothing and counting no
+  // access.
+  PrefixLocation Locate(std::span<const int32_t> tokens);
+  // Loads into the pools what a request for `tokens` reads before it knows
+  // its queries (Locate's kPools afterwards, while the pools keep it). The
+  // reads are verified as a request's are; one that fails is an error here
+  // and a miss for the request.
+  Result<PrefetchResult> Prefetch(std::span<const int32_t> tokens);
+  // The score event for the entries `where` named (car policy; a no-op for
+  // other policies).
+  void OnSchedulerEvent(const PrefixLocation& where, SchedulerEvent event);
 
   // Measures the profiles the engine uses on `prompts` (profiling prompts,
   // run once per model) and saves them beside the store with the store's

@@ -25,6 +25,9 @@ struct ServerOptions {
   std::string model_id = "tierkv";  // what /v1/models lists and responses name
   size_t max_queue = 64;            // requests waiting; more get 429
   size_t max_running = 8;           // requests generating at once
+  std::string scheduler = "fcfs";   // fcfs or car (CaR's window and prefetcher)
+  size_t window = 8;                // car: the shuffled window's size
+  bool prefetch = true;             // car: the timed prefetcher
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
   int grace_ms = 10000;             // on Shutdown, running requests may finish this long
   Status Validate() const;

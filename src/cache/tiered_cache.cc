@@ -286,7 +286,9 @@ void TieredCache::Erase(uint64_t key) {
 }
 
 void TieredCache::OnRequestEvent(std::span<const uint64_t> keys, RequestEvent event) {
-  const double delta = event == RequestEvent::kFinish ? -2.0 : 1.0;
+  double delta = 1.0;  // kEnterWindow, kStart
+  if (event == RequestEvent::kFinish) delta = -2.0;
+  if (event == RequestEvent::kLeaveWindow) delta = -1.0;
   MutexLock l(&mu_);
   for (uint64_t key : keys) {
     auto [it, fresh] = entries_.try_emplace(key);

@@ -75,8 +75,9 @@ struct CacheStats {
   double device_important_hit_ratio() const;  // IMPRESS' measure
 };
 
-// CaR's scheduler events (their score rules).
-enum class RequestEvent : uint8_t { kEnterWindow, kStart, kFinish };
+// CaR's scheduler events (their score rules: +1, +1, -2), and a request
+// that leaves the window without starting (cancelled: -1, undoing its entry).
+enum class RequestEvent : uint8_t { kEnterWindow, kStart, kFinish, kLeaveWindow };
 
 class TieredCache;
 

@@ -2,10 +2,19 @@
 
 namespace tierkv::engine {
 
-void AllRowsSource::Start(Request& rq) {
-  FetchEveryLayer(d_, rq, &rq.whole,
-                  [](PooledReader& reader, const store::LookupResult& m, size_t R, int l, Fetch& f,
-                     IoCounts* io) { return reader.ReadWholeLayer(m, R, l, &f.k, &f.v, io); });
+namespace {
+
+Status ReadWhole(PooledReader& reader, const store::LookupResult& m, size_t R, int l, Fetch& f,
+                 IoCounts* io) {
+  return reader.ReadWholeLayer(m, R, l, &f.k, &f.v, io);
+}
+
+}  // namespace
+
+void AllRowsSource::Start(Request& rq) { FetchEveryLayer(d_, rq, &rq.whole, &ReadWhole); }
+
+StartReads AllRowsSource::QueryFreeReads() const {
+  return {&ReadWhole, EntryKind::kWhole, 2 * d_.reader->geometry().row_bytes};
 }
 
 Status AllRowsSource::Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,

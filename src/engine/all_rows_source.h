@@ -10,6 +10,7 @@ class AllRowsSource : public LayerSource {
  public:
   explicit AllRowsSource(const SourceDeps& deps) : d_(deps) {}
   void Start(Request& rq) override;
+  StartReads QueryFreeReads() const override;
   Status Supply(Request& rq, const LayerView& view, LayerPrefix* prefix, LayerTrace* trace) override;
 
  private:

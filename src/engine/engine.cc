@@ -6,20 +6,9 @@
 #include <algorithm>
 #include <string>
 
-#include "cache/tiered_cache.h"
-#include "engine/car_profile.h"
-#include "engine/layer_source.h"
-#include "engine/load_queue.h"
+#include "engine/engine_impl.h"
 #include "engine/options.h"
-#include "engine/periodic_task.h"
 #include "engine/pool_entries.h"
-#include "engine/pooled_reader.h"
-#include "engine/probe_profile.h"
-#include "engine/prompt_writer.h"
-#include "engine/request.h"
-#include "engine/system_table.h"
-#include "select/identify.h"
-#include "store/chunk_store.h"
 #include "store/fingerprint.h"
 #include "store/format.h"
 #include "tierkv/logging.h"
@@ -27,9 +16,10 @@
 namespace tierkv::engine {
 namespace {
 
-// CaR's score events for the chunk layers a request reuses (III-B3): +1 when
-// it enters the scheduler's window, +1 when it starts (the same moment until
-// the server's scheduler lands), -2 when it finishes (this scope's end).
+// CaR's score events for the chunk layers a request reuses (III-B3) when no
+// scheduler raises them (ServeOptions::scheduler_events): +1 for entering
+// the window and +1 for starting as the request begins, -2 when it
+// finishes (this scope's end).
 class ScoreEvents {
  public:
   ScoreEvents(cache::TieredCache* pools, std::vector<uint64_t> keys)
@@ -53,46 +43,6 @@ class ScoreEvents {
 
 std::vector<std::string> OwnerFiles() { return {CarProfile::kFileName, ProbeProfile::kFileName}; }
 
-struct Engine::Impl {
-  Impl(const Model& m, EngineOptions o)
-      : model(m), opts(std::move(o)), row(RowOf(opts.system)), c(m.config()),
-        row_bytes(static_cast<uint32_t>(c.kv_dim() * 2)),
-        probe_bytes(static_cast<uint32_t>(select::ProbeHeads(c.n_kv_heads) * c.head_dim() * 2)) {}
-
-  Status OpenStore();
-  void StartParts();
-  // One attempt at a request, reusing fewer than `cap` prefix rows; on a
-  // stored chunk that failed, *load_error says why and *reused how many rows
-  // the attempt tried to reuse.
-  Result<ServeResult> Attempt(std::span<const int32_t> tokens, const ServeOptions& so,
-                              Clock::time_point t0, int attempt, size_t cap, size_t* reused,
-                              Status* load_error);
-  // The rows of the stored prefix this request reuses (below `cap`).
-  size_t Reusable(const store::LookupResult& m, size_t cap) const;
-  std::vector<uint64_t> ScoreKeys(const store::LookupResult& m, size_t R) const;
-  PrefillOptions ForwardOptions(Request& rq, RequestStats& st, bool storing, bool last_only,
-                                Status* load_error);
-  void FillStats(const Request& rq, Clock::time_point t_compute, Clock::time_point t_done,
-                 RequestStats* st) const;
-  uint64_t IdealBytes(const RequestStats& st) const;
-
-  const Model& model;
-  const EngineOptions opts;
-  const SystemRow& row;
-  const ModelConfig c;
-  const uint32_t row_bytes;    // one token's K (all KV heads), fp16
-  const uint32_t probe_bytes;  // one token's probe-head keys
-  uint64_t fingerprint = 0;
-  std::unique_ptr<store::ChunkStore> store;
-  std::unique_ptr<cache::TieredCache> pools;
-  std::unique_ptr<PooledReader> reader;
-  LoadQueue queue;
-  std::unique_ptr<LayerSource> source;
-  std::unique_ptr<PromptWriter> writer;
-  std::unique_ptr<CarProfile> profile;  // RetentionFrom::kProfile
-  std::unique_ptr<ProbeProfile> probe_profile;  // probe heads with alpha_auto
-  PeriodicTask maint;
-};
 
 namespace {
 
@@ -335,7 +285,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   Request rq(&m, R, t0, c.n_layers);
   if (profile) rq.layer_retention = profile->LayerRetention();
   if (so.keep_kv) rq.keep = std::make_shared<Sequence>(c, static_cast<int>(n));
-  ScoreEvents events(pools.get(), ScoreKeys(m, R));
+  ScoreEvents events(pools.get(), so.scheduler_events ? std::vector<uint64_t>{} : ScoreKeys(m, R));
   if (R > 0) source->Start(rq);
   // The prompt's K/V go to the store (systems that reuse keep what they compute).
   const bool storing = so.store && row.reuses();

@@ -16,10 +16,22 @@ std::vector<int32_t> AllRows(size_t R) {
   return all;
 }
 
+// All of R's keys of `layer` into f.k.
+Status ReadAllKeys(PooledReader& reader, const store::LookupResult& m, size_t R, int layer, Fetch& f,
+                   IoCounts* io) {
+  const std::vector<int32_t> all = AllRows(R);
+  f.k.assign(R * reader.geometry().row_bytes, '\0');
+  return reader.ReadSelected(m, layer, all, f.k.data(), nullptr, ReadFor::kAhead, io);
+}
+
 }  // namespace
 
 void H2oSource::Start(Request& rq) {
   for (int l = 0; l < d_.config->n_layers; ++l) FetchKeys(rq, l);
+}
+
+StartReads H2oSource::QueryFreeReads() const {
+  return {&ReadAllKeys, EntryKind::kRows, d_.reader->geometry().row_bytes};
 }
 
 void H2oSource::FetchKeys(Request& rq, int layer) const {
@@ -27,9 +39,7 @@ void H2oSource::FetchKeys(Request& rq, int layer) const {
   const size_t R = rq.R;
   PooledReader* reader = d_.reader;
   rq.key_fetch[layer] = d_.queue->Read(rq.t0, layer, [reader, m, R, layer](Fetch& f, IoCounts* io) {
-    const std::vector<int32_t> all = AllRows(R);
-    f.k.assign(R * reader->geometry().row_bytes, '\0');
-    return reader->ReadSelected(*m, layer, all, f.k.data(), nullptr, ReadFor::kAhead, io);
+    return ReadAllKeys(*reader, *m, R, layer, f, io);
   });
 }
 

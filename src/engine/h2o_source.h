@@ -15,6 +15,7 @@ class H2oSource : public SelectiveSource {
   explicit H2oSource(const SourceDeps& deps) : d_(deps) {}
   // Requests every layer's keys at the start.
   void Start(Request& rq) override;
+  StartReads QueryFreeReads() const override;
   // Requests layer `layer`'s keys (all of R) on the load thread.
   void FetchKeys(Request& rq, int layer) const;
   // The H2O selection of one layer; `selected` (optional) gets the union of

@@ -35,9 +35,24 @@ struct SourceDeps {
   const ProbeProfile* probe_profile = nullptr;  // alpha_auto: the fitted thresholds
 };
 
+// Submits one read per layer to the load thread, each into into[layer]:
+// `read(reader, lookup, R, layer, fetch, counts)`.
+using LayerRead = Status (*)(PooledReader&, const store::LookupResult&, size_t, int, Fetch&, IoCounts*);
+
+// The reads a source's Start submits for every layer: those that do not
+// depend on the queries (all rows, all keys, the probe heads' keys), the
+// pool entries they fill, and their size per prefix row. What a prefetch
+// loads ahead of a request, and what says whether its prefix is pooled.
+struct StartReads {
+  LayerRead read = nullptr;
+  EntryKind entry = EntryKind::kWhole;
+  uint32_t bytes_per_row = 0;
+};
+
 class LayerSource {
  public:
   virtual ~LayerSource() = default;
+  virtual StartReads QueryFreeReads() const = 0;
   // The request reuses R > 0 rows: submit the reads known now.
   virtual void Start(Request& rq) = 0;
   // Before layer `view.layer`'s attention: the prefix rows it attends to,
@@ -49,9 +64,7 @@ class LayerSource {
   virtual void Finish(Request& rq, const RequestStats& stats) {}
 };
 
-// Submits one read per layer to the load thread, each into into[layer]:
-// `read(reader, lookup, R, layer, fetch, counts)`.
-using LayerRead = Status (*)(PooledReader&, const store::LookupResult&, size_t, int, Fetch&, IoCounts*);
+// Submits `read` for every layer to the load thread, each into into[layer].
 void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::shared_ptr<Fetch>>* into,
                      LayerRead read);
 

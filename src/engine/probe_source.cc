@@ -4,6 +4,14 @@
 #include "engine/options.h"
 
 namespace tierkv::engine {
+namespace {
+
+Status ReadProbeKeys(PooledReader& reader, const store::LookupResult& m, size_t R, int l, Fetch& f,
+                     IoCounts* io) {
+  return reader.ReadProbes(m, R, l, &f.probe_keys, io);
+}
+
+}  // namespace
 
 ProbeSource::ProbeSource(const SourceDeps& deps) : d_(deps), h2o_(deps) {
   identify_.retention = d_.options->retention;
@@ -15,9 +23,7 @@ void ProbeSource::Start(Request& rq) {
   // The probe keys do not depend on the queries: every layer's now. They
   // are submitted before any all-keys read: the loader serves a layer's
   // jobs in submission order, and the probes decide first.
-  FetchEveryLayer(d_, rq, &rq.probe_fetch,
-                  [](PooledReader& reader, const store::LookupResult& m, size_t R, int l, Fetch& f,
-                     IoCounts* io) { return reader.ReadProbes(m, R, l, &f.probe_keys, io); });
+  FetchEveryLayer(d_, rq, &rq.probe_fetch, &ReadProbeKeys);
   std::vector<bool> hint;
   {
     MutexLock l(&mu_);
@@ -26,6 +32,10 @@ void ProbeSource::Start(Request& rq) {
   for (int l = 0; l < d_.config->n_layers; ++l) {
     if (l < static_cast<int>(hint.size()) && hint[l]) h2o_.FetchKeys(rq, l);
   }
+}
+
+StartReads ProbeSource::QueryFreeReads() const {
+  return {&ReadProbeKeys, EntryKind::kProbe, d_.reader->geometry().probe_bytes};
 }
 
 void ProbeSource::Finish(Request& rq, const RequestStats& stats) {

@@ -20,6 +20,7 @@ class ProbeSource : public SelectiveSource {
  public:
   explicit ProbeSource(const SourceDeps& deps);
   void Start(Request& rq) override;
+  StartReads QueryFreeReads() const override;
   void Finish(Request& rq, const RequestStats& stats) override;
 
   // The probe heads' decision for the layer (its keys awaited or read);

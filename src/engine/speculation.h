@@ -19,6 +19,7 @@ class SpeculatingSource : public SelectiveSource {
  public:
   explicit SpeculatingSource(const SourceDeps& deps) : d_(deps), probes_(deps) {}
   void Start(Request& rq) override;
+  StartReads QueryFreeReads() const override { return probes_.QueryFreeReads(); }
   void Finish(Request& rq, const RequestStats& stats) override;
 
   // Weight of the past in the recall's moving average (the new request's

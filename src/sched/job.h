@@ -48,6 +48,11 @@ struct Outcome {
   double queue_ms = 0;           // arrival to the start of its prefill
   double ttft_ms = 0;            // arrival to its first token
   double decode_ms = 0;          // first token to the last
+  // Where its prefix K/V was when it was queued (car: entering the window;
+  // fcfs: at its start) and when it started; whether it was prefetched.
+  engine::PrefixPlace waited_as = engine::PrefixPlace::kNone;
+  engine::PrefixPlace started_as = engine::PrefixPlace::kNone;
+  bool prefetched = false;
 };
 
 class Job {

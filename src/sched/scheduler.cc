@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "tierkv/logging.h"
 
@@ -44,9 +45,20 @@ size_t LongestStop(const std::vector<std::string>& stops) {
 
 }  // namespace
 
+std::string_view SchedulerName(SchedulerKind k) { return k == SchedulerKind::kCar ? "car" : "fcfs"; }
+
+Result<SchedulerKind> ParseScheduler(std::string_view name) {
+  if (name == "fcfs") return SchedulerKind::kFcfs;
+  if (name == "car") return SchedulerKind::kCar;
+  return Status::InvalidArgument("scheduler: unknown '" + std::string(name) + "' (fcfs or car)");
+}
+
 Status SchedulerOptions::Validate() const {
   if (max_queue == 0) return Status::InvalidArgument("max_queue: must be at least 1");
   if (max_running == 0) return Status::InvalidArgument("max_running: must be at least 1");
+  if (kind == SchedulerKind::kCar && window == 0) {
+    return Status::InvalidArgument("window: must be at least 1");
+  }
   return Status::Ok();
 }
 
@@ -62,13 +74,20 @@ struct Scheduler::Running {
   Outcome out;
   Clock::time_point first_token;
   size_t longest_stop = 0;  // of the job's stop strings: how far back a new one may begin
+  engine::PrefixLocation where;  // car: its score events' entries
+  bool events = false;           // car: the scheduler raises its score events
+  bool served = false;           // Serve was called (its start event raised)
   explicit Running(const GenerationParams& p)
       : sampler(p.sampler), longest_stop(LongestStop(p.stop)) {}
 };
 
 Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, engine::Engine* engine,
                      SchedulerOptions options, OutcomeObserver on_end)
-    : model_(model), tok_(tokenizer), engine_(engine), opts_(options), on_end_(std::move(on_end)) {
+    : model_(model), tok_(tokenizer), engine_(engine), opts_(options), on_end_(std::move(on_end)),
+      window_(options.window) {
+  if (opts_.kind == SchedulerKind::kCar && opts_.prefetch) {
+    prefetcher_ = std::make_unique<Prefetcher>(engine_);
+  }
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "tierkv-sched");
     Loop();
@@ -80,7 +99,7 @@ Scheduler::~Scheduler() { Shutdown(std::chrono::milliseconds(0)); }
 Status Scheduler::Submit(std::shared_ptr<Job> job) {
   MutexLock l(&mu_);
   if (draining_) return Status::Unavailable("the server is shutting down");
-  if (queue_.size() >= opts_.max_queue) {
+  if (queue_.size() + window_count_ >= opts_.max_queue) {
     return Status::ResourceExhausted("the queue is full (" + std::to_string(opts_.max_queue) +
                                      " requests waiting)");
   }
@@ -107,45 +126,143 @@ void Scheduler::Shutdown(std::chrono::milliseconds grace) {
 
 size_t Scheduler::queued() const {
   MutexLock l(&mu_);
-  return queue_.size();
+  return queue_.size() + window_count_;
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  for (int i = 0; i < 3; ++i) s.started[i] = started_[i];
+  if (prefetcher_) s.prefetch = prefetcher_->stats();
+  return s;
+}
+
+std::vector<std::shared_ptr<Job>> Scheduler::TakeArrivals(bool past_deadline) {
+  std::vector<std::shared_ptr<Job>> out;
+  const bool car = opts_.kind == SchedulerKind::kCar;
+  while (!queue_.empty()) {
+    if (!past_deadline && car && window_.size() + out.size() >= window_.capacity()) break;
+    if (!past_deadline && !car && running_.size() + out.size() >= opts_.max_running) break;
+    out.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+    // Under mu_: queued() + running() never drops a job between them.
+    ++(car ? window_count_ : running_count_);
+  }
+  return out;
 }
 
 void Scheduler::Loop() {
   for (;;) {
-    std::vector<std::shared_ptr<Job>> starting;
+    std::vector<std::shared_ptr<Job>> arrived;
     bool past_deadline = false;
     {
       MutexLock l(&mu_);
-      while (queue_.empty() && running_.empty() && !draining_) cv_.Wait(&mu_);
-      if (draining_ && queue_.empty() && running_.empty()) return;
+      while (queue_.empty() && window_.empty() && running_.empty() && !draining_) cv_.Wait(&mu_);
+      if (draining_ && queue_.empty() && window_.empty() && running_.empty()) return;
       past_deadline = draining_ && Clock::now() >= deadline_;
-      while (!queue_.empty() &&
-             (past_deadline || running_.size() + starting.size() < opts_.max_running)) {
-        starting.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-        ++running_count_;  // under mu_: queued() + running() never drops a job between them
-      }
+      arrived = TakeArrivals(past_deadline);
     }
-    for (auto& job : starting) {
-      if (past_deadline) job->Cancel();
-      Start(std::move(job));
+    const auto t0 = Clock::now();
+    if (past_deadline) {
+      for (auto& job : arrived) job->Cancel();
+      for (auto& e : window_.entries()) e.job->Cancel();
+    }
+    if (opts_.kind == SchedulerKind::kCar) {
+      RunWindow(std::move(arrived), past_deadline);
+    } else {
+      for (auto& job : arrived) Start(std::move(job));
     }
     for (auto& r : running_) {
       if (past_deadline) r->job->Cancel();
       if (!Advance(*r)) r.reset();
     }
     std::erase(running_, nullptr);
+    if (!running_.empty()) {
+      const double ms = MsBetween(t0, Clock::now());
+      round_ms_ = round_ms_ <= 0 ? ms : 0.8 * round_ms_ + 0.2 * ms;
+    }
   }
 }
 
-void Scheduler::Start(std::shared_ptr<Job> job) {
+void Scheduler::Locate(WindowEntry& e) {
+  engine::PrefixLocation now = engine_->Locate(e.job->params().prompt);
+  if (now.score_keys != e.where.score_keys) {
+    // Chunks stored since (or evicted): the window's +1 moves to them.
+    engine_->OnSchedulerEvent(e.where, engine::SchedulerEvent::kLeaveWindow);
+    engine_->OnSchedulerEvent(now, engine::SchedulerEvent::kEnterWindow);
+  }
+  e.where = std::move(now);
+}
+
+void Scheduler::RunWindow(std::vector<std::shared_ptr<Job>> arrived, bool past_deadline) {
+  for (auto& job : arrived) {
+    WindowEntry e;
+    e.job = std::move(job);
+    e.where = engine_->Locate(e.job->params().prompt);
+    e.entered_as = e.where.place;
+    engine_->OnSchedulerEvent(e.where, engine::SchedulerEvent::kEnterWindow);
+    window_.Add(std::move(e));
+  }
+  for (auto& e : window_.entries()) {
+    if (!e.job->cancelled()) Locate(e);
+  }
+  auto start = [this](size_t i) {
+    WindowEntry e = window_.Take(i);
+    ++running_count_;  // before leaving the window: never counted in neither
+    --window_count_;
+    Start(std::move(e.job), std::move(e.where), e.entered_as, e.prefetched);
+  };
+  // Cancelled jobs leave at once (Start ends them), whatever their place.
+  for (size_t i = 0; i < window_.size();) {
+    if (window_.entries()[i].job->cancelled()) {
+      start(i);
+    } else {
+      ++i;
+    }
+  }
+  while (!window_.empty() && (past_deadline || running_.size() < opts_.max_running)) {
+    start(window_.Pick());
+  }
+  if (prefetcher_) MaybePrefetch();
+}
+
+void Scheduler::MaybePrefetch() {
+  if (window_.empty() || running_.empty() || prefetcher_->busy()) return;
+  // The running jobs' least predicted remaining time: when a slot frees.
+  double least = std::numeric_limits<double>::infinity();
+  for (const auto& r : running_) {
+    const size_t left = static_cast<size_t>(r->job->params().max_tokens) - r->out.completion_tokens;
+    least = std::min(least, round_ms_ * static_cast<double>(left));
+  }
+  for (size_t i : window_.Order()) {
+    WindowEntry& e = window_.entries()[i];
+    if (e.prefetched || e.where.place != engine::PrefixPlace::kDisk) continue;
+    if (prefetcher_->Due(least, e.where.disk_bytes) && prefetcher_->Submit(e.job)) e.prefetched = true;
+    return;  // the first waiting disk job only: it starts first
+  }
+}
+
+void Scheduler::Start(std::shared_ptr<Job> job, engine::PrefixLocation where,
+                      engine::PrefixPlace entered_as, bool prefetched) {
   auto r = std::make_unique<Running>(job->params());
   r->job = std::move(job);
   r->out.queue_ms = MsBetween(r->job->arrival(), Clock::now());
+  r->events = opts_.kind == SchedulerKind::kCar;
+  r->where = std::move(where);
+  r->out.prefetched = prefetched;
   if (r->job->cancelled()) return End(*r, FinishReason::kCancelled);
   const GenerationParams& p = r->job->params();
+  if (!r->events) {
+    r->where = engine_->Locate(p.prompt);  // for the statistics only
+    entered_as = r->where.place;
+  }
+  r->out.waited_as = entered_as;
+  r->out.started_as = r->where.place;
+  ++started_[static_cast<int>(r->where.place)];
   engine::ServeOptions so;
   so.keep_kv = true;
+  so.scheduler_events = r->events;
+  if (r->events) engine_->OnSchedulerEvent(r->where, engine::SchedulerEvent::kStart);
+  r->served = true;
   auto served = engine_->Serve(p.prompt, so);
   if (!served.ok()) return End(*r, FinishReason::kError, served.status());
   r->out.prefill = served->stats;
@@ -212,6 +329,10 @@ void Scheduler::End(Running& r, FinishReason reason, Status status) {
   r.out.status = std::move(status);
   if (r.out.completion_tokens > 0) r.out.decode_ms = MsBetween(r.first_token, Clock::now());
   r.seq.reset();
+  if (r.events) {
+    engine_->OnSchedulerEvent(r.where, r.served ? engine::SchedulerEvent::kFinish
+                                                : engine::SchedulerEvent::kLeaveWindow);
+  }
   if (on_end_) on_end_(r.out, MsBetween(r.job->arrival(), Clock::now()) / 1000);
   // Before the job ends: whoever saw its end never sees it still running.
   --running_count_;

@@ -1,13 +1,25 @@
 // The scheduler: a bounded queue of generation jobs and the one thread,
-// `tierkv-sched`, that runs them on the engine. First come, first served:
-// jobs start in arrival order while fewer than max_running are running;
-// each round then advances every running job by one token (prefills run
-// between rounds, so a long prompt delays the running jobs' next token by
-// its prefill, as in continuous batching). A round runs one forward pass per
-// running job (the model has no batched decode yet).
+// `tierkv-sched`, that runs them on the engine. Jobs start while fewer than
+// max_running are running; each round then advances every running job by
+// one token (prefills run between rounds, so a long prompt delays the
+// running jobs' next token by its prefill, as in continuous batching). A
+// round runs one forward pass per running job (the model has no batched
+// decode yet).
 //
-// Ownership: the scheduler thread alone calls the engine and owns every
-// running job's K/V (a Sequence), freed when the job ends or is cancelled.
+// Which job starts next:
+//   fcfs  arrival order.
+//   car   CaR III-B: jobs enter a shuffled window (car_window.h) in arrival
+//         order and start from it by where their prefix K/V is (pools, then
+//         nothing stored, then disk); the timed prefetcher (prefetcher.h)
+//         loads a waiting disk job's prefix into the pools when the running
+//         jobs are about to free a slot. The car pool policy's score events
+//         come from the window: +1 on entry, +1 on start, -2 at the end
+//         (-1 for a job cancelled in the window).
+//
+// Ownership: the scheduler thread alone owns the window and every running
+// job's K/V (a Sequence), freed when the job ends or is cancelled; it calls
+// the engine's Serve, Locate and OnSchedulerEvent, the prefetch thread its
+// Prefetch.
 #pragma once
 
 #include <atomic>
@@ -18,7 +30,9 @@
 #include <thread>
 #include <vector>
 
+#include "sched/car_window.h"
 #include "sched/job.h"
+#include "sched/prefetcher.h"
 #include "tierkv/engine.h"
 #include "tierkv/model.h"
 #include "tierkv/mutex.h"
@@ -27,10 +41,24 @@
 
 namespace tierkv::sched {
 
+enum class SchedulerKind { kFcfs, kCar };
+std::string_view SchedulerName(SchedulerKind k);  // "fcfs", "car"
+// InvalidArgument naming the known ones.
+Result<SchedulerKind> ParseScheduler(std::string_view name);
+
 struct SchedulerOptions {
-  size_t max_queue = 64;   // jobs waiting to start; more are refused
+  size_t max_queue = 64;   // jobs waiting to start (in the window too); more are refused
   size_t max_running = 8;  // jobs decoding at once
+  SchedulerKind kind = SchedulerKind::kFcfs;
+  size_t window = 8;       // car: the shuffled window's size
+  bool prefetch = true;    // car: the timed prefetcher
   Status Validate() const;
+};
+
+// What the scheduler has done since it started (the server's metrics).
+struct SchedulerStats {
+  uint64_t started[3] = {0, 0, 0};  // jobs started, by engine::PrefixPlace at their start
+  PrefetchStats prefetch;
 };
 
 // Told of every job that ends (any reason: finished, cancelled, failed),
@@ -56,7 +84,9 @@ class Scheduler {
   // Drain(grace), waits for every job to end and joins the thread.
   void Shutdown(std::chrono::milliseconds grace) TIERKV_EXCLUDES(mu_);
 
+  // Jobs waiting: queued, and in the window (car).
   size_t queued() const TIERKV_EXCLUDES(mu_);
+  SchedulerStats stats() const;
   // Jobs taken from the queue whose end has not been published; a job's
   // End() happens after it leaves this count.
   size_t running() const { return running_count_; }
@@ -64,7 +94,18 @@ class Scheduler {
  private:
   struct Running;
   void Loop();
-  void Start(std::shared_ptr<Job> job);
+  // Takes the jobs that may leave the queue now: to start (fcfs) or to
+  // enter the window (car).
+  std::vector<std::shared_ptr<Job>> TakeArrivals(bool past_deadline) TIERKV_REQUIRES(mu_);
+  // car: places the arrivals in the window, locates every entry again,
+  // starts the best ones while slots are free, then asks the prefetcher.
+  void RunWindow(std::vector<std::shared_ptr<Job>> arrived, bool past_deadline);
+  void Locate(WindowEntry& e);
+  void MaybePrefetch();
+  // `where`: the job's prefix as located (entered_as: its class at window
+  // entry); `events`: the scheduler raises its score events.
+  void Start(std::shared_ptr<Job> job, engine::PrefixLocation where = {},
+             engine::PrefixPlace entered_as = engine::PrefixPlace::kNone, bool prefetched = false);
   // One token for `r`: false once the job has ended.
   bool Advance(Running& r);
   void End(Running& r, FinishReason reason, Status status = Status::Ok());
@@ -82,7 +123,12 @@ class Scheduler {
   Clock::time_point deadline_ TIERKV_GUARDED_BY(mu_);  // cancel what is left after this (draining)
 
   std::vector<std::unique_ptr<Running>> running_;  // the scheduler thread's alone
+  CarWindow window_;                               // the scheduler thread's alone
+  std::unique_ptr<Prefetcher> prefetcher_;         // car with prefetch
+  double round_ms_ = 0;  // a round's time (moving average): the time per output token
   std::atomic<size_t> running_count_{0};
+  std::atomic<size_t> window_count_{0};
+  std::atomic<uint64_t> started_[3] = {0, 0, 0};
   std::thread thread_;
 };
 

@@ -66,11 +66,23 @@ int64_t UnixNow() {
       .count();
 }
 
+// The scheduler's options within the server's; InvalidArgument naming the field.
+Result<sched::SchedulerOptions> SchedulerOptionsOf(const ServerOptions& o) {
+  sched::SchedulerOptions s;
+  s.max_queue = o.max_queue;
+  s.max_running = o.max_running;
+  ASSIGN_OR_RETURN(s.kind, sched::ParseScheduler(o.scheduler));
+  s.window = o.window;
+  s.prefetch = o.prefetch;
+  RETURN_IF_ERROR(s.Validate());
+  return s;
+}
+
 }  // namespace
 
 Status ServerOptions::Validate() const {
   if (port < 0 || port > 65535) return Status::InvalidArgument("port: must be in [0, 65535]");
-  RETURN_IF_ERROR((sched::SchedulerOptions{max_queue, max_running}.Validate()));
+  RETURN_IF_ERROR(SchedulerOptionsOf(*this).status());
   if (max_body_bytes == 0) return Status::InvalidArgument("max_body_bytes: must be at least 1");
   if (grace_ms < 0) return Status::InvalidArgument("grace_ms: must not be negative");
   return Status::Ok();
@@ -93,7 +105,7 @@ struct Server::Impl {
         tok(t),
         engine(e),
         opts(std::move(o)),
-        sched(m, t, e, sched::SchedulerOptions{opts.max_queue, opts.max_running},
+        sched(m, t, e, *SchedulerOptionsOf(opts),
               [this](const sched::Outcome& o, double seconds) {
                 metrics.ObserveOutcome(o, seconds);
               }) {}
@@ -263,7 +275,7 @@ void Server::Impl::Routes() {
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
     const Snapshot now{sched.queued(), sched.running(), engine->StoreStatistics(),
-                       engine->PoolStatistics()};
+                       engine->PoolStatistics(), sched.stats()};
     Reply(r, "/metrics", 200, metrics.Render(now), "text/plain; version=0.0.4");
   });
   http.Get("/v1/cache", [this](const httplib::Request&, httplib::Response& r) {

@@ -31,6 +31,15 @@ void ByTier(std::string* out, const std::string& name, const char* type, const c
   for (int t = 0; t < 3; ++t) Line(out, name, std::string("tier=\"") + kTiers[t] + "\"", v[t]);
 }
 
+void ByPlace(std::string* out, const std::string& name, const char* type, const char* help,
+             const std::array<double, 3>& v) {
+  Head(out, name, type, help);
+  for (int p = 0; p < 3; ++p) {
+    const std::string place(engine::PrefixPlaceName(static_cast<engine::PrefixPlace>(p)));
+    Line(out, name, "place=\"" + place + "\"", v[p]);
+  }
+}
+
 std::vector<double> LatencyBounds() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 }
@@ -97,6 +106,10 @@ void Metrics::ObserveOutcome(const sched::Outcome& o, double request_seconds) {
     t.reuse_layers += s.layers.size();
   }
   t.fallback_layers += static_cast<uint64_t>(s.fallback_layers);
+  const int w = static_cast<int>(o.waited_as);
+  ++t.waited[w];
+  t.load_wait_seconds[w] += s.load_wait_ms / 1000;
+  if (o.prefetched) ++t.prefetched;
   if (s.attempts > 1) ++t.retried;
 }
 
@@ -150,6 +163,23 @@ std::string Metrics::Render(const Snapshot& now) const {
   ByTier(&out, "tierkv_tier_used_bytes", "gauge", "Bytes each tier holds (device and host pools, live records on disk).",
          {double(now.pools.device_used), double(now.pools.host_used), double(now.store.live_bytes)});
   One(&out, "tierkv_pool_device_hit_ratio", "gauge", "Pool accesses served by the device pool.", now.pools.device_hit_ratio());
+  ByPlace(&out, "tierkv_waited_requests_total", "counter",
+          "Requests that reached the engine, by where their prefix K/V was while they waited.",
+          {double(t.waited[0]), double(t.waited[1]), double(t.waited[2])});
+  ByPlace(&out, "tierkv_prefix_load_wait_seconds_total", "counter",
+          "Time prefills waited for prefix reads, by where the prefix was while the request waited.",
+          {t.load_wait_seconds[0], t.load_wait_seconds[1], t.load_wait_seconds[2]});
+  const sched::SchedulerStats& ss = now.scheduler;
+  ByPlace(&out, "tierkv_started_requests_total", "counter",
+          "Requests started, by where their prefix K/V was when they started.",
+          {double(ss.started[0]), double(ss.started[1]), double(ss.started[2])});
+  One(&out, "tierkv_prefetched_requests_total", "counter",
+      "Requests whose prefix the prefetcher loaded while they waited (car).", static_cast<double>(t.prefetched));
+  One(&out, "tierkv_prefetches_total", "counter", "Prefetches finished (car).", static_cast<double>(ss.prefetch.prefetches));
+  One(&out, "tierkv_prefetch_failures_total", "counter", "Prefetches whose reads failed (the request loads itself).",
+      static_cast<double>(ss.prefetch.failed));
+  One(&out, "tierkv_prefetch_bytes_total", "counter", "Bytes prefetches read from disk.",
+      static_cast<double>(ss.prefetch.bytes));
   return out;
 }
 

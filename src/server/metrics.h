@@ -17,6 +17,7 @@
 
 #include "cache/tiered_cache.h"
 #include "sched/job.h"
+#include "sched/scheduler.h"
 #include "tierkv/mutex.h"
 #include "tierkv/store.h"
 
@@ -42,6 +43,7 @@ struct Snapshot {
   size_t queued = 0, running = 0;
   store::StoreStats store;
   cache::CacheStats pools;
+  sched::SchedulerStats scheduler;
 };
 
 class Metrics {
@@ -65,6 +67,11 @@ class Metrics {
     std::array<uint64_t, 3> hits{}, bytes{};  // device, host, disk
     double rows_used = 0, rows_offered = 0;   // prefix rows attended, of those stored
     uint64_t reuse_layers = 0, fallback_layers = 0, retried = 0;
+    // By where the prefix was while the request waited (engine::PrefixPlace):
+    // requests, and the seconds their prefill waited for prefix reads.
+    std::array<uint64_t, 3> waited{};
+    std::array<double, 3> load_wait_seconds{};
+    uint64_t prefetched = 0;
   } totals_ TIERKV_GUARDED_BY(mu_);
 };
 

@@ -1,0 +1,67 @@
+// The engine's parts (its Impl), shared by the files that implement Engine:
+// engine.cc (opening, requests) and prefix_place.cc (what a scheduler asks
+// before a request: where its prefix is, prefetching it).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "cache/tiered_cache.h"
+#include "engine/car_profile.h"
+#include "engine/layer_source.h"
+#include "engine/load_queue.h"
+#include "engine/periodic_task.h"
+#include "engine/pooled_reader.h"
+#include "engine/probe_profile.h"
+#include "engine/prompt_writer.h"
+#include "engine/request.h"
+#include "engine/system_table.h"
+#include "select/identify.h"
+#include "store/chunk_store.h"
+#include "tierkv/engine.h"
+
+namespace tierkv::engine {
+
+struct Engine::Impl {
+  Impl(const Model& m, EngineOptions o)
+      : model(m), opts(std::move(o)), row(RowOf(opts.system)), c(m.config()),
+        row_bytes(static_cast<uint32_t>(c.kv_dim() * 2)),
+        probe_bytes(static_cast<uint32_t>(select::ProbeHeads(c.n_kv_heads) * c.head_dim() * 2)) {}
+
+  Status OpenStore();
+  void StartParts();
+  // One attempt at a request, reusing fewer than `cap` prefix rows; on a
+  // stored chunk that failed, *load_error says why and *reused how many rows
+  // the attempt tried to reuse.
+  Result<ServeResult> Attempt(std::span<const int32_t> tokens, const ServeOptions& so,
+                              Clock::time_point t0, int attempt, size_t cap, size_t* reused,
+                              Status* load_error);
+  // The rows of the stored prefix this request reuses (below `cap`).
+  size_t Reusable(const store::LookupResult& m, size_t cap) const;
+  std::vector<uint64_t> ScoreKeys(const store::LookupResult& m, size_t R) const;
+  PrefillOptions ForwardOptions(Request& rq, RequestStats& st, bool storing, bool last_only,
+                                Status* load_error);
+  void FillStats(const Request& rq, Clock::time_point t_compute, Clock::time_point t_done,
+                 RequestStats* st) const;
+  uint64_t IdealBytes(const RequestStats& st) const;
+
+  const Model& model;
+  const EngineOptions opts;
+  const SystemRow& row;
+  const ModelConfig c;
+  const uint32_t row_bytes;    // one token's K (all KV heads), fp16
+  const uint32_t probe_bytes;  // one token's probe-head keys
+  uint64_t fingerprint = 0;
+  std::unique_ptr<store::ChunkStore> store;
+  std::unique_ptr<cache::TieredCache> pools;
+  std::unique_ptr<PooledReader> reader;
+  LoadQueue queue;
+  std::unique_ptr<LayerSource> source;
+  std::unique_ptr<PromptWriter> writer;
+  std::unique_ptr<CarProfile> profile;  // RetentionFrom::kProfile
+  std::unique_ptr<ProbeProfile> probe_profile;  // probe heads with alpha_auto
+  PeriodicTask maint;
+};
+
+}  // namespace tierkv::engine

@@ -1,0 +1,79 @@
+// What a scheduler asks of the engine before a request starts: where the
+// prompt's stored prefix is (CaR's classes), loading it into the pools
+// ahead of the request (the timed prefetcher's work), and the car policy's
+// score events from the scheduler's window.
+#include <algorithm>
+
+#include "engine/engine_impl.h"
+#include "engine/pool_entries.h"
+
+namespace tierkv::engine {
+
+std::string_view PrefixPlaceName(PrefixPlace p) {
+  switch (p) {
+    case PrefixPlace::kPools: return "pools";
+    case PrefixPlace::kNone: return "none";
+    case PrefixPlace::kDisk: return "disk";
+  }
+  return "?";
+}
+
+PrefixLocation Engine::Locate(std::span<const int32_t> tokens) {
+  Impl& im = *impl_;
+  PrefixLocation out;
+  if (!im.row.reuses() || tokens.size() < 2) return out;
+  const store::LookupResult m = im.store->Lookup(tokens);
+  const size_t R = im.Reusable(m, tokens.size() - 1);
+  out.reusable_tokens = R;
+  // Less than a chunk (a shared BOS, a few tokens of a system prompt): next
+  // to no transfer, as good as nothing stored.
+  if (R < im.opts.chunk_tokens) return out;
+  out.score_keys = im.ScoreKeys(m, R);
+  const StartReads sr = im.source->QueryFreeReads();
+  const size_t ct = im.opts.chunk_tokens;
+  for (size_t i = 0; i * ct < R; ++i) {
+    const uint64_t rows = std::min(ct, R - i * ct);
+    for (int l = 0; l < im.c.n_layers; ++l) {
+      if (im.pools->TierOf(PoolKey(sr.entry, m.prefix_hashes[i], l)) == cache::Tier::kDisk) {
+        out.disk_bytes += rows * sr.bytes_per_row;
+      }
+    }
+  }
+  out.place = out.disk_bytes > 0 ? PrefixPlace::kDisk : PrefixPlace::kPools;
+  return out;
+}
+
+Result<PrefetchResult> Engine::Prefetch(std::span<const int32_t> tokens) {
+  Impl& im = *impl_;
+  const auto t0 = Clock::now();
+  PrefetchResult out;
+  if (!im.row.reuses() || tokens.size() < 2) return out;
+  const store::LookupResult m = im.store->Lookup(tokens);
+  const size_t R = im.Reusable(m, tokens.size() - 1);
+  out.reusable_tokens = R;
+  const StartReads sr = im.source->QueryFreeReads();
+  IoCounts io;
+  for (int l = 0; R > 0 && l < im.c.n_layers; ++l) {
+    Fetch f;  // the bytes are dropped: what counts is that the pools now hold them
+    Status s = sr.read(*im.reader, m, R, l, f, &io);
+    if (!s.ok()) return s.WithContext("prefetch layer " + std::to_string(l));
+  }
+  out.disk_bytes_read = io.bytes;
+  out.ms = Ms(t0, Clock::now());
+  return out;
+}
+
+void Engine::OnSchedulerEvent(const PrefixLocation& where, SchedulerEvent event) {
+  Impl& im = *impl_;
+  if (!im.pools || where.score_keys.empty()) return;
+  cache::RequestEvent e = cache::RequestEvent::kEnterWindow;
+  switch (event) {
+    case SchedulerEvent::kEnterWindow: e = cache::RequestEvent::kEnterWindow; break;
+    case SchedulerEvent::kStart: e = cache::RequestEvent::kStart; break;
+    case SchedulerEvent::kFinish: e = cache::RequestEvent::kFinish; break;
+    case SchedulerEvent::kLeaveWindow: e = cache::RequestEvent::kLeaveWindow; break;
+  }
+  im.pools->OnRequestEvent(where.score_keys, e);
+}
+
+}  // namespace tierkv::engine
