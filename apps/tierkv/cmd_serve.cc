@@ -46,6 +46,9 @@ Result<int> Serve(const ServeArgs& a) {
   ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(*loaded.model, o));
   server::ServerOptions so = a.server;
   so.grace_ms = static_cast<int>(a.grace_seconds * 1000);
+  if (so.admin_token.empty()) {
+    if (const char* t = std::getenv("TIERKV_ADMIN_TOKEN"); t) so.admin_token = t;
+  }
   ASSIGN_OR_RETURN(auto srv, server::Server::Create(*loaded.model, *loaded.tokenizer, eng.get(), so));
   ASSIGN_OR_RETURN(int port, srv->Bind());
   server::Server* s = srv.get();
@@ -122,6 +125,10 @@ void AddServe(CLI::App& app, Action* run) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--model-id", a->server.model_id, "The model's name in /v1/models and responses")
       ->capture_default_str();
+  sub->add_option("--admin-token", a->server.admin_token,
+                  "Token that DELETE /v1/cache (drop every stored prefix) must send as 'Authorization: Bearer "
+                  "TOKEN' (default: $TIERKV_ADMIN_TOKEN, which keeps it out of the process list; none: the "
+                  "flush is refused)");
   sub->add_option("--grace-seconds", a->grace_seconds,
                   "On SIGTERM or SIGINT, how long running requests may finish before they are cancelled")
       ->capture_default_str()

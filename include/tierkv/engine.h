@@ -227,6 +227,13 @@ struct ServeOptions {
   // Keep the request's K/V (ServeResult::sequence) to generate from: the
   // prefix rows its attention read and the rows it computed (sequence.h).
   bool keep_kv = false;
+  // This request's share of the prefix rows per layer (selective systems),
+  // in (0, 1]; < 0: the engine's (EngineOptions::retention). car scales its
+  // profile's per-layer shares to it; impress and spec decide by IMPRESS's
+  // j^alpha when it differs from the engine's (their fitted thresholds are
+  // for the engine's retention). InvalidArgument for a system that reads
+  // every row (recompute, as-like) unless it is 1.
+  double retention = -1;
   // The caller's scheduler raises the car pool policy's score events
   // (Engine::OnSchedulerEvent); false: Serve raises window entry and start
   // as it begins and finish as it returns.
@@ -317,6 +324,12 @@ class Engine {
   // whose importance the requests reported (IMPRESS 4.4.1: the paper runs it
   // every few minutes). Safe while requests run; a no-op for the others.
   Result<MaintainResult> Maintain();
+
+  // Drops every stored prefix, from the disk tier (durably: not found after
+  // a restart either) and so from the pools; requests running meanwhile
+  // find their reads gone and recompute (a miss). The chunks dropped (0
+  // for recompute).
+  Result<uint64_t> Flush();
 
   const EngineOptions& options() const;
   // Bytes of records the disk tier holds for live chunks, without the

@@ -2,6 +2,7 @@
 //
 //   POST /v1/completions, POST /v1/chat/completions  (stream: server-sent events, "[DONE]" last)
 //   GET  /v1/models, /health, /metrics (Prometheus text), /v1/cache (store and pool statistics)
+//   DELETE /v1/cache  (drops every stored prefix; needs the admin token)
 //
 // Threads: cpp-httplib's workers parse, tokenize and wait on their request
 // (or stream its text as it comes); the scheduler's `tierkv-sched` thread
@@ -30,6 +31,9 @@ struct ServerOptions {
   bool prefetch = true;             // car: the timed prefetcher
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
   int grace_ms = 10000;             // on Shutdown, running requests may finish this long
+  // DELETE /v1/cache (drop every stored prefix) needs "Authorization:
+  // Bearer <admin_token>"; empty: the flush is refused (403).
+  std::string admin_token;
   Status Validate() const;
 };
 

@@ -30,6 +30,7 @@ void CarProfile::Use(std::vector<double> sparsity) {
   std::vector<double> r = select::LayerRetention(sparsity, retention_);
   MutexLock l(&mu_);
   layer_retention_ = std::move(r);
+  sparsity_ = std::move(sparsity);
 }
 
 void CarProfile::Load() {
@@ -78,6 +79,12 @@ Result<std::vector<double>> CarProfile::Measure(const Model& model,
 std::vector<double> CarProfile::LayerRetention() const {
   MutexLock l(&mu_);
   return layer_retention_;
+}
+
+std::vector<double> CarProfile::LayerRetention(double retention) const {
+  MutexLock l(&mu_);
+  if (sparsity_.empty()) return {};
+  return select::LayerRetention(sparsity_, retention);
 }
 
 }  // namespace tierkv::engine

@@ -32,8 +32,10 @@ class CarProfile {
   // Returns the sparsity per layer.
   Result<std::vector<double>> Measure(const Model& model,
                                       std::span<const std::vector<int32_t>> prompts);
-  // Per-layer retention (empty until loaded or measured).
+  // Per-layer retention (empty until loaded or measured): for the engine's
+  // retention, or for `retention` (a request's own).
   std::vector<double> LayerRetention() const;
+  std::vector<double> LayerRetention(double retention) const;
 
  private:
   // The sparsity of a profile file's text, or what is wrong with it.
@@ -46,6 +48,7 @@ class CarProfile {
   const double retention_;
   mutable Mutex mu_;
   std::vector<double> layer_retention_ TIERKV_GUARDED_BY(mu_);
+  std::vector<double> sparsity_ TIERKV_GUARDED_BY(mu_);
 };
 
 }  // namespace tierkv::engine

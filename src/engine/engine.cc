@@ -121,6 +121,11 @@ Engine::~Engine() {
 
 const EngineOptions& Engine::options() const { return impl_->opts; }
 
+Result<uint64_t> Engine::Flush() {
+  if (!impl_->store) return uint64_t{0};
+  return impl_->store->DropAll();
+}
+
 store::ChunkStore* Engine::TEST_store() { return impl_->store.get(); }
 
 uint64_t Engine::StoredBytes() const {
@@ -283,7 +288,9 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   st.computed_tokens = n - R;
   st.layers.resize(c.n_layers);
   Request rq(&m, R, t0, c.n_layers);
-  if (profile) rq.layer_retention = profile->LayerRetention();
+  rq.own_retention = so.retention >= 0 && so.retention != opts.retention;
+  rq.retention = rq.own_retention ? so.retention : opts.retention;
+  if (profile) rq.layer_retention = rq.own_retention ? profile->LayerRetention(rq.retention) : profile->LayerRetention();
   if (so.keep_kv) rq.keep = std::make_shared<Sequence>(c, static_cast<int>(n));
   ScoreEvents events(pools.get(), so.scheduler_events ? std::vector<uint64_t>{} : ScoreKeys(m, R));
   if (R > 0) source->Start(rq);
@@ -320,6 +327,16 @@ Result<ServeResult> Engine::Serve(std::span<const int32_t> tokens, const ServeOp
   Impl& im = *impl_;
   const size_t n = tokens.size();
   if (n == 0) return Status::InvalidArgument("serve: empty prompt");
+  if (so.retention >= 0) {
+    if (!(so.retention > 0 && so.retention <= 1)) {
+      return Status::InvalidArgument("retention: " + std::to_string(so.retention) + " is not in (0, 1]");
+    }
+    if (!im.row.selective() && so.retention != 1) {
+      return Status::InvalidArgument("retention: " + std::string(SystemName(im.opts.system)) +
+                                     " reads every prefix row (only 1 is accepted); a selective "
+                                     "system reads a share");
+    }
+  }
   const bool last_only = so.logits_from == std::numeric_limits<size_t>::max();
   if (!last_only && so.logits_from >= n) {
     return Status::InvalidArgument("serve: logits_from " + std::to_string(so.logits_from) +

@@ -46,7 +46,7 @@ void H2oSource::FetchKeys(Request& rq, int layer) const {
 size_t H2oSource::KeepCount(const Request& rq, int layer) const {
   const bool profiled = d_.row->retention == RetentionFrom::kProfile &&
                         layer < static_cast<int>(rq.layer_retention.size());
-  return select::CountForFraction(rq.R, profiled ? rq.layer_retention[layer] : d_.options->retention);
+  return select::CountForFraction(rq.R, profiled ? rq.layer_retention[layer] : rq.retention);
 }
 
 Result<const std::string*> H2oSource::Keys(Request& rq, LayerWork& work, std::string* own) const {

@@ -67,10 +67,13 @@ Result<select::ProbeDecision> ProbeSource::Identify(Request& rq, LayerWork& work
   const std::vector<std::vector<float>> scores =
       AllHeadScores(work.view, c, P, reinterpret_cast<const uint16_t*>(keys->data()),
                     static_cast<size_t>(P) * c.head_dim(), rq.R);
-  // IMPRESS's j^alpha unless a fitted profile says otherwise.
-  const double fitted = d_.probe_profile ? d_.probe_profile->Threshold(layer) : -1;
+  // IMPRESS's j^alpha unless a fitted profile says otherwise (fitted at
+  // the engine's retention: a request with its own decides by j^alpha).
+  const double fitted = d_.probe_profile && !rq.own_retention ? d_.probe_profile->Threshold(layer) : -1;
+  select::IdentifyOptions io = identify_;
+  io.retention = rq.retention;
   // The probes decide per row; the shared set is taken in whole selection units.
-  select::ProbeDecision d = select::DecideWithProbes(scores, identify_, fitted, RowGroups(d_, rq));
+  select::ProbeDecision d = select::DecideWithProbes(scores, io, fitted, RowGroups(d_, rq));
   work.trace->fallback = !d.use_probes;
   if (!d.use_probes) {
     ++rq.fallbacks;

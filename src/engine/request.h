@@ -34,6 +34,8 @@ struct Request {
   const store::LookupResult* m;  // the lookup this attempt reuses
   size_t R;                      // rows of the prefix reused (a multiple of the chunk for selective)
   Clock::time_point t0;          // the request's start
+  double retention = 1;                 // share of R's rows per layer (the request's or the engine's)
+  bool own_retention = false;           // the request's differs from the engine's
   std::vector<double> layer_retention;  // per layer (a profile); empty: uniform
 
   // What the sources add up.

@@ -32,6 +32,7 @@ struct GenerationParams {
   // included in the text).
   std::vector<std::string> stop;
   bool ignore_eos = false;  // EOS and BOS do not end the generation
+  double retention = -1;    // the request's share of prefix rows (< 0: the engine's)
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

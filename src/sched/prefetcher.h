@@ -2,8 +2,9 @@
 // a waiting job's stored prefix into the pools (Engine::Prefetch) so that
 // the job starts from memory. The scheduler decides when (Due): once the
 // running jobs' least predicted remaining time (time per output token x
-// tokens left to max_tokens) is at most the prefix's transfer time at the
-// bandwidth prefetches have measured; before any measurement, at once.
+// tokens left to max_tokens), less one round (it decides once a round), is
+// at most the prefix's transfer time at the bandwidth prefetches have
+// measured; before any measurement, at once.
 // One prefetch at a time: a second would compete with the first for the
 // disk and the pools.
 //

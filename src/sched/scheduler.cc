@@ -202,8 +202,13 @@ void Scheduler::RunWindow(std::vector<std::shared_ptr<Job>> arrived, bool past_d
     engine_->OnSchedulerEvent(e.where, engine::SchedulerEvent::kEnterWindow);
     window_.Add(std::move(e));
   }
-  for (auto& e : window_.entries()) {
-    if (!e.job->cancelled()) Locate(e);
+  // Located again only when it matters: a slot is free, or the prefetcher
+  // is idle and will look for a disk entry.
+  const bool slot_free = past_deadline || running_.size() < opts_.max_running;
+  if (slot_free || (prefetcher_ && !prefetcher_->busy())) {
+    for (auto& e : window_.entries()) {
+      if (!e.job->cancelled()) Locate(e);
+    }
   }
   auto start = [this](size_t i) {
     WindowEntry e = window_.Take(i);
@@ -233,6 +238,9 @@ void Scheduler::MaybePrefetch() {
     const size_t left = static_cast<size_t>(r->job->params().max_tokens) - r->out.completion_tokens;
     least = std::min(least, round_ms_ * static_cast<double>(left));
   }
+  // Decided once a round: due if the slot frees before the next decision
+  // plus the transfer, else it would come a round late.
+  least -= round_ms_;
   for (size_t i : window_.Order()) {
     WindowEntry& e = window_.entries()[i];
     if (e.prefetched || e.where.place != engine::PrefixPlace::kDisk) continue;
@@ -261,6 +269,7 @@ void Scheduler::Start(std::shared_ptr<Job> job, engine::PrefixLocation where,
   engine::ServeOptions so;
   so.keep_kv = true;
   so.scheduler_events = r->events;
+  so.retention = p.retention;
   if (r->events) engine_->OnSchedulerEvent(r->where, engine::SchedulerEvent::kStart);
   r->served = true;
   auto served = engine_->Serve(p.prompt, so);

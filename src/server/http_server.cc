@@ -66,6 +66,16 @@ int64_t UnixNow() {
       .count();
 }
 
+// Whether an Authorization header is "Bearer <token>", compared in time
+// independent of where they first differ.
+bool TokenMatches(const std::string& header, const std::string& token) {
+  static const std::string kBearer = "Bearer ";
+  if (header.size() != kBearer.size() + token.size() || header.rfind(kBearer, 0) != 0) return false;
+  unsigned diff = 0;
+  for (size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned char>(header[kBearer.size() + i] ^ token[i]);
+  return diff == 0;
+}
+
 // The scheduler's options within the server's; InvalidArgument naming the field.
 Result<sched::SchedulerOptions> SchedulerOptionsOf(const ServerOptions& o) {
   sched::SchedulerOptions s;
@@ -143,16 +153,15 @@ std::string Server::Impl::NewId(bool chat) {
 
 // The request's tokens and limits, checked against the model.
 Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r) {
-  const double server_retention = engine->options().retention;
-  if (r.retention && *r.retention != server_retention) {
-    char have[32];
-    std::snprintf(have, sizeof have, "%g", server_retention);
-    return Status::InvalidArgument(
-        std::string("retention: this server reads ") + have +
-        " of the prefix rows for every request (tierkv serve --retention); a "
-        "per-request value is not supported yet");
+  const engine::System system = engine->options().system;
+  if (r.retention && *r.retention != 1 && !engine::TraitsOf(system).selective) {
+    return Status::InvalidArgument(std::string("retention: this server's system, ") +
+                                   std::string(engine::SystemName(system)) +
+                                   ", reads every prefix row (only 1 is accepted); a selective "
+                                   "system (tierkv serve --system impress) reads a share");
   }
   sched::GenerationParams p;
+  p.retention = r.retention.value_or(-1);
   if (r.chat) {
     ASSIGN_OR_RETURN(p.prompt, ChatPromptTokens(tok, r.messages));
   } else if (!r.prompt_tokens.empty()) {
@@ -280,6 +289,22 @@ void Server::Impl::Routes() {
   });
   http.Get("/v1/cache", [this](const httplib::Request&, httplib::Response& r) {
     Reply(r, "/v1/cache", 200, CacheStatsJson(engine->StoreStatistics(), engine->PoolStatistics()));
+  });
+  http.Delete("/v1/cache", [this](const httplib::Request& q, httplib::Response& r) {
+    if (opts.admin_token.empty()) {
+      return Reply(r, "/v1/cache", 403,
+                   ErrorBody(403, Status::InvalidArgument(
+                                      "the cache flush is off: start the server with --admin-token")));
+    }
+    if (!TokenMatches(q.get_header_value("Authorization"), opts.admin_token)) {
+      r.set_header("WWW-Authenticate", "Bearer");
+      return Reply(r, "/v1/cache", 401,
+                   ErrorBody(401, Status::InvalidArgument("Authorization: not the admin token")));
+    }
+    auto dropped = engine->Flush();
+    if (!dropped.ok()) return Fail(r, "/v1/cache", dropped.status());
+    TIERKV_LOG(kInfo) << "cache flushed: " << *dropped << " chunks dropped";
+    Reply(r, "/v1/cache", 200, nlohmann::json{{"flushed_chunks", *dropped}}.dump());
   });
   // Errors cpp-httplib raises itself (413, 404, 405) get OpenAI's error body.
   http.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {

@@ -99,6 +99,7 @@ std::string ErrorBody(int http_status, const Status& s) {
     if (colon != std::string::npos && m.find(' ') > colon) param = m.substr(0, colon);
   }
   const char* type = http_status == 400 || http_status == 413 || http_status == 404 ? "invalid_request_error"
+                     : http_status == 401 || http_status == 403                    ? "authentication_error"
                      : http_status == 429                                          ? "rate_limit_error"
                      : http_status == 503                                          ? "unavailable_error"
                                                                                    : "server_error";

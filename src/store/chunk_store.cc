@@ -41,6 +41,7 @@ Result<ReorderResult> ChunkStore::Reorder(const ReorderOptions& options) {
   return impl_->Reorder(options);
 }
 Status ChunkStore::Checkpoint() { return impl_->Checkpoint(); }
+Result<uint64_t> ChunkStore::DropAll() { return impl_->DropAll(); }
 Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
   return impl_->Compact(min_dead_fraction);
 }
@@ -423,6 +424,22 @@ Status ChunkStore::Impl::WriteManifest() {
     dirty_ = true;
   }
   return s.WithContext("store manifest");
+}
+
+Result<uint64_t> ChunkStore::Impl::DropAll() {
+  if (opts_.read_only) return Status::InvalidArgument("store drop: opened read-only");
+  uint64_t dropped = 0;
+  {
+    MutexLock l(&mu_);
+    const size_t before = tree_.num_chunks();
+    // Dropping a first chunk drops the chunks after it.
+    for (uint32_t id : tree_.LiveChunks()) {
+      if (tree_.IsLive(id) && tree_.ParentChunk(id) == index::kNoChunk) DropLocked(id, /*corrupt=*/false);
+    }
+    dropped = before - tree_.num_chunks();
+  }
+  RETURN_IF_ERROR(Checkpoint());
+  return dropped;
 }
 
 Status ChunkStore::Impl::Checkpoint() {

@@ -278,6 +278,12 @@ class ChunkStore {
   // until the next round rewrites them.
   Result<ReorderResult> Reorder(const ReorderOptions& options = {});
 
+  // Drops every chunk (a cache flush) and checkpoints: no lookup finds one
+  // again, in this process or after a restart; reads already planned fail
+  // their checks (a miss). Their bytes are dead until compaction. Returns
+  // how many chunks were dropped. InvalidArgument when read-only.
+  Result<uint64_t> DropAll();
+
   // Writes the manifest (a snapshot of the index) after sealing the active
   // segment, so that the next Open reads it plus the segments written after
   // it. Done by the destructor too. InvalidArgument when read-only.

@@ -90,6 +90,8 @@ struct ChunkStore::Impl {
   bool InstallRunLocked(const std::shared_ptr<Run>& run, uint64_t written,
                         std::vector<KnownHeader> headers) TIERKV_REQUIRES(mu_);
 
+  Result<uint64_t> DropAll() TIERKV_EXCLUDES(mu_, write_mu_);
+
   // ---- verify.cc
   Result<VerifyReport> Verify(bool repair) TIERKV_EXCLUDES(mu_, write_mu_);
 

@@ -314,6 +314,62 @@ TEST_F(EngineTest, SelectiveSystemsReadLessAtLowerRetention) {
   }
 }
 
+// A request's own retention (ServeOptions::retention): on an engine at
+// retention 0.25, a request at 1.0 gets exact reuse's logits; on an engine
+// at 1.0, a request at 0.25 supplies a quarter of the rows to every layer
+// (car: its profile's shares scaled to it, a quarter on average). Systems
+// that read every row accept only 1; a value outside (0, 1] is refused.
+TEST_F(EngineTest, ARequestsOwnRetentionOverridesTheEnginesForThatRequest) {
+  const size_t P = 320, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  const std::vector<float> want = SplitReference(b, P, P);
+  for (System sys : {System::kImpress, System::kAsH2oLru, System::kCar}) {
+    SCOPED_TRACE(std::string(SystemName(sys)));
+    for (double engine_retention : {0.25, 1.0}) {
+      store::testing::TempDir dir;
+      EngineOptions o = Options(dir.path());
+      o.system = sys;
+      o.retention = engine_retention;
+      ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+      ASSERT_OK(eng->Serve(a).status());
+      ServeOptions so;
+      so.logits_from = P;
+      so.retention = engine_retention == 1.0 ? 0.25 : 1.0;
+      ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
+      EXPECT_EQ(r.stats.reused_tokens, P);
+      if (so.retention == 1.0) {
+        EXPECT_LE(MaxDiff(r.logits, want), 1e-3);
+        for (const LayerTrace& t : r.stats.layers) EXPECT_EQ(t.rows, P);
+      } else {
+        double rows = 0;
+        for (const LayerTrace& t : r.stats.layers) {
+          if (sys != System::kCar) {
+            EXPECT_EQ(t.rows, P / 4);
+          }
+          rows += static_cast<double>(t.rows);
+        }
+        EXPECT_NEAR(rows / static_cast<double>(r.stats.layers.size()), P / 4.0, P * 0.05);
+      }
+    }
+  }
+  store::testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));  // as-like
+  ServeOptions so;
+  so.retention = 0.5;
+  EXPECT_THAT(eng->Serve(a, so).status(), StatusIs(StatusCode::kInvalidArgument, "retention"));
+  so.retention = 1.0;
+  EXPECT_OK(eng->Serve(a, so).status());
+  ASSERT_OK_AND_ASSIGN(auto h2o, [&] {
+    EngineOptions o = Options(dir.path() + "/h2o");
+    o.system = System::kAsH2oLru;
+    return Engine::Open(*model_, o);
+  }());
+  for (double bad : {0.0, 1.5}) {
+    so.retention = bad;
+    EXPECT_THAT(h2o->Serve(a, so).status(), StatusIs(StatusCode::kInvalidArgument, "retention"));
+  }
+}
+
 // --alpha auto: the probe profile is measured on the first request's
 // prompt (or Engine::Profile's prompts), saved, and decides every layer:
 // a layer whose probes keep the target recall never falls back, one whose

@@ -339,6 +339,124 @@ TEST(ServeTest, ARestartAnswersFromTheDiskTierWithTheSameText) {
   }
 }
 
+// Both schedulers in the real binary, one request at a time: where each
+// request's prefix was when it waited and when it started is counted
+// (nothing stored; then on disk, stored by the first; then in the pools,
+// read by the second), the answers are the same, and a scheduler that does
+// not exist is refused naming the flag.
+TEST(ServeTest, SchedulersCountWhereEachRequestsPrefixWas) {
+  TempDir dir;
+  const json req{{"prompt", std::string(kPrefix) + "said"}, {"max_tokens", 6}, {"temperature", 0}};
+  std::string text;
+  for (const char* sched : {"fcfs", "car"}) {
+    SCOPED_TRACE(sched);
+    ServerProcess srv({"--port", "0", "--cache-dir", dir.path + "/" + sched, "--scheduler", sched,
+                       "--max-running", "1"});
+    ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+    EXPECT_NE(srv.first_line().find(std::string("scheduler ") + sched), std::string::npos);
+    httplib::Client c("127.0.0.1", srv.port());
+    c.set_read_timeout(60);
+    for (int i = 0; i < 3; ++i) {
+      int status = 0;
+      const json r = Post(c, "/v1/completions", req, &status);
+      ASSERT_EQ(status, 200) << r.dump();
+      if (text.empty()) text = r["choices"][0]["text"];
+      EXPECT_EQ(r["choices"][0]["text"], text);
+    }
+    const auto m = Metrics(c);
+    for (const char* family : {"tierkv_started_requests_total", "tierkv_waited_requests_total"}) {
+      const std::string f = family;
+      EXPECT_EQ(m.at(f + "{place=\"none\"}"), 1);
+      EXPECT_EQ(m.at(f + "{place=\"disk\"}"), 1);
+      EXPECT_EQ(m.at(f + "{place=\"pools\"}"), 1);
+    }
+    EXPECT_GE(m.at("tierkv_prefix_load_wait_seconds_total{place=\"disk\"}"), 0);
+    EXPECT_EQ(m.at("tierkv_prefetched_requests_total"), 0) << "nothing waited: nothing to prefetch";
+    EXPECT_EQ(srv.Stop(), 0);
+  }
+  std::string out;
+  EXPECT_NE(RunCommand(std::string(TIERKV_BINARY) + " serve --scheduler lifo 2>&1", &out), 0);
+  EXPECT_NE(out.find("--scheduler"), std::string::npos) << out;
+}
+
+// DELETE /v1/cache drops every stored prefix, only with the admin token:
+// refused without one configured (403) or with a wrong one (401); after it
+// the same request reuses nothing and answers the same.
+TEST(ServeTest, TheCacheFlushNeedsTheAdminTokenAndForgetsEveryPrefix) {
+  TempDir dir;
+  const json req{{"prompt", std::string(kPrefix) + "said"}, {"max_tokens", 6}, {"temperature", 0}};
+  {
+    ServerProcess srv({"--port", "0", "--cache-dir", dir.path + "/off"});
+    ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+    httplib::Client c("127.0.0.1", srv.port());
+    auto r = c.Delete("/v1/cache", {{"Authorization", "Bearer anything"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 403);
+    EXPECT_NE(r->body.find("--admin-token"), std::string::npos) << r->body;
+  }
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path + "/on", "--admin-token", "s3cret"});
+  ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  int status = 0;
+  const json first = Post(c, "/v1/completions", req, &status);
+  ASSERT_EQ(status, 200);
+  const json again = Post(c, "/v1/completions", req, &status);
+  EXPECT_GT(again["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  for (const char* auth : {"", "Bearer wrong!", "Bearer s3cret2", "s3cret"}) {
+    auto r = c.Delete("/v1/cache", {{"Authorization", auth}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << auth;
+    EXPECT_EQ(json::parse(r->body, nullptr, false)["error"]["code"], 401);
+  }
+  auto r = c.Delete("/v1/cache", {{"Authorization", "Bearer s3cret"}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_GT(json::parse(r->body)["flushed_chunks"].get<int>(), 0);
+  auto cache = c.Get("/v1/cache");
+  ASSERT_TRUE(cache);
+  EXPECT_EQ(json::parse(cache->body)["store"]["live_chunks"], 0) << cache->body;
+  const json after = Post(c, "/v1/completions", req, &status);
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(after["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(after["choices"][0]["text"], first["choices"][0]["text"]);
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// `retention` per request: a selective server reads that share of the
+// prefix rows for it alone; one that reads every row refuses anything but 1.
+TEST(ServeTest, ARequestsRetentionIsItsOwn) {
+  TempDir dir;
+  json req{{"prompt", std::string(kPrefix) + "said"}, {"max_tokens", 4}, {"temperature", 0}};
+  {
+    ServerProcess srv({"--port", "0", "--cache-dir", dir.path + "/h2o", "--system", "as-h2o-lru"});
+    ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+    httplib::Client c("127.0.0.1", srv.port());
+    c.set_read_timeout(60);
+    int status = 0;
+    Post(c, "/v1/completions", req, &status);
+    ASSERT_EQ(status, 200);
+    EXPECT_EQ(Metrics(c).at("tierkv_important_row_ratio"), 1);
+    req["retention"] = 0.25;
+    const json r = Post(c, "/v1/completions", req, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_GT(r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+    EXPECT_NEAR(Metrics(c).at("tierkv_important_row_ratio"), 0.25, 0.02);
+    EXPECT_EQ(srv.Stop(), 0);
+  }
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path + "/as-like"});
+  ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  int status = 0;
+  req["retention"] = 0.5;
+  const json r = Post(c, "/v1/completions", req, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "retention") << r.dump();
+  req["retention"] = 1;
+  Post(c, "/v1/completions", req, &status);
+  EXPECT_EQ(status, 200);
+}
+
 // bench-serve against the real server: a two-session chat workload whose
 // second turns reuse the first turns' prompts; no errors, the JSON report's
 // figures consistent with what the server counted.

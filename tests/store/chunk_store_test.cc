@@ -125,6 +125,39 @@ TEST_P(ChunkStoreTest, PutLookupReadRoundTripAndReopen) {
   EXPECT_EQ(r.new_chunks, 0u);
 }
 
+// A flush drops every chunk, now and after a restart (also one written
+// after the last checkpoint), and the store takes new prompts after it.
+TEST_P(ChunkStoreTest, DropAllForgetsEveryChunkAcrossARestart) {
+  TempDir dir;
+  std::vector<Tokens> prompts;
+  for (uint32_t i = 0; i < 6; ++i) prompts.push_back(Prompt(i, 0, 60 + 11 * i));  // nothing shared
+  uint64_t removed_callbacks = 0;
+  StoreOptions o = Opts(dir.path());
+  o.on_chunk_removed = [&](uint64_t) { ++removed_callbacks; };
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(o));
+    uint64_t chunks = 0;
+    for (const Tokens& p : prompts) {
+      PromptKv kv(p, kLayers, kRow);
+      ASSERT_OK_AND_ASSIGN(PutResult r, store->Put(p, kv.input));
+      chunks += r.new_chunks;
+    }
+    ASSERT_OK_AND_ASSIGN(uint64_t dropped, store->DropAll());
+    EXPECT_EQ(dropped, chunks);
+    EXPECT_EQ(removed_callbacks, chunks);
+    EXPECT_EQ(store->stats().live_chunks, 0u);
+    EXPECT_EQ(store->stats().live_bytes, 0u);
+    for (const Tokens& p : prompts) EXPECT_EQ(store->Lookup(p).matched_tokens, 0u);
+    PromptKv kv(prompts[0], kLayers, kRow);
+    ASSERT_OK_AND_ASSIGN(PutResult r, store->Put(prompts[0], kv.input));
+    EXPECT_GT(r.new_chunks, 0u);
+    EXPECT_EQ(VerifyPrompt(*store, prompts[0]), prompts[0].size());
+  }
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Opts(dir.path())));
+  EXPECT_EQ(VerifyPrompt(*store, prompts[0]), prompts[0].size()) << "stored after the flush";
+  for (size_t i = 1; i < prompts.size(); ++i) EXPECT_EQ(store->Lookup(prompts[i]).matched_tokens, 0u);
+}
+
 TEST_P(ChunkStoreTest, BudgetEvictsLeafChunksOfTheOldestPrompts) {
   TempDir dir;
   StoreOptions o = Opts(dir.path());
