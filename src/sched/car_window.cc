@@ -14,6 +14,7 @@ void CarWindow::Add(WindowEntry e) {
 bool CarWindow::Before(const WindowEntry& a, const WindowEntry& b) const {
   const bool a_due = a.passed >= capacity_, b_due = b.passed >= capacity_;
   if (a_due != b_due) return a_due;
+  if (!a_due && a.loading != b.loading) return b.loading;
   if (!a_due && a.where.place != b.where.place) return a.where.place < b.where.place;
   return a.seq < b.seq;
 }

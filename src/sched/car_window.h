@@ -1,7 +1,9 @@
 // CaR's shuffled window (III-B1): a fixed number of waiting jobs at the
 // head of the queue, started by the class of where their prefix K/V is
 // (pools, then nothing stored, then disk: engine::PrefixPlace's order),
-// oldest first within a class. A job that `capacity` younger jobs have
+// oldest first within a class; a job whose prefetch is still running goes
+// after the others (started now, it would read what the prefetch reads).
+// A job that `capacity` younger jobs have
 // passed starts next, whatever its class: no job waits forever behind
 // better-placed newcomers. Owned and used by the scheduler thread alone.
 #pragma once
@@ -22,6 +24,8 @@ struct WindowEntry {
   uint64_t seq = 0;     // entry order (set by Add)
   size_t passed = 0;    // younger entries that started before this one
   bool prefetched = false;  // handed to the prefetcher (once per entry)
+  bool loading = false;     // its prefetch is still running: started now, it would read
+                            // the same rows beside it
 };
 
 class CarWindow {

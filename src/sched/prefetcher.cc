@@ -33,6 +33,11 @@ bool Prefetcher::busy() const {
   return next_ != nullptr;
 }
 
+bool Prefetcher::Loading(const Job* job) const {
+  MutexLock l(&mu_);
+  return next_.get() == job;
+}
+
 bool Prefetcher::Submit(std::shared_ptr<Job> job) {
   MutexLock l(&mu_);
   if (next_ || stop_) return false;

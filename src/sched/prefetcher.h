@@ -40,8 +40,9 @@ class Prefetcher {
   // Whether `bytes` should start loading now, with the running jobs' least
   // remaining time `least_remaining_ms`.
   bool Due(double least_remaining_ms, uint64_t bytes) const TIERKV_EXCLUDES(mu_);
-  // Whether a prefetch is queued or running.
+  // Whether a prefetch is queued or running; for `job`, whether its is.
   bool busy() const TIERKV_EXCLUDES(mu_);
+  bool Loading(const Job* job) const TIERKV_EXCLUDES(mu_);
   // Loads `job`'s prefix on the prefetch thread; false (nothing done) when busy.
   bool Submit(std::shared_ptr<Job> job) TIERKV_EXCLUDES(mu_);
   PrefetchStats stats() const TIERKV_EXCLUDES(mu_);

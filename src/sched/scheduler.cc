@@ -208,6 +208,7 @@ void Scheduler::RunWindow(std::vector<std::shared_ptr<Job>> arrived, bool past_d
   if (slot_free || (prefetcher_ && !prefetcher_->busy())) {
     for (auto& e : window_.entries()) {
       if (!e.job->cancelled()) Locate(e);
+      e.loading = e.prefetched && prefetcher_ && prefetcher_->Loading(e.job.get());
     }
   }
   auto start = [this](size_t i) {

@@ -109,7 +109,7 @@ void Metrics::ObserveOutcome(const sched::Outcome& o, double request_seconds) {
   const int w = static_cast<int>(o.waited_as);
   ++t.waited[w];
   t.load_wait_seconds[w] += s.load_wait_ms / 1000;
-  if (o.prefetched) ++t.prefetched;
+  if (o.prefetched) ++t.prefetched[static_cast<int>(o.started_as)];
   if (s.attempts > 1) ++t.retried;
 }
 
@@ -173,8 +173,10 @@ std::string Metrics::Render(const Snapshot& now) const {
   ByPlace(&out, "tierkv_started_requests_total", "counter",
           "Requests started, by where their prefix K/V was when they started.",
           {double(ss.started[0]), double(ss.started[1]), double(ss.started[2])});
-  One(&out, "tierkv_prefetched_requests_total", "counter",
-      "Requests whose prefix the prefetcher loaded while they waited (car).", static_cast<double>(t.prefetched));
+  ByPlace(&out, "tierkv_prefetched_requests_total", "counter",
+          "Requests whose prefix the prefetcher loaded while they waited (car), by where it was when they "
+          "started (disk: evicted again, or started before the prefetch ended).",
+          {double(t.prefetched[0]), double(t.prefetched[1]), double(t.prefetched[2])});
   One(&out, "tierkv_prefetches_total", "counter", "Prefetches finished (car).", static_cast<double>(ss.prefetch.prefetches));
   One(&out, "tierkv_prefetch_failures_total", "counter", "Prefetches whose reads failed (the request loads itself).",
       static_cast<double>(ss.prefetch.failed));

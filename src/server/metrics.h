@@ -71,7 +71,7 @@ class Metrics {
     // requests, and the seconds their prefill waited for prefix reads.
     std::array<uint64_t, 3> waited{};
     std::array<double, 3> load_wait_seconds{};
-    uint64_t prefetched = 0;
+    std::array<uint64_t, 3> prefetched{};  // by where the prefix was when it started
   } totals_ TIERKV_GUARDED_BY(mu_);
 };
 

@@ -51,6 +51,17 @@ TEST(CarWindowTest, AJobPassedOverWindowTimesStartsNext) {
   EXPECT_EQ(IdOf(w.Take(w.Pick())), 20);
 }
 
+TEST(CarWindowTest, AJobWhosePrefetchIsRunningGoesAfterTheOthers) {
+  CarWindow w(8);
+  w.Add(Entry(PrefixPlace::kDisk, 1));
+  w.entries()[0].loading = true;
+  w.Add(Entry(PrefixPlace::kDisk, 2));
+  w.Add(Entry(PrefixPlace::kNone, 3));
+  std::vector<int> order;
+  for (size_t i : w.Order()) order.push_back(IdOf(w.entries()[i]));
+  EXPECT_EQ(order, (std::vector<int>{3, 2, 1}));
+}
+
 TEST(CarWindowTest, OnlyYoungerJobsStartingCountAsPassing) {
   CarWindow w(4);
   w.Add(Entry(PrefixPlace::kPools, 1));

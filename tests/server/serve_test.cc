@@ -371,7 +371,7 @@ TEST(ServeTest, SchedulersCountWhereEachRequestsPrefixWas) {
       EXPECT_EQ(m.at(f + "{place=\"pools\"}"), 1);
     }
     EXPECT_GE(m.at("tierkv_prefix_load_wait_seconds_total{place=\"disk\"}"), 0);
-    EXPECT_EQ(m.at("tierkv_prefetched_requests_total"), 0) << "nothing waited: nothing to prefetch";
+    EXPECT_EQ(m.at("tierkv_prefetched_requests_total{place=\"disk\"}"), 0) << "nothing waited: nothing to prefetch";
     EXPECT_EQ(srv.Stop(), 0);
   }
   std::string out;
