@@ -184,6 +184,45 @@ TEST_F(EngineTest, ACorruptChunkMidRequestIsRecomputedAndTheAnswerStands) {
   EXPECT_EQ(again.stats.attempts, 1);
 }
 
+// What a scheduler asks: Locate says where a prefix is without counting an
+// access (disk, then pools once a request or a prefetch read it); a
+// prefetch of a damaged chunk fails, the store drops the chunk, and the
+// request still answers as if it recomputed what was lost.
+TEST_F(EngineTest, LocateLooksAndAPrefetchOfADamagedChunkFailsWithoutHarm) {
+  store::testing::TempDir dir;
+  const size_t P = 320, Q = 30;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1600, Q);
+  ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, Options(dir.path())));
+  EXPECT_EQ(eng->Locate(b).place, PrefixPlace::kNone);
+  ASSERT_OK(eng->Serve(a).status());
+  const uint64_t accesses = eng->PoolStatistics().accesses;
+  PrefixLocation where = eng->Locate(b);
+  EXPECT_EQ(where.place, PrefixPlace::kDisk);
+  EXPECT_EQ(where.reusable_tokens, P);
+  const ModelConfig& c = model_->config();
+  EXPECT_EQ(where.disk_bytes, uint64_t{P} * c.n_layers * 2 * c.kv_dim() * 2);  // K and V, fp16
+  EXPECT_EQ(eng->PoolStatistics().accesses, accesses) << "a look counts no access";
+  ASSERT_OK_AND_ASSIGN(PrefetchResult pf, eng->Prefetch(b));
+  EXPECT_EQ(pf.reusable_tokens, P);
+  EXPECT_GT(pf.disk_bytes_read, 0u);
+  EXPECT_EQ(eng->Locate(b).place, PrefixPlace::kPools);
+  ASSERT_OK_AND_ASSIGN(ServeResult warm, eng->Serve(b));
+  EXPECT_EQ(warm.stats.disk_reads, 0u);
+
+  store::testing::TempDir dir2;
+  ASSERT_OK_AND_ASSIGN(auto e2, Engine::Open(*model_, Options(dir2.path())));
+  ASSERT_OK(e2->Serve(a).status());
+  store::ChunkStore* st = e2->TEST_store();
+  FlipPayload(st, st->Lookup(b).chunks[2], 5);
+  EXPECT_THAT(e2->Prefetch(b).status(), StatusIs(StatusCode::kCorruption));
+  EXPECT_EQ(st->stats().corrupt_records, 1u);
+  ServeOptions so;
+  so.logits_from = P;
+  ASSERT_OK_AND_ASSIGN(ServeResult r, e2->Serve(b, so));
+  EXPECT_EQ(r.stats.reused_tokens, 128u);
+  EXPECT_LE(MaxDiff(r.logits, SplitReference(b, 128, P)), 1e-3);
+}
+
 // Damage found one chunk at a time, more times than any fixed retry count:
 // chunk 9-l is damaged at layer l (l = 0..4), and impress-itf reads each
 // layer's rows only when the layer runs, so every attempt finds one more.
