@@ -9,7 +9,7 @@
 # waited and started, prefix load wait, prefix hits by tier, prefetches).
 # The ratios between the configurations of one run are the result.
 # Usage: tools/dev/bench_schedulers.sh WORKLOAD [SECONDS] [CLIENTS]
-#   env: SYSTEM (as-like), RUNNING (4), DEVICE_MIB (16), HOST_MIB (32), WINDOW (8)
+#   env: SYSTEM (as-like), RUNNING (4), DEVICE_MIB (64), HOST_MIB (128), WINDOW (8)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 workload=${1:?usage: bench_schedulers.sh WORKLOAD [SECONDS] [CLIENTS]}
@@ -17,6 +17,7 @@ seconds=${2:-60}
 clients=${3:-16}
 bin=${TIERKV:-build/release/apps/tierkv}
 scratch=$(mktemp -d "${TMPDIR:-/var/tmp}/tierkv-bench-sched-XXXXXX")
+. tools/dev/serve_lib.sh
 trap 'kill "${pid:-}" 2>/dev/null || true; rm -rf "$scratch"' EXIT
 for config in fcfs car-noprefetch car; do
   case $config in
@@ -24,18 +25,13 @@ for config in fcfs car-noprefetch car; do
     car-noprefetch) flags=(--scheduler car --prefetch false) ;;
     car) flags=(--scheduler car --prefetch true) ;;
   esac
-  "$bin" serve --port 0 --cache-dir "$scratch/$config" --system "${SYSTEM:-as-like}" \
-    --max-running "${RUNNING:-4}" --max-queue 256 --device-mib "${DEVICE_MIB:-16}" \
-    --host-mib "${HOST_MIB:-32}" --window "${WINDOW:-8}" "${flags[@]}" \
-    > "$scratch/$config.out" 2> "$scratch/$config.err" &
-  pid=$!
-  for _ in $(seq 100); do grep -q 'http://' "$scratch/$config.out" 2>/dev/null && break; sleep 0.1; done
-  url=$(grep -o 'http://[0-9.]*:[0-9]*' "$scratch/$config.out")
+  start_serve "$config" --cache-dir "$scratch/$config" --system "${SYSTEM:-as-like}" \
+    --max-running "${RUNNING:-4}" --max-queue 256 --device-mib "${DEVICE_MIB:-64}" \
+    --host-mib "${HOST_MIB:-128}" --window "${WINDOW:-8}" "${flags[@]}"
   report=$("$bin" bench-serve --url "$url" --workload "$workload" --concurrency "$clients" \
     --duration "$seconds" --json 2> /dev/null) || echo "bench-serve reported errors for $config" >&2
   curl -s "$url/metrics" > "$scratch/$config.metrics"
-  kill -TERM "$pid"
-  wait "$pid" || true
+  stop_serve
   python3 - "$config" "$report" "$scratch/$config.metrics" <<'PY'
 import json, re, sys
 r = json.loads(sys.argv[2])

@@ -15,17 +15,14 @@ clients=${3:-16}
 systems=${4:-recompute,as-like,impress,spec}
 bin=${TIERKV:-build/release/apps/tierkv}
 scratch=$(mktemp -d "${TMPDIR:-/var/tmp}/tierkv-bench-serve-XXXXXX")
+. tools/dev/serve_lib.sh
 trap 'kill "${pid:-}" 2>/dev/null || true; rm -rf "$scratch"' EXIT
 for system in ${systems//,/ }; do
-  "$bin" serve --port 0 --cache-dir "$scratch/$system" --system "$system" --retention "${RETENTION:-0.25}" --max-running 16 --max-queue 64 \
-    > "$scratch/$system.out" 2> "$scratch/$system.err" &
-  pid=$!
-  for _ in $(seq 100); do grep -q 'http://' "$scratch/$system.out" 2>/dev/null && break; sleep 0.1; done
-  url=$(grep -o 'http://[0-9.]*:[0-9]*' "$scratch/$system.out")
+  start_serve "$system" --cache-dir "$scratch/$system" --system "$system" --retention "${RETENTION:-0.25}" \
+    --max-running 16 --max-queue 64
   report=$("$bin" bench-serve --url "$url" --workload "$workload" --concurrency "$clients" \
     --duration "$seconds" --json 2> /dev/null) || echo "bench-serve reported errors for $system" >&2
-  kill -TERM "$pid"
-  wait "$pid" || true
+  stop_serve
   python3 -c 'import json,sys; r=json.loads(sys.argv[2]); r["system"]=sys.argv[1]; print(json.dumps(r))' \
     "$system" "$report"
 done
