@@ -115,6 +115,12 @@ struct PrefillResult {
   std::vector<double> sparsity;
 };
 
+// One sequence's new tokens in a batched forward pass (Model::PrefillBatch).
+struct BatchItem {
+  std::span<const int32_t> tokens;
+  PrefillOptions options;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -140,6 +146,12 @@ class Model {
   // context, or malformed prefix rows; whatever the hook returns.
   virtual Result<PrefillResult> Prefill(std::span<const int32_t> tokens,
                                         const PrefillOptions& options) const = 0;
+  // Runs several sequences' new tokens in one pass (continuous batching's
+  // decode step): every projection is one matrix product over all their
+  // rows, each sequence attends its own prefix rows (its hook) and its own
+  // new rows. Results in order, as Prefill gives each to rounding. Any
+  // item's error fails the batch (nothing is returned).
+  virtual Result<std::vector<PrefillResult>> PrefillBatch(std::span<const BatchItem> items) const = 0;
 };
 
 }  // namespace tierkv

@@ -43,6 +43,13 @@ class Sequence {
   Result<std::vector<float>> Step(const Model& model, int32_t token) {
     return Step(model, std::span(&token, 1));
   }
+  // One token for each of `seqs` (distinct sequences), in one batched pass
+  // (Model::PrefillBatch): each one's next-token logits, in order, as Step
+  // gives them to rounding. On an error in the pass every sequence is
+  // unchanged.
+  static Result<std::vector<std::vector<float>>> StepBatch(const Model& model,
+                                                           std::span<Sequence* const> seqs,
+                                                           std::span<const int32_t> tokens);
 
   // Building one (the engine): copies the rows a layer's attention was
   // given (converted to dtype() if need be), then the rows a forward pass
@@ -52,6 +59,9 @@ class Sequence {
                      int first_position);
 
  private:
+  // A step's options: from position(), K/V captured as dtype(), the last
+  // logits, the rows kept as every layer's prefix.
+  PrefillOptions StepOptions() const;
   struct Rows {
     std::vector<uint8_t> k, v;  // count × head_dim elements of dtype_
     std::vector<int32_t> pos;

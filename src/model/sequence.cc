@@ -99,7 +99,7 @@ Status Sequence::AddComputed(std::span<const PrefillResult::LayerKv> kv, KvDType
   return Status::Ok();
 }
 
-Result<std::vector<float>> Sequence::Step(const Model& model, std::span<const int32_t> tokens) {
+PrefillOptions Sequence::StepOptions() const {
   PrefillOptions po;
   po.start_pos = pos_;
   po.capture_kv = true;
@@ -116,10 +116,33 @@ Result<std::vector<float>> Sequence::Step(const Model& model, std::span<const in
     }
     return Status::Ok();
   };
-  ASSIGN_OR_RETURN(PrefillResult r, model.Prefill(tokens, po));
+  return po;
+}
+
+Result<std::vector<float>> Sequence::Step(const Model& model, std::span<const int32_t> tokens) {
+  ASSIGN_OR_RETURN(PrefillResult r, model.Prefill(tokens, StepOptions()));
   RETURN_IF_ERROR(AddComputed(r.kv, r.kv_dtype, r.n_tokens, pos_));
   pos_ += r.n_tokens;
   return std::move(r.logits);
+}
+
+Result<std::vector<std::vector<float>>> Sequence::StepBatch(const Model& model,
+                                                           std::span<Sequence* const> seqs,
+                                                           std::span<const int32_t> tokens) {
+  if (seqs.size() != tokens.size()) {
+    return Status::InvalidArgument("step batch: " + std::to_string(seqs.size()) + " sequences, " +
+                                   std::to_string(tokens.size()) + " tokens");
+  }
+  std::vector<BatchItem> items(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) items[i] = {tokens.subspan(i, 1), seqs[i]->StepOptions()};
+  ASSIGN_OR_RETURN(std::vector<PrefillResult> r, model.PrefillBatch(items));
+  std::vector<std::vector<float>> logits(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    RETURN_IF_ERROR(seqs[i]->AddComputed(r[i].kv, r[i].kv_dtype, r[i].n_tokens, seqs[i]->pos_));
+    seqs[i]->pos_ += r[i].n_tokens;
+    logits[i] = std::move(r[i].logits);
+  }
+  return logits;
 }
 
 }  // namespace tierkv

@@ -114,8 +114,35 @@ class Transformer final : public Model {
 
   Result<PrefillResult> Prefill(std::span<const int32_t> tokens,
                                 const PrefillOptions& opt) const override;
+  Result<std::vector<PrefillResult>> PrefillBatch(std::span<const BatchItem> items) const override;
 
  private:
+  // One sequence of a forward pass: its rows of the batch and its result.
+  struct Part {
+    std::span<const int32_t> tokens;
+    const PrefillOptions* opt = nullptr;
+    int row0 = 0;  // its first row in the batch's buffers
+    int T = 0;
+    LayerPrefix prefix;  // the layer's, from its hook
+    PrefillResult res;
+  };
+  // The activations of every new token of every sequence, row-major.
+  struct Batch {
+    Batch(const ModelConfig& c, int n);
+    int rows;
+    int qkv_w;  // dim + 2 kv_dim: Q, K, V of a row side by side
+    std::vector<float> x, xb, qkv, att, h13;
+    std::vector<int> pos;  // each row's position
+  };
+  Status CheckTokens(std::span<const int32_t> tokens, const PrefillOptions& opt) const;
+  // Norm, Q/K/V over all rows, RoPE, each sequence's K/V captured and its
+  // hook's prefix rows, attention, x += att Wo^T.
+  Status AttentionBlock(int l, Batch& b, std::vector<Part>& parts) const;
+  void CaptureKv(int l, const Batch& b, Part& part) const;
+  void Attend(int l, Batch& b, std::vector<Part>& parts) const;
+  void FeedForward(int l, Batch& b) const;
+  void Logits(Batch& b, std::vector<Part>& parts) const;
+
   void Rope(float* x, int n_heads_here, int pos) const {
     const int hd = config_.head_dim();
     const int half = hd / 2;
@@ -180,8 +207,7 @@ Status Transformer::CheckPrefix(const LayerPrefix& p, int layer, int start_pos) 
   return Status::Ok();
 }
 
-Result<PrefillResult> Transformer::Prefill(std::span<const int32_t> tokens,
-                                           const PrefillOptions& opt) const {
+Status Transformer::CheckTokens(std::span<const int32_t> tokens, const PrefillOptions& opt) const {
   const ModelConfig& c = config_;
   const int T = static_cast<int>(tokens.size());
   if (T == 0) return Status::InvalidArgument("prefill of zero tokens");
@@ -199,151 +225,223 @@ Result<PrefillResult> Transformer::Prefill(std::span<const int32_t> tokens,
                                      std::to_string(c.vocab_size) + ")");
     }
   }
+  return Status::Ok();
+}
 
-  const int dim = c.dim, hd = c.head_dim(), kvd = c.kv_dim(), hid = c.hidden_dim;
-  const int qkv_w = dim + 2 * kvd;
-  const size_t Tz = static_cast<size_t>(T);
-  std::vector<float> x(Tz * dim), xb(Tz * dim), qkv(Tz * qkv_w), att(Tz * dim),
-      h13(Tz * 2 * hid);
-  for (int i = 0; i < T; ++i) {
-    std::memcpy(&x[i * static_cast<size_t>(dim)], &w_.tok_embd[static_cast<size_t>(tokens[i]) * dim],
-                dim * sizeof(float));
+Result<PrefillResult> Transformer::Prefill(std::span<const int32_t> tokens,
+                                           const PrefillOptions& opt) const {
+  const BatchItem one{tokens, opt};
+  ASSIGN_OR_RETURN(std::vector<PrefillResult> r, PrefillBatch(std::span(&one, 1)));
+  return std::move(r[0]);
+}
+
+Result<std::vector<PrefillResult>> Transformer::PrefillBatch(std::span<const BatchItem> items) const {
+  const ModelConfig& c = config_;
+  if (items.empty()) return Status::InvalidArgument("prefill of zero sequences");
+  std::vector<Part> parts(items.size());
+  int rows = 0;
+  for (size_t p = 0; p < items.size(); ++p) {
+    RETURN_IF_ERROR(CheckTokens(items[p].tokens, items[p].options));
+    Part& part = parts[p];
+    part.tokens = items[p].tokens;
+    part.opt = &items[p].options;
+    part.row0 = rows;
+    part.T = static_cast<int>(part.tokens.size());
+    rows += part.T;
+    part.res.n_tokens = part.T;
+    part.res.kv_dtype = part.opt->kv_dtype;
+    if (part.opt->capture_kv) part.res.kv.resize(c.n_layers);
+    if (part.opt->column_sums) part.res.column_sums.resize(c.n_layers);
   }
-
-  ThreadPool* pool = ThreadPool::Compute();
-  PrefillResult res;
-  res.n_tokens = T;
-  res.kv_dtype = opt.kv_dtype;
-  if (opt.capture_kv) res.kv.resize(c.n_layers);
-  if (opt.column_sums) res.column_sums.resize(c.n_layers);
-
-  LayerPrefix prefix;
+  Batch b(c, rows);
+  for (const Part& part : parts) {
+    for (int i = 0; i < part.T; ++i) {
+      const size_t r = static_cast<size_t>(part.row0 + i);
+      b.pos[r] = part.opt->start_pos + i;
+      std::memcpy(&b.x[r * c.dim], &w_.tok_embd[static_cast<size_t>(part.tokens[i]) * c.dim],
+                  c.dim * sizeof(float));
+    }
+  }
   for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = w_.layers[l];
-    ForRows(pool, T, [&](int i) {
-      RmsNorm(&x[i * static_cast<size_t>(dim)], L.attn_norm.data(), dim, c.norm_eps,
-              &xb[i * static_cast<size_t>(dim)]);
-    });
-    kernels::ParallelMatMulNT(pool, T, qkv_w, dim, 1.0f, xb.data(), dim, L.wqkv.data(), dim, 0.0f,
-                              qkv.data(), qkv_w);
-    ForRows(pool, T, [&](int i) {
-      float* row = &qkv[i * static_cast<size_t>(qkv_w)];
-      Rope(row, c.n_heads, opt.start_pos + i);
-      Rope(row + dim, c.n_kv_heads, opt.start_pos + i);
-    });
-    const float* kq = qkv.data() + dim;
-    const float* vq = qkv.data() + dim + kvd;
+    RETURN_IF_ERROR(AttentionBlock(l, b, parts));
+    FeedForward(l, b);
+  }
+  Logits(b, parts);
+  std::vector<PrefillResult> out;
+  out.reserve(parts.size());
+  for (Part& part : parts) out.push_back(std::move(part.res));
+  return out;
+}
 
-    if (opt.capture_kv) {
-      auto& out = res.kv[l];
-      const size_t es = KvDTypeSize(opt.kv_dtype);
-      out.k.resize(Tz * kvd * es);
-      out.v.resize(Tz * kvd * es);
-      for (int i = 0; i < T; ++i) {
-        const float* kr = kq + i * static_cast<size_t>(qkv_w);
-        const float* vr = vq + i * static_cast<size_t>(qkv_w);
-        if (opt.kv_dtype == KvDType::kF32) {
-          std::memcpy(out.k.data() + i * kvd * es, kr, kvd * es);
-          std::memcpy(out.v.data() + i * kvd * es, vr, kvd * es);
-        } else {
-          kernels::FloatToHalfN(kr, reinterpret_cast<uint16_t*>(out.k.data()) + i * kvd, kvd);
-          kernels::FloatToHalfN(vr, reinterpret_cast<uint16_t*>(out.v.data()) + i * kvd, kvd);
+Transformer::Batch::Batch(const ModelConfig& c, int n)
+    : rows(n), qkv_w(c.dim + 2 * c.kv_dim()), x(static_cast<size_t>(n) * c.dim),
+      xb(x.size()), qkv(static_cast<size_t>(n) * qkv_w), att(x.size()),
+      h13(static_cast<size_t>(n) * 2 * c.hidden_dim), pos(n) {}
+
+Status Transformer::AttentionBlock(int l, Batch& b, std::vector<Part>& parts) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& L = w_.layers[l];
+  const int dim = c.dim, qkv_w = b.qkv_w;
+  ThreadPool* pool = ThreadPool::Compute();
+  ForRows(pool, b.rows, [&](int i) {
+    RmsNorm(&b.x[i * static_cast<size_t>(dim)], L.attn_norm.data(), dim, c.norm_eps,
+            &b.xb[i * static_cast<size_t>(dim)]);
+  });
+  kernels::ParallelMatMulNT(pool, b.rows, qkv_w, dim, 1.0f, b.xb.data(), dim, L.wqkv.data(), dim, 0.0f,
+                            b.qkv.data(), qkv_w);
+  ForRows(pool, b.rows, [&](int i) {
+    float* row = &b.qkv[i * static_cast<size_t>(qkv_w)];
+    Rope(row, c.n_heads, b.pos[i]);
+    Rope(row + dim, c.n_kv_heads, b.pos[i]);
+  });
+  for (Part& part : parts) {
+    if (part.opt->capture_kv) CaptureKv(l, b, part);
+    part.prefix.heads.clear();
+    if (part.opt->before_attention) {
+      float* q = b.qkv.data() + static_cast<size_t>(part.row0) * qkv_w;
+      LayerView view{l, part.T, part.opt->start_pos, q, static_cast<size_t>(qkv_w), q + dim,
+                     q + dim + c.kv_dim(), static_cast<size_t>(qkv_w)};
+      RETURN_IF_ERROR(part.opt->before_attention(view, &part.prefix));
+      RETURN_IF_ERROR(CheckPrefix(part.prefix, l, part.opt->start_pos));
+    }
+  }
+  Attend(l, b, parts);
+  // x += att · Wo^T
+  kernels::ParallelMatMulNT(pool, b.rows, dim, dim, 1.0f, b.att.data(), dim, L.wo.data(), dim, 1.0f,
+                            b.x.data(), dim);
+  return Status::Ok();
+}
+
+void Transformer::CaptureKv(int l, const Batch& b, Part& part) const {
+  const int kvd = config_.kv_dim();
+  const KvDType dt = part.opt->kv_dtype;
+  const size_t es = KvDTypeSize(dt);
+  auto& out = part.res.kv[l];
+  out.k.resize(static_cast<size_t>(part.T) * kvd * es);
+  out.v.resize(out.k.size());
+  for (int i = 0; i < part.T; ++i) {
+    const float* kr = b.qkv.data() + static_cast<size_t>(part.row0 + i) * b.qkv_w + config_.dim;
+    const float* vr = kr + kvd;
+    if (dt == KvDType::kF32) {
+      std::memcpy(out.k.data() + i * kvd * es, kr, kvd * es);
+      std::memcpy(out.v.data() + i * kvd * es, vr, kvd * es);
+    } else {
+      kernels::FloatToHalfN(kr, reinterpret_cast<uint16_t*>(out.k.data()) + i * kvd, kvd);
+      kernels::FloatToHalfN(vr, reinterpret_cast<uint16_t*>(out.v.data()) + i * kvd, kvd);
+    }
+  }
+}
+
+void Transformer::Attend(int l, Batch& b, std::vector<Part>& parts) const {
+  const ModelConfig& c = config_;
+  const int H = c.n_kv_heads, hd = c.head_dim(), G = c.group();
+  // One task per (sequence, KV head): each writes only its own rows'
+  // output columns, column sums and counts.
+  const size_t P = parts.size();
+  std::vector<std::vector<float>> colsums(P * H);
+  std::vector<uint64_t> weights(P * H), near_zero(P * H);
+  ThreadPool::Compute()->ParallelFor(static_cast<int>(P * H), [&](int t) {
+    const Part& part = parts[t / H];
+    const int g = t % H;
+    const size_t row0 = static_cast<size_t>(part.row0);
+    thread_local kernels::AttentionScratch scratch;
+    kernels::AttentionArgs a;
+    a.n_new = part.T;
+    a.head_dim = hd;
+    a.group = G;
+    a.q = b.qkv.data() + row0 * b.qkv_w + static_cast<size_t>(g) * G * hd;
+    a.q_stride = b.qkv_w;
+    a.k_new = b.qkv.data() + row0 * b.qkv_w + c.dim + static_cast<size_t>(g) * hd;
+    a.v_new = a.k_new + c.kv_dim();
+    a.kv_new_stride = b.qkv_w;
+    if (!part.prefix.heads.empty()) a.prefix = part.prefix.heads[g];
+    a.out = b.att.data() + row0 * c.dim + static_cast<size_t>(g) * G * hd;
+    a.out_stride = c.dim;
+    if (part.opt->column_sums && a.prefix.count > 0) {
+      colsums[t].assign(a.prefix.count * G, 0.0f);
+      a.colsum = colsums[t].data();
+    }
+    if (part.opt->attention_sparsity) {
+      a.weights = &weights[t];
+      a.near_zero = &near_zero[t];
+    }
+    kernels::AttendKvGroup(a, &scratch);
+  });
+  for (size_t p = 0; p < P; ++p) {
+    Part& part = parts[p];
+    if (part.opt->column_sums) {
+      auto& sums = part.res.column_sums[l];
+      sums.resize(c.n_heads);
+      for (int g = 0; g < H; ++g) {
+        const size_t n = part.prefix.heads.empty() ? 0 : part.prefix.heads[g].count;
+        for (int j = 0; j < G; ++j) {
+          auto& out = sums[g * G + j];
+          out.assign(n, 0.0f);
+          if (n > 0) std::copy(colsums[p * H + g].begin() + j * n, colsums[p * H + g].begin() + (j + 1) * n, out.begin());
         }
       }
     }
-
-    prefix.heads.clear();
-    if (opt.before_attention) {
-      LayerView view{l, T, opt.start_pos, qkv.data(), static_cast<size_t>(qkv_w), kq, vq,
-                     static_cast<size_t>(qkv_w)};
-      RETURN_IF_ERROR(opt.before_attention(view, &prefix));
-      RETURN_IF_ERROR(CheckPrefix(prefix, l, opt.start_pos));
-    }
-
-    if (opt.column_sums) {
-      res.column_sums[l].resize(c.n_heads);
-      for (int h = 0; h < c.n_heads; ++h) {
-        const size_t n = prefix.heads.empty() ? 0 : prefix.heads[h / c.group()].count;
-        res.column_sums[l][h].assign(n, 0.0f);
-      }
-    }
-    // KV heads are independent: one task each on the compute threads. Each
-    // task writes only its own heads' output columns and column sums.
-    std::vector<std::vector<float>> colsums(opt.column_sums ? c.n_kv_heads : 0);
-    std::vector<uint64_t> weights(opt.attention_sparsity ? c.n_kv_heads : 0),
-        near_zero(opt.attention_sparsity ? c.n_kv_heads : 0);
-    pool->ParallelFor(c.n_kv_heads, [&](int g) {
-      thread_local kernels::AttentionScratch scratch;
-      kernels::AttentionArgs a;
-      a.n_new = T;
-      a.head_dim = hd;
-      a.group = c.group();
-      a.q = qkv.data() + static_cast<size_t>(g) * c.group() * hd;
-      a.q_stride = qkv_w;
-      a.k_new = kq + static_cast<size_t>(g) * hd;
-      a.v_new = vq + static_cast<size_t>(g) * hd;
-      a.kv_new_stride = qkv_w;
-      if (!prefix.heads.empty()) a.prefix = prefix.heads[g];
-      a.out = att.data() + static_cast<size_t>(g) * c.group() * hd;
-      a.out_stride = dim;
-      if (opt.column_sums && a.prefix.count > 0) {
-        colsums[g].assign(a.prefix.count * c.group(), 0.0f);
-        a.colsum = colsums[g].data();
-      }
-      if (opt.attention_sparsity) {
-        a.weights = &weights[g];
-        a.near_zero = &near_zero[g];
-      }
-      kernels::AttendKvGroup(a, &scratch);
-    });
-    if (opt.column_sums) {
-      for (int g = 0; g < c.n_kv_heads; ++g) {
-        const size_t n = prefix.heads.empty() ? 0 : prefix.heads[g].count;
-        for (int j = 0; j < c.group() && n > 0; ++j) {
-          std::copy(colsums[g].begin() + j * n, colsums[g].begin() + (j + 1) * n,
-                    res.column_sums[l][g * c.group() + j].begin());
-        }
-      }
-    }
-    if (opt.attention_sparsity) {
+    if (part.opt->attention_sparsity) {
       uint64_t w = 0, z = 0;
-      for (int g = 0; g < c.n_kv_heads; ++g) {
-        w += weights[g];
-        z += near_zero[g];
+      for (int g = 0; g < H; ++g) {
+        w += weights[p * H + g];
+        z += near_zero[p * H + g];
       }
-      res.sparsity.push_back(w ? static_cast<double>(z) / static_cast<double>(w) : 0.0);
+      part.res.sparsity.push_back(w ? static_cast<double>(z) / static_cast<double>(w) : 0.0);
     }
-    // x += att · Wo^T
-    kernels::ParallelMatMulNT(pool, T, dim, dim, 1.0f, att.data(), dim, L.wo.data(), dim, 1.0f,
-                              x.data(), dim);
-
-    ForRows(pool, T, [&](int i) {
-      RmsNorm(&x[i * static_cast<size_t>(dim)], L.ffn_norm.data(), dim, c.norm_eps,
-              &xb[i * static_cast<size_t>(dim)]);
-    });
-    kernels::ParallelMatMulNT(pool, T, 2 * hid, dim, 1.0f, xb.data(), dim, L.w13.data(), dim, 0.0f,
-                              h13.data(), 2 * hid);
-    ForRows(pool, T, [&](int i) {  // SwiGLU: silu(w1 x) * (w3 x)
-      float* r = &h13[i * static_cast<size_t>(2 * hid)];
-      kernels::SiluMul(r, r + hid, hid);
-    });
-    kernels::ParallelMatMulNT(pool, T, dim, hid, 1.0f, h13.data(), 2 * hid, L.w2.data(), hid, 1.0f,
-                              x.data(), dim);
   }
+}
 
-  if (opt.logits != LogitsMode::kNone) {
-    const int first = opt.logits == LogitsMode::kAll ? 0 : T - 1;
-    const int rows = T - first;
-    for (int i = first; i < T; ++i) {
-      RmsNorm(&x[i * static_cast<size_t>(dim)], w_.output_norm.data(), dim, c.norm_eps,
-              &xb[(i - first) * static_cast<size_t>(dim)]);
+void Transformer::FeedForward(int l, Batch& b) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& L = w_.layers[l];
+  const int dim = c.dim, hid = c.hidden_dim;
+  ThreadPool* pool = ThreadPool::Compute();
+  ForRows(pool, b.rows, [&](int i) {
+    RmsNorm(&b.x[i * static_cast<size_t>(dim)], L.ffn_norm.data(), dim, c.norm_eps,
+            &b.xb[i * static_cast<size_t>(dim)]);
+  });
+  kernels::ParallelMatMulNT(pool, b.rows, 2 * hid, dim, 1.0f, b.xb.data(), dim, L.w13.data(), dim, 0.0f,
+                            b.h13.data(), 2 * hid);
+  ForRows(pool, b.rows, [&](int i) {  // SwiGLU: silu(w1 x) * (w3 x)
+    float* r = &b.h13[i * static_cast<size_t>(2 * hid)];
+    kernels::SiluMul(r, r + hid, hid);
+  });
+  kernels::ParallelMatMulNT(pool, b.rows, dim, hid, 1.0f, b.h13.data(), 2 * hid, L.w2.data(), hid, 1.0f,
+                            b.x.data(), dim);
+}
+
+void Transformer::Logits(Batch& b, std::vector<Part>& parts) const {
+  const ModelConfig& c = config_;
+  const int dim = c.dim;
+  // The rows that want logits, gathered into xb for one product.
+  std::vector<int> rows;
+  for (const Part& part : parts) {
+    if (part.opt->logits == LogitsMode::kNone) continue;
+    const int first = part.opt->logits == LogitsMode::kAll ? 0 : part.T - 1;
+    for (int i = first; i < part.T; ++i) rows.push_back(part.row0 + i);
+  }
+  if (rows.empty()) return;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    RmsNorm(&b.x[rows[k] * static_cast<size_t>(dim)], w_.output_norm.data(), dim, c.norm_eps,
+            &b.xb[k * static_cast<size_t>(dim)]);
+  }
+  const std::vector<float>& wout = w_.output.empty() ? w_.tok_embd : w_.output;
+  const size_t V = static_cast<size_t>(c.vocab_size);
+  std::vector<float> all(rows.size() * V);
+  kernels::ParallelMatMulNT(ThreadPool::Compute(), static_cast<int>(rows.size()), c.vocab_size, dim, 1.0f,
+                            b.xb.data(), dim, wout.data(), dim, 0.0f, all.data(), c.vocab_size);
+  size_t at = 0;
+  for (Part& part : parts) {
+    if (part.opt->logits == LogitsMode::kNone) continue;
+    const size_t n = part.opt->logits == LogitsMode::kAll ? static_cast<size_t>(part.T) : 1;
+    if (parts.size() == 1) {
+      part.res.logits = std::move(all);
+    } else {
+      part.res.logits.assign(all.begin() + at * V, all.begin() + (at + n) * V);
     }
-    const std::vector<float>& wout = w_.output.empty() ? w_.tok_embd : w_.output;
-    res.logits.resize(static_cast<size_t>(rows) * c.vocab_size);
-    kernels::ParallelMatMulNT(pool, rows, c.vocab_size, dim, 1.0f, xb.data(), dim, wout.data(), dim,
-                              0.0f, res.logits.data(), c.vocab_size);
+    at += n;
   }
-  return res;
 }
 
 }  // namespace

@@ -171,11 +171,10 @@ void Scheduler::Loop() {
     } else {
       for (auto& job : arrived) Start(std::move(job));
     }
-    for (auto& r : running_) {
-      if (past_deadline) r->job->Cancel();
-      if (!Advance(*r)) r.reset();
+    if (past_deadline) {
+      for (auto& r : running_) r->job->Cancel();
     }
-    std::erase(running_, nullptr);
+    StepAll();
     if (!running_.empty()) {
       const double ms = MsBetween(t0, Clock::now());
       round_ms_ = round_ms_ <= 0 ? ms : 0.8 * round_ms_ + 0.2 * ms;
@@ -279,10 +278,40 @@ void Scheduler::Start(std::shared_ptr<Job> job, engine::PrefixLocation where,
   r->seq = std::move(served->sequence);
   r->logits = std::move(served->logits);
   r->prev = p.prompt.back();
-  if (Advance(*r)) running_.push_back(std::move(r));
+  if (Decide(*r)) running_.push_back(std::move(r));
 }
 
-bool Scheduler::Advance(Running& r) {
+void Scheduler::StepAll() {
+  // Cancelled jobs end before the pass, not after it.
+  for (auto& r : running_) {
+    if (r->job->cancelled()) {
+      End(*r, FinishReason::kCancelled);
+      r.reset();
+    }
+  }
+  std::erase(running_, nullptr);
+  if (running_.empty()) return;
+  std::vector<Sequence*> seqs;
+  std::vector<int32_t> tokens;
+  for (auto& r : running_) {
+    seqs.push_back(r->seq.get());
+    tokens.push_back(r->prev);
+  }
+  auto logits = Sequence::StepBatch(model_, seqs, tokens);
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Running& r = *running_[i];
+    if (!logits.ok()) {
+      End(r, FinishReason::kError, logits.status());
+      running_[i].reset();
+      continue;
+    }
+    r.logits = std::move((*logits)[i]);
+    if (!Decide(r)) running_[i].reset();
+  }
+  std::erase(running_, nullptr);
+}
+
+bool Scheduler::Decide(Running& r) {
   const GenerationParams& p = r.job->params();
   if (r.job->cancelled()) {
     End(r, FinishReason::kCancelled);
@@ -318,13 +347,7 @@ bool Scheduler::Advance(Running& r) {
     End(r, FinishReason::kLength);
     return false;
   }
-  auto logits = r.seq->Step(model_, next);
-  if (!logits.ok()) {
-    End(r, FinishReason::kError, logits.status());
-    return false;
-  }
-  r.logits = std::move(*logits);
-  return true;
+  return true;  // r.prev runs in the next pass
 }
 
 void Scheduler::End(Running& r, FinishReason reason, Status status) {

@@ -1,10 +1,10 @@
 // The scheduler: a bounded queue of generation jobs and the one thread,
 // `tierkv-sched`, that runs them on the engine. Jobs start while fewer than
 // max_running are running; each round then advances every running job by
-// one token (prefills run between rounds, so a long prompt delays the
-// running jobs' next token by its prefill, as in continuous batching). A
-// round runs one forward pass per running job (the model has no batched
-// decode yet).
+// one token in one batched forward pass (Sequence::StepBatch: the
+// projections are one matrix product over all running jobs, attention is
+// each job's own), continuous batching: prefills run between rounds, so a
+// long prompt delays the running jobs' next token by its prefill.
 //
 // Which job starts next:
 //   fcfs  arrival order.
@@ -106,8 +106,13 @@ class Scheduler {
   // entry); `events`: the scheduler raises its score events.
   void Start(std::shared_ptr<Job> job, engine::PrefixLocation where = {},
              engine::PrefixPlace entered_as = engine::PrefixPlace::kNone, bool prefetched = false);
-  // One token for `r`: false once the job has ended.
-  bool Advance(Running& r);
+  // Samples `r`'s next token from its logits and hands the text on; false
+  // once the job has ended (cancelled, a stop, its length), else the token
+  // (r.prev) is to run in the next pass.
+  bool Decide(Running& r);
+  // One decode pass for every running job (Sequence::StepBatch), then
+  // Decide for each.
+  void StepAll();
   void End(Running& r, FinishReason reason, Status status = Status::Ok());
 
   const Model& model_;
