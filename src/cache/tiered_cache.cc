@@ -304,6 +304,17 @@ Tier TieredCache::TierOf(uint64_t key) const {
   return it == entries_.end() ? Tier::kDisk : it->second.tier;
 }
 
+std::vector<Tier> TieredCache::TiersOf(std::span<const uint64_t> keys) const {
+  std::vector<Tier> out;
+  out.reserve(keys.size());
+  MutexLock l(&mu_);
+  for (uint64_t key : keys) {
+    auto it = entries_.find(key);
+    out.push_back(it == entries_.end() ? Tier::kDisk : it->second.tier);
+  }
+  return out;
+}
+
 CacheStats TieredCache::stats() const {
   MutexLock l(&mu_);
   CacheStats s = stats_;

@@ -145,6 +145,8 @@ class TieredCache {
   void OnRequestEvent(std::span<const uint64_t> keys, RequestEvent event);
 
   Tier TierOf(uint64_t key) const;
+  // TierOf of each key, under one lock (a scheduler's look at a prefix).
+  std::vector<Tier> TiersOf(std::span<const uint64_t> keys) const;
   CacheStats stats() const;
   const CacheOptions& options() const { return opts_; }
 

@@ -30,14 +30,16 @@ PrefixLocation Engine::Locate(std::span<const int32_t> tokens) {
   if (R < im.opts.chunk_tokens) return out;
   out.score_keys = im.ScoreKeys(m, R);
   const StartReads sr = im.source->QueryFreeReads();
-  const size_t ct = im.opts.chunk_tokens;
+  const size_t ct = im.opts.chunk_tokens, L = static_cast<size_t>(im.c.n_layers);
+  std::vector<uint64_t> keys;
   for (size_t i = 0; i * ct < R; ++i) {
-    const uint64_t rows = std::min(ct, R - i * ct);
-    for (int l = 0; l < im.c.n_layers; ++l) {
-      if (im.pools->TierOf(PoolKey(sr.entry, m.prefix_hashes[i], l)) == cache::Tier::kDisk) {
-        out.disk_bytes += rows * sr.bytes_per_row;
-      }
-    }
+    for (size_t l = 0; l < L; ++l) keys.push_back(PoolKey(sr.entry, m.prefix_hashes[i], static_cast<int>(l)));
+  }
+  const std::vector<cache::Tier> tiers = im.pools->TiersOf(keys);
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (tiers[k] != cache::Tier::kDisk) continue;
+    const size_t i = k / L;  // the chunk
+    out.disk_bytes += std::min(ct, R - i * ct) * sr.bytes_per_row;
   }
   out.place = out.disk_bytes > 0 ? PrefixPlace::kDisk : PrefixPlace::kPools;
   return out;
