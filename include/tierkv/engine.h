@@ -297,6 +297,10 @@ class Engine {
   // asks the pools where the entries are, reading nothing and counting no
   // access.
   PrefixLocation Locate(std::span<const int32_t> tokens);
+  // Locate's class of a request already served, from what its reads found
+  // (no second lookup): kNone below one chunk reused, kDisk when a chunk
+  // layer came from disk, else kPools.
+  PrefixPlace PlaceServed(const RequestStats& stats) const;
   // Loads into the pools what a request for `tokens` reads before it knows
   // its queries (Locate's kPools afterwards, while the pools keep it). The
   // reads are verified as a request's are; one that fails is an error here

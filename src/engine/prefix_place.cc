@@ -45,6 +45,11 @@ PrefixLocation Engine::Locate(std::span<const int32_t> tokens) {
   return out;
 }
 
+PrefixPlace Engine::PlaceServed(const RequestStats& stats) const {
+  if (stats.reused_tokens < impl_->opts.chunk_tokens) return PrefixPlace::kNone;
+  return stats.disk_reads > 0 ? PrefixPlace::kDisk : PrefixPlace::kPools;
+}
+
 Result<PrefetchResult> Engine::Prefetch(std::span<const int32_t> tokens) {
   Impl& im = *impl_;
   const auto t0 = Clock::now();

@@ -259,13 +259,9 @@ void Scheduler::Start(std::shared_ptr<Job> job, engine::PrefixLocation where,
   r->out.prefetched = prefetched;
   if (r->job->cancelled()) return End(*r, FinishReason::kCancelled);
   const GenerationParams& p = r->job->params();
-  if (!r->events) {
-    r->where = engine_->Locate(p.prompt);  // for the statistics only
-    entered_as = r->where.place;
-  }
-  r->out.waited_as = entered_as;
-  r->out.started_as = r->where.place;
-  ++started_[static_cast<int>(r->where.place)];
+  // car located the job in its window; fcfs learns where its prefix was
+  // from the prefill's reads (Serve looks it up once).
+  if (r->events) Counted(*r, entered_as, r->where.place);
   engine::ServeOptions so;
   so.keep_kv = true;
   so.scheduler_events = r->events;
@@ -273,12 +269,23 @@ void Scheduler::Start(std::shared_ptr<Job> job, engine::PrefixLocation where,
   if (r->events) engine_->OnSchedulerEvent(r->where, engine::SchedulerEvent::kStart);
   r->served = true;
   auto served = engine_->Serve(p.prompt, so);
+  if (!r->events) {
+    const engine::PrefixPlace at =
+        served.ok() ? engine_->PlaceServed(served->stats) : engine::PrefixPlace::kNone;
+    Counted(*r, at, at);
+  }
   if (!served.ok()) return End(*r, FinishReason::kError, served.status());
   r->out.prefill = served->stats;
   r->seq = std::move(served->sequence);
   r->logits = std::move(served->logits);
   r->prev = p.prompt.back();
   if (Decide(*r)) running_.push_back(std::move(r));
+}
+
+void Scheduler::Counted(Running& r, engine::PrefixPlace waited, engine::PrefixPlace started) {
+  r.out.waited_as = waited;
+  r.out.started_as = started;
+  ++started_[static_cast<int>(started)];
 }
 
 void Scheduler::StepAll() {

@@ -113,6 +113,9 @@ class Scheduler {
   // One decode pass for every running job (Sequence::StepBatch), then
   // Decide for each.
   void StepAll();
+  // Where the job's prefix was while it waited and when it started: into
+  // its outcome and the scheduler's counts.
+  void Counted(Running& r, engine::PrefixPlace waited, engine::PrefixPlace started);
   void End(Running& r, FinishReason reason, Status status = Status::Ok());
 
   const Model& model_;
