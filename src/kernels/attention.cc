@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/attention_lanes.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
 #include "kernels/simd_math.h"
@@ -323,7 +324,9 @@ void AttendBlocks(const AttentionArgs& a, AttentionScratch* scratch) {
 }  // namespace
 
 void AttendKvGroup(const AttentionArgs& a, AttentionScratch* scratch) {
-  if (a.n_new >= kMinGemmRows) {
+  if (LanesServe(a)) {
+    AttendLanes(a, scratch);
+  } else if (a.n_new >= kMinGemmRows) {
     AttendBlocks(a, scratch);
   } else {
     AttendRows(a, scratch);

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "kernels/attention_lanes.h"
 #include "kernels/fp16.h"
 
 namespace tierkv::kernels {
@@ -186,6 +187,45 @@ TEST(AttentionTest, NoPrefixIsPlainCausalAttention) {
 TEST(AttentionTest, SingleQueryRowOverLongPrefix) {
   RunCase({2000, 1, 64, 4}, KvDType::kF32, 7);
   RunCase({2000, 1, 16, 1}, KvDType::kF16, 8);
+}
+
+// The lanes kernel (AVX-512, queries across lanes) at the shapes where its
+// blocks of 16 new tokens, its 16-key score tiles and its causal masks have
+// edges: new rows around multiples of 16, prefixes not a multiple of 16, no
+// prefix, every head_dim it takes, GQA, fp16 and fp32 rows.
+TEST(AttentionTest, LanesKernelEqualsTheReferenceAtEveryEdge) {
+  AttentionArgs probe;
+  probe.head_dim = 16;
+  probe.n_new = 45;
+  if (!LanesServe(probe)) GTEST_SKIP() << "this CPU has no AVX-512: the lanes kernel is not used";
+  uint32_t seed = 300;
+  for (int hd : {16, 32, 64, 128}) {
+    for (int n_new : {2, 15, 16, 17, 45, 64}) {
+      for (int n_prefix : {0, 1, 17, 100}) {
+        RunCase({n_prefix, n_new, hd, hd == 32 ? 3 : 1}, seed % 2 ? KvDType::kF16 : KvDType::kF32, seed);
+        ++seed;
+      }
+    }
+  }
+  // Long prefixes and prompts (the side kernel's and a prefill's shapes).
+  RunCase({675, 45, 16, 1}, KvDType::kF16, 1);
+  RunCase({0, 700, 16, 1}, KvDType::kF32, 2);
+  RunCase({300, 130, 64, 2}, KvDType::kF16, 3);
+}
+
+TEST(AttentionTest, LanesKernelServesOnlyWhatItCan) {
+  AttentionArgs a;
+  a.head_dim = 16;
+  a.n_new = 45;
+  if (!LanesServe(a)) GTEST_SKIP() << "this CPU has no AVX-512: the lanes kernel is not used";
+  a.n_new = 1;  // one row: the row kernel
+  EXPECT_FALSE(LanesServe(a));
+  a.n_new = 2;
+  EXPECT_TRUE(LanesServe(a));
+  for (int hd : {8, 24, 48, 80, 256}) {
+    a.head_dim = hd;
+    EXPECT_FALSE(LanesServe(a)) << hd;
+  }
 }
 
 }  // namespace
