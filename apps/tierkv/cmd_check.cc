@@ -43,7 +43,8 @@ void AddCheck(CLI::App& app, Action* run) {
       auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
-      auto prompts = ReadPromptFile(a->f.prompt_file, *loaded->tokenizer);
+      auto prompts = ReadPromptFile(a->f.prompt_file, *loaded->tokenizer,
+                                  static_cast<size_t>(model.config().context_length));
       if (!prompts.ok()) return Fail(prompts.status().ToString());
 
       auto scratch = ScratchDir::Make(a->f.cache_dir, "check");

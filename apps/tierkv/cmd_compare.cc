@@ -84,7 +84,8 @@ void AddCompare(CLI::App& app, Action* run) {
       auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
-      auto reqs = ReadPromptFile(a->f.prompt_file, *loaded->tokenizer);
+      auto reqs = ReadPromptFile(a->f.prompt_file, *loaded->tokenizer,
+                                  static_cast<size_t>(model.config().context_length));
       if (!reqs.ok()) return Fail(reqs.status().ToString());
       auto scratch = ScratchDir::Make(a->f.cache_dir, "compare");
       if (!scratch.ok()) return Fail(scratch.status().ToString());

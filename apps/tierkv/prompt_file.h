@@ -29,7 +29,10 @@ std::vector<std::vector<int32_t>> ProfilingPrompts(const std::vector<PromptPair>
 // it: per layer, threshold ("never": always all keys), recall, decided share.
 nlohmann::json ProbeFitJson(const std::vector<engine::ProbeFit>& fits);
 
-Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok);
+// Every request (BOS, prefix and query) must fit `context` tokens, the
+// model's: a longer one is refused naming its line and both lengths.
+Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok,
+                                               size_t context);
 // One line of a prompt file, tokenized; `where` (file and line) starts every
 // error message. InvalidArgument naming the field, or JSON's own complaint.
 Result<PromptPair> ParsePromptLine(const std::string& line, const std::string& where,

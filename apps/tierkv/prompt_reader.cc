@@ -47,7 +47,8 @@ Result<PromptPair> ParsePromptLine(const std::string& line, const std::string& w
   return p;
 }
 
-Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok) {
+Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok,
+                                               size_t context) {
   // Checked before opening: opening a FIFO without a writer blocks.
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
@@ -68,7 +69,15 @@ Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const To
   std::string line;
   for (int no = 1; std::getline(in, line); ++no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    ASSIGN_OR_RETURN(PromptPair p, ParsePromptLine(line, path + " line " + std::to_string(no), tok));
+    const std::string where = path + " line " + std::to_string(no);
+    ASSIGN_OR_RETURN(PromptPair p, ParsePromptLine(line, where, tok));
+    const size_t n = p.prefix.size() + p.query.size();
+    if (n > context) {
+      return Status::InvalidArgument(where + ": 'prefix' and 'query' are " + std::to_string(n) +
+                                     " tokens (" + std::to_string(p.prefix.size()) + " + " +
+                                     std::to_string(p.query.size()) + "), more than the model's context of " +
+                                     std::to_string(context));
+    }
     out.push_back(std::move(p));
   }
   if (out.empty()) return Status::InvalidArgument(path + ": no prompts");

@@ -140,6 +140,23 @@ TEST(CliTest, PromptLongerThanContextAndWrongTokenizerFail) {
                  Stories("tok512.model") + " --prompt '" + prompt + "'");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("context is 512 tokens"), std::string::npos) << r.out;
+  // check and compare name the prompt file's line that does not fit.
+  char tmpl[] = "/var/tmp/tierkv_longprompt_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    std::ofstream f(dir + "/p.jsonl");
+    f << "{\"prefix\": \"Lily went out.\", \"query\": \" She\"}\n"
+      << "{\"prefix\": \"" << prompt << "\", \"query\": \" She\"}\n";
+  }
+  const std::string stories = " --model " + Stories("stories260K.bin") + " --tokenizer " + Stories("tok512.model");
+  for (const char* cmd : {"check --system as-like", "compare --systems as-like"}) {
+    r = Tierkv(std::string(cmd) + stories + " --prompt-file " + dir + "/p.jsonl");
+    EXPECT_EQ(r.code, 1) << cmd;
+    EXPECT_NE(r.out.find("p.jsonl line 2: 'prefix' and 'query' are"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("more than the model's context of 512"), std::string::npos) << r.out;
+  }
+  std::filesystem::remove_all(dir);
   r = Tierkv("run --model " + Stories("stories260K.bin") + " --tokenizer " +
              Stories("stories260K.bin") + " --prompt hi");
   EXPECT_EQ(r.code, 1);
