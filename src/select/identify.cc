@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -90,12 +91,20 @@ ProbeDecision DecideWithProbes(const std::vector<std::vector<float>>& probe_scor
     return d;
   }
   d.k = CountForFraction(d.n, o.retention);
-  for (const auto& s : probe_scores) d.probe_sets.push_back(TopK(s, d.k));
-  d.jaccard = MeanPairwiseJaccard(d.probe_sets);
   const double f = static_cast<double>(d.k) / static_cast<double>(d.n);
   d.random_jaccard = RandomJaccard(f);
   d.threshold = fitted_threshold >= 0 ? fitted_threshold : std::pow(d.random_jaccard, o.alpha);
-  d.use_probes = d.jaccard >= d.threshold;
+  if (d.threshold <= 0) {
+    // A fitted profile's usual answer: the probes decide whatever they
+    // agree on, so their top-k sets (a third of the decision's time) are
+    // not needed.
+    d.jaccard = std::numeric_limits<double>::quiet_NaN();
+    d.use_probes = true;
+  } else {
+    for (const auto& s : probe_scores) d.probe_sets.push_back(TopK(s, d.k));
+    d.jaccard = MeanPairwiseJaccard(d.probe_sets);
+    d.use_probes = d.jaccard >= d.threshold;
+  }
   if (d.use_probes) {
     d.summed = Summed(probe_scores);
     if (!groups.empty()) {

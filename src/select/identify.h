@@ -65,8 +65,10 @@ inline int ProbeHeads(int kv_heads) { return kv_heads < kProbeHeads ? kv_heads :
 struct ProbeDecision {
   size_t n = 0;                // prefix rows
   size_t k = 0;                // rows to select: CountForFraction(n, retention)
-  std::vector<std::vector<int32_t>> probe_sets;  // each probe head's top-k
-  double jaccard = 0;          // mean pairwise Jaccard of probe_sets
+  // Each probe head's top-k, and their mean pairwise Jaccard; neither is
+  // computed (empty, NaN) when the threshold is 0: every Jaccard meets it.
+  std::vector<std::vector<int32_t>> probe_sets;
+  double jaccard = 0;
   double random_jaccard = 0;   // j = (k/n) / (2 - k/n)
   double threshold = 0;        // t = j^alpha
   bool use_probes = false;     // jaccard >= threshold

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "select/identify_reference.h"
+#include "select/probe_fit.h"
 #include "select/importance.h"
 #include "testing/status_matchers.h"
 
@@ -77,6 +78,26 @@ TEST(IdentifyTest, ThresholdFollowsTheRandomJaccard) {
   EXPECT_TRUE(e.use_probes);
   EXPECT_DOUBLE_EQ(e.jaccard, 1.0);
   EXPECT_EQ(e.selected, TopK(s[0], 25));
+}
+
+// A fitted threshold of 0 is met by any agreement: the probes decide, with
+// the set a tiny positive threshold gives, and their Jaccard is not measured.
+TEST(IdentifyTest, AZeroThresholdDecidesWithoutMeasuringAgreement) {
+  Scores s(3, std::vector<float>(100));
+  for (int h = 0; h < 3; ++h) {
+    for (int j = 0; j < 100; ++j) s[h][j] = static_cast<float>((j * (h + 1) * 37) % 100);
+  }
+  const ProbeDecision zero = DecideWithProbes(s, IdentifyOptions{}, 0.0);
+  const ProbeDecision tiny = DecideWithProbes(s, IdentifyOptions{}, 1e-9);
+  EXPECT_TRUE(zero.use_probes);
+  EXPECT_TRUE(tiny.use_probes);
+  EXPECT_TRUE(std::isnan(zero.jaccard));
+  EXPECT_TRUE(zero.probe_sets.empty());
+  EXPECT_EQ(tiny.probe_sets.size(), 3u);
+  EXPECT_EQ(zero.selected, tiny.selected);
+  EXPECT_EQ(zero.summed, tiny.summed);
+  // kNeverProbes still falls back.
+  EXPECT_FALSE(DecideWithProbes(s, IdentifyOptions{}, kNeverProbes).use_probes);
 }
 
 TEST(IdentifyTest, GqaSumsQueryHeadsAndRecallCounts) {
