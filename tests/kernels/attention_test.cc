@@ -193,11 +193,16 @@ TEST(AttentionTest, SingleQueryRowOverLongPrefix) {
 // blocks of 16 new tokens, its 16-key score tiles and its causal masks have
 // edges: new rows around multiples of 16, prefixes not a multiple of 16, no
 // prefix, every head_dim it takes, GQA, fp16 and fp32 rows.
+// The side kernel's shape (45 new rows, head_dim 16) on this CPU.
+bool LanesKernelHere() {
+  AttentionArgs a;
+  a.head_dim = 16;
+  a.n_new = 45;
+  return LanesServe(a);
+}
+
 TEST(AttentionTest, LanesKernelEqualsTheReferenceAtEveryEdge) {
-  AttentionArgs probe;
-  probe.head_dim = 16;
-  probe.n_new = 45;
-  if (!LanesServe(probe)) GTEST_SKIP() << "this CPU has no AVX-512: the lanes kernel is not used";
+  if (!LanesKernelHere()) GTEST_SKIP() << "this CPU has no AVX-512: the lanes kernel is not used";
   uint32_t seed = 300;
   for (int hd : {16, 32, 64, 128}) {
     for (int n_new : {2, 15, 16, 17, 45, 64}) {
@@ -214,10 +219,9 @@ TEST(AttentionTest, LanesKernelEqualsTheReferenceAtEveryEdge) {
 }
 
 TEST(AttentionTest, LanesKernelServesOnlyWhatItCan) {
+  if (!LanesKernelHere()) GTEST_SKIP() << "this CPU has no AVX-512: the lanes kernel is not used";
   AttentionArgs a;
   a.head_dim = 16;
-  a.n_new = 45;
-  if (!LanesServe(a)) GTEST_SKIP() << "this CPU has no AVX-512: the lanes kernel is not used";
   a.n_new = 1;  // one row: the row kernel
   EXPECT_FALSE(LanesServe(a));
   a.n_new = 2;
