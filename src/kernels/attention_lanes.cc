@@ -6,8 +6,9 @@
 //      lane's sum, and the near-zero count;
 //   3. with values: O[d][lane] += e[j][lane] * V[j][d], 16 dimensions at a
 //      time, then out = O / sum;
-//   4. with column sums: W[j][lane] += e[j][lane] / sum; after the last block
-//      colsum[j] += the sum of W[j] across lanes.
+//   4. with column sums: colsum[j] += the sum across lanes of
+//      e[j][lane] / sum, 16 keys reduced together. (Keeping several blocks'
+//      weights to reduce them once measured no faster.)
 #include "kernels/attention_lanes.h"
 
 #include <algorithm>
@@ -15,9 +16,8 @@
 #include <cstring>
 #include <limits>
 
-#include "tierkv/kv.h"
-
 #include "kernels/simd_math.h"
+#include "tierkv/kv.h"
 
 namespace tierkv::kernels {
 namespace {
