@@ -170,6 +170,7 @@ float Softmax(float* s, int n) {
 void GatherRows(const void* src, KvDType dtype, size_t count, size_t stride, int head_dim,
                 float* dst) {
   const size_t hd = static_cast<size_t>(head_dim);
+  if (count == 0) return;  // src may be null
   if (stride == 0) stride = hd;
   if (dtype == KvDType::kF32) {
     const float* s = static_cast<const float*>(src);
@@ -180,11 +181,7 @@ void GatherRows(const void* src, KvDType dtype, size_t count, size_t stride, int
     }
   } else {
     const uint16_t* s = static_cast<const uint16_t*>(src);
-    if (stride == hd) {
-      HalfToFloatN(s, dst, count * hd);
-    } else {
-      for (size_t i = 0; i < count; ++i) HalfToFloatN(s + i * stride, dst + i * hd, hd);
-    }
+    HalfToFloatRows(s, stride, count, hd, dst);
   }
 }
 

@@ -13,11 +13,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "kernels/simd_math.h"
-#include "tierkv/kv.h"
 
 namespace tierkv::kernels {
 namespace {
@@ -180,39 +178,19 @@ TIERKV_AVX512 void AddLaneSums(const float* e, const float* inv, int n, float* c
   }
 }
 
-// `count` rows of hd (a multiple of 16) elements at `stride` into dense fp32
-// rows: GatherRows pays a call per row, which costs as much as the scores
-// when rows are strided (one KV head of a wider record).
-TIERKV_AVX512 void DenseCopy(const void* src, KvDType dtype, size_t count, size_t stride, int hd,
-                             float* dst) {
-  if (stride == 0) stride = static_cast<size_t>(hd);
-  for (size_t r = 0; r < count; ++r, dst += hd) {
-    for (int d = 0; d < hd; d += kLanes) {
-      __m512 x;
-      if (dtype == KvDType::kF16) {
-        const auto* h = static_cast<const uint16_t*>(src) + r * stride + d;
-        x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
-      } else {
-        x = _mm512_loadu_ps(static_cast<const float*>(src) + r * stride + d);
-      }
-      _mm512_storeu_ps(dst + d, x);
-    }
-  }
-}
-
 // Keys (and, with values, the values) of prefix rows then new rows as dense
 // fp32 rows of head_dim; keys padded with zero rows to a multiple of 16.
 void DenseRows(const AttentionArgs& a, AttentionScratch* s) {
   const int hd = a.head_dim;
   const size_t np = a.prefix.count, T = static_cast<size_t>(a.n_new), h = static_cast<size_t>(hd);
   s->kp.resize(RoundUp(np + T) * h);
-  DenseCopy(a.prefix.k, a.prefix.dtype, np, a.prefix.k_stride, hd, s->kp.data());
-  DenseCopy(a.k_new, KvDType::kF32, T, a.kv_new_stride, hd, s->kp.data() + np * h);
+  GatherRows(a.prefix.k, a.prefix.dtype, np, a.prefix.k_stride, hd, s->kp.data());
+  GatherRows(a.k_new, KvDType::kF32, T, a.kv_new_stride, hd, s->kp.data() + np * h);
   std::fill(s->kp.begin() + static_cast<ptrdiff_t>((np + T) * h), s->kp.end(), 0.0f);
   if (!a.out) return;
   s->vp.resize((np + T) * h);
-  DenseCopy(a.prefix.v, a.prefix.dtype, np, a.prefix.v_stride, hd, s->vp.data());
-  DenseCopy(a.v_new, KvDType::kF32, T, a.kv_new_stride, hd, s->vp.data() + np * h);
+  GatherRows(a.prefix.v, a.prefix.dtype, np, a.prefix.v_stride, hd, s->vp.data());
+  GatherRows(a.v_new, KvDType::kF32, T, a.kv_new_stride, hd, s->vp.data() + np * h);
 }
 
 // Passes 1-3 for one block of new tokens of query head g: leaves the

@@ -75,6 +75,19 @@ __attribute__((target("avx,f16c"))) void HalfToFloatF16C(const uint16_t* in, flo
   for (; i < n; ++i) out[i] = HalfToFloatSoft(in[i]);
 }
 
+// As HalfToFloatF16C over rows `in_stride` apart, in one call.
+__attribute__((target("avx,f16c"))) void HalfToFloatRowsF16C(const uint16_t* in, size_t in_stride,
+                                                             size_t rows, size_t width, float* out) {
+  for (size_t r = 0; r < rows; ++r, in += in_stride, out += width) {
+    size_t i = 0;
+    for (; i + 8 <= width; i += 8) {
+      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < width; ++i) out[i] = HalfToFloatSoft(in[i]);
+  }
+}
+
 __attribute__((target("avx,f16c"))) void FloatToHalfF16C(const float* in, uint16_t* out,
                                                          size_t n) {
   size_t i = 0;
@@ -94,6 +107,14 @@ uint16_t FloatToHalf(float f) { return FloatToHalfSoft(f); }
 void HalfToFloatN(const uint16_t* in, float* out, size_t n) {
   if (HasF16C()) return HalfToFloatF16C(in, out, n);
   for (size_t i = 0; i < n; ++i) out[i] = HalfToFloatSoft(in[i]);
+}
+
+void HalfToFloatRows(const uint16_t* in, size_t in_stride, size_t rows, size_t width, float* out) {
+  if (in_stride == width) return HalfToFloatN(in, out, rows * width);
+  if (HasF16C()) return HalfToFloatRowsF16C(in, in_stride, rows, width, out);
+  for (size_t r = 0; r < rows; ++r, in += in_stride, out += width) {
+    for (size_t i = 0; i < width; ++i) out[i] = HalfToFloatSoft(in[i]);
+  }
 }
 
 void FloatToHalfN(const float* in, uint16_t* out, size_t n) {
