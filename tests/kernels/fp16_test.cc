@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace tierkv::kernels {
@@ -50,6 +51,24 @@ TEST(Fp16Test, RoundsToNearestEvenLikeTheHardwarePath) {
     const float back = HalfToFloat(vec[i]);
     if (std::fabs(f[i]) < 65504.0f && std::fabs(f[i]) > 6.2e-5f) {
       ASSERT_LE(std::fabs(back - f[i]), std::fabs(f[i]) * (1.0f / 2048.0f)) << f[i];
+    }
+  }
+}
+
+// Strided rows (one KV head of a wider record) and widths off the vector
+// width convert as element by element, and dense rows as one run.
+TEST(Fp16Test, StridedRowsConvertAsEachElement) {
+  std::mt19937 rng(5);
+  for (const auto& [width, stride] : {std::pair<size_t, size_t>{16, 48}, {13, 20}, {16, 16}, {3, 3}}) {
+    const size_t rows = 7;
+    std::vector<uint16_t> in(rows * stride);
+    for (auto& h : in) h = static_cast<uint16_t>(rng() & 0x7bff);  // finite halves, both signs
+    std::vector<float> out(rows * width, -1.0f);
+    HalfToFloatRows(in.data(), stride, rows, width, out.data());
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t i = 0; i < width; ++i) {
+        ASSERT_EQ(out[r * width + i], HalfToFloat(in[r * stride + i])) << width << " " << stride;
+      }
     }
   }
 }
