@@ -88,7 +88,8 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option("--model", f->model,
                   "Model file (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
   sub->add_option("--tokenizer", f->tokenizer, "Tokenizer (default: the model's own)");
-  sub->add_option("--prompt-file", f->prompt_file, "JSON Lines of {\"prefix\", \"query\"}")
+  sub->add_option("--prompt-file", f->prompt_file,
+                  "JSON Lines of {\"prefix\", \"query\"}; each line (BOS, prefix and query) must fit the model's context")
       ->required();
   sub->add_option("--cache-dir", f->cache_dir,
                   "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
