@@ -22,7 +22,7 @@ TS_PACKAGES := clang libomp-dev
 FUZZ_PACKAGES := clang libomp-dev libclang-rt-14-dev
 FUZZ_SECONDS ?= 30
 
-.PHONY: demo test build deps train-deps thread-safety fuzz clean
+.PHONY: demo test build deps train-deps thread-safety fuzz bench-quick bench-paper clean
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \
@@ -65,6 +65,18 @@ fuzz:
 	cmake --preset fuzz >/dev/null
 	cmake --build --preset fuzz
 	bash tools/dev/fuzz.sh $(FUZZ_SECONDS)
+
+# tierkv bench on workloads generated from $(SHARED)/data (docs/bench.md):
+# bench-quick is CI's suite (minutes; report in build/bench-quick),
+# bench-paper the papers' experiments (hours; report in docs/results).
+BENCH_WORKLOADS = $(foreach w,fewshot docqa chat,--workload build/workloads/$(1)/$(w).jsonl)
+bench-quick: build
+	python3 tools/prompts/make_tasks.py suite --size quick --out build/workloads/quick --shared $(SHARED)
+	$(BUILD)/apps/tierkv bench --suite quick $(call BENCH_WORKLOADS,quick) --out build/bench-quick
+
+bench-paper: build
+	python3 tools/prompts/make_tasks.py suite --size paper --out build/workloads/paper --shared $(SHARED)
+	$(BUILD)/apps/tierkv bench --suite paper $(call BENCH_WORKLOADS,paper) --out docs/results
 
 clean:
 	rm -rf build

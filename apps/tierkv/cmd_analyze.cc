@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tierkv/plot.h"
 #include "tierkv/attention_study.h"
 #include "tierkv/commands.h"
 #include "tierkv/filesystem.h"
@@ -30,10 +31,7 @@ std::string Plot(const std::string& dat, const std::string& png, const std::stri
     << "0.0526 dt 2 lc 'gray' t 'random J@10%', 0.25 dt 3 lc 'gray' t 'random J@40%', "
     << "0.1429 dt 4 lc 'gray' t 'random J@25%'\n";
   s.close();
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) return "gnuplot not found: no PNG";
-  const std::string cmd = "gnuplot '" + gp + "' 2>&1";
-  if (std::system(cmd.c_str()) != 0) return "gnuplot failed: no PNG";
-  return "wrote " + png;
+  return bench::RunGnuplot(gp, png);
 }
 
 }  // namespace

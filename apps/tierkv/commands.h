@@ -28,6 +28,7 @@ void AddCheck(CLI::App& app, Action* run);
 void AddCompare(CLI::App& app, Action* run);
 void AddServe(CLI::App& app, Action* run);
 void AddBenchServe(CLI::App& app, Action* run);
+void AddBench(CLI::App& app, Action* run);
 
 // Prints "tierkv: error: <message>" to stderr and returns the exit code 1.
 int Fail(const std::string& message);

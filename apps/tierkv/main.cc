@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddCompare(app, &action);
   tierkv::app::AddServe(app, &action);
   tierkv::app::AddBenchServe(app, &action);
+  tierkv::app::AddBench(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

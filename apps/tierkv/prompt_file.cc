@@ -57,23 +57,6 @@ void AddParsedOption(CLI::App* sub, const std::string& name, T* out, Parse parse
 
 }  // namespace
 
-nlohmann::json ProbeFitJson(const std::vector<engine::ProbeFit>& fits) {
-  nlohmann::json pf = nlohmann::json::array();
-  for (const engine::ProbeFit& f : fits) {
-    pf.push_back({{"threshold", std::isinf(f.threshold) ? nlohmann::json("never") : nlohmann::json(f.threshold)},
-                  {"recall", f.recall},
-                  {"decided", f.decided},
-                  {"decided_recall", f.decided_recall}});
-  }
-  return pf;
-}
-
-std::vector<std::vector<int32_t>> ProfilingPrompts(const std::vector<PromptPair>& reqs) {
-  std::vector<std::vector<int32_t>> out;
-  for (size_t i = 0; i < std::min(kProfilingPrompts, reqs.size()); ++i) out.push_back(reqs[i].prefix);
-  return out;
-}
-
 Result<std::optional<double>> ParseAlpha(const std::string& s) {
   if (s == "auto") return std::optional<double>();
   char* end = nullptr;
@@ -84,13 +67,17 @@ Result<std::optional<double>> ParseAlpha(const std::string& s) {
   return std::optional<double>(a);
 }
 
-void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
+void AddEngineFlags(CLI::App* sub, EngineFlags* f, bool with_prompt_file) {
   sub->add_option("--model", f->model,
                   "Model file (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
   sub->add_option("--tokenizer", f->tokenizer, "Tokenizer (default: the model's own)");
-  sub->add_option("--prompt-file", f->prompt_file,
-                  "JSON Lines of {\"prefix\", \"query\"}; each line (BOS, prefix and query) must fit the model's context")
-      ->required();
+  if (with_prompt_file) {
+    sub->add_option("--prompt-file", f->prompt_file,
+                    "Request file: JSON Lines of {\"prefix\", \"query\"} (docs/workloads.md: shared documents, "
+                    "choices and labels too); each request (BOS, prefix, query and its longest choice) must fit "
+                    "the model's context")
+        ->required();
+  }
   sub->add_option("--cache-dir", f->cache_dir,
                   "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
   sub->add_option("--alpha", f->alpha,

@@ -1,5 +1,5 @@
-// JSON Lines of {"prefix": "...", "query": "..."}: the input of check and
-// compare. Errors name the file, the line and the field.
+// The flags and helpers check, compare and bench share; their request files
+// are read by tierkv/task_workload.h (errors name the file, line and field).
 #pragma once
 
 #include <optional>
@@ -10,33 +10,27 @@
 #include <nlohmann/json.hpp>
 
 #include "tierkv/engine.h"
+#include "tierkv/harness.h"
 #include "tierkv/status.h"
+#include "tierkv/task_workload.h"
 #include "tierkv/tokenizer.h"
 
 namespace tierkv::app {
 
-struct PromptPair {
-  std::vector<int32_t> prefix;  // BOS + the prefix's tokens
-  std::vector<int32_t> query;   // the query's tokens (at least one)
-  std::vector<int32_t> Joined() const;
-};
+// A request of a request file (tierkv/task_workload.h): prefix (BOS
+// first), query, and for tasks its choices and label.
+using PromptPair = bench::TaskRequest;
 
-// The profiling prompts of an engine that uses profiles (car's sparsity,
-// the fitted probe thresholds): the file's first prefixes.
-inline constexpr size_t kProfilingPrompts = 8;
-std::vector<std::vector<int32_t>> ProfilingPrompts(const std::vector<PromptPair>& reqs);
-// An engine's fitted probe profile (alpha auto) as check and compare report
-// it: per layer, threshold ("never": always all keys), recall, decided share.
-nlohmann::json ProbeFitJson(const std::vector<engine::ProbeFit>& fits);
+using bench::ProbeFitJson;
+using bench::ProfilingPrompts;
 
-// Every request (BOS, prefix and query) must fit `context` tokens, the
-// model's: a longer one is refused naming its line and both lengths.
-Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok,
-                                               size_t context);
-// One line of a prompt file, tokenized; `where` (file and line) starts every
-// error message. InvalidArgument naming the field, or JSON's own complaint.
-Result<PromptPair> ParsePromptLine(const std::string& line, const std::string& where,
-                                   const Tokenizer& tok);
+// Every request (BOS, prefix, query and its longest choice) must fit
+// `context` tokens, the model's: a longer one is refused naming its line
+// and the lengths.
+inline Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok,
+                                                      size_t context) {
+  return bench::ReadTaskWorkload(path, tok, context);
+}
 
 // A scratch directory for a command's store: `flag` if set (kept), else a
 // new directory under $TMPDIR or /var/tmp, removed when this goes away.
@@ -70,7 +64,8 @@ struct EngineFlags {
   engine::StoreOrder store_order = engine::StoreOrder::kOff;
   std::string read_planner = "pages";
 };
-void AddEngineFlags(CLI::App* sub, EngineFlags* f);
+// with_prompt_file: --prompt-file (required) too.
+void AddEngineFlags(CLI::App* sub, EngineFlags* f, bool with_prompt_file = true);
 // --alpha's value: nullopt for "auto", else the exponent; InvalidArgument otherwise.
 Result<std::optional<double>> ParseAlpha(const std::string& s);
 // The engine options the flags set (system and pool sizes left at their

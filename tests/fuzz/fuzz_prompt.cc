@@ -1,11 +1,12 @@
-// libFuzzer target: the prompt-file line parser (JSON, fields, tokenization
-// with the default model's tokenizer) on arbitrary lines.
+// libFuzzer target: the request-file reader (JSON, fields, documents and
+// the requests that name them, choices and labels, tokenization with the
+// default model's tokenizer) on arbitrary input, one line at a time.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "default_model.h"
-#include "prompt_file.h"
+#include "tierkv/task_workload.h"
 
 namespace {
 tierkv::fuzz::DefaultModel loaded;
@@ -17,7 +18,14 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string line(reinterpret_cast<const char*>(data), size);
-  tierkv::app::ParsePromptLine(line, "fuzz.jsonl line 1", *loaded.tokenizer).status().IgnoreError();
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  tierkv::bench::TaskWorkloadReader reader(*loaded.tokenizer);
+  size_t start = 0;
+  for (int no = 1; start <= input.size(); ++no) {
+    size_t end = input.find('\n', start);
+    if (end == std::string::npos) end = input.size();
+    reader.AddLine(input.substr(start, end - start), "fuzz.jsonl line " + std::to_string(no)).IgnoreError();
+    start = end + 1;
+  }
   return 0;
 }

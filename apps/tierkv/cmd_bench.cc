@@ -1,0 +1,127 @@
+// tierkv bench: the papers' experiments on request files, with a report.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "prompt_file.h"
+#include "tierkv/bench_suite.h"
+#include "tierkv/commands.h"
+
+namespace tierkv::app {
+
+namespace {
+
+// A progress line on stderr: redrawn in place on a terminal; elsewhere (a
+// CI log) one line per stage and every 10 s.
+class ProgressBar {
+ public:
+  void operator()(const std::string& what, size_t done, size_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (tty_) {
+      const int width = 30, filled = total ? static_cast<int>(width * done / total) : width;
+      std::fprintf(stderr, "\r\033[K[%.*s%*s] %zu/%zu %s", filled, "##############################",
+                   width - filled, "", done, total, what.c_str());
+      if (done == total) std::fputc('\n', stderr);
+    } else if (what != last_ || now - printed_ > std::chrono::seconds(10) ) {
+      std::fprintf(stderr, "bench: %s %zu/%zu\n", what.c_str(), done, total);
+      printed_ = now;
+      last_ = what;
+    }
+  }
+
+ private:
+  bool tty_ = ::isatty(2) == 1;
+  std::string last_;
+  std::chrono::steady_clock::time_point printed_{};
+};
+
+}  // namespace
+
+void AddBench(CLI::App& app, Action* run) {
+  struct Args {
+    EngineFlags f;
+    std::string suite = "quick";
+    std::vector<std::string> workloads;
+    std::string out = "bench-results";
+    double retention = 0.25;
+    double device_share = 0.10, host_share = 0.30;
+    int warmup = -1, rounds = -1;
+    bool json = false;
+    std::vector<std::string> llamacpp;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "bench",
+      "The papers' experiments on request files (docs/bench.md): every system on the same requests and store, "
+      "TTFT with its breakdown, bytes read, device hit ratio, fidelity and task accuracy against recompute; "
+      "writes results.json, report.md and PNG plots to --out");
+  sub->add_option("--suite", a->suite,
+                  "quick (CI's: every system at retention --retention and at 1.0, minutes), systems (every system "
+                  "on each workload) or paper (IMPRESS's Figures 16-24: ablation, pool policy, alpha, chunk "
+                  "size, pool size, retention; hours on large workloads)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"quick", "systems", "paper"}));
+  sub->add_option("--workload", a->workloads,
+                  "Request file (docs/workloads.md; tools/prompts/make_tasks.py writes them); repeat for several. "
+                  "Experiments that vary a setting run on the first")
+      ->required();
+  sub->add_option("--out", a->out, "Directory for results.json, report.md and the plots")->capture_default_str();
+  sub->add_option("--retention", a->retention, "Share of R's rows used by the selective systems")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--device-share", a->device_share, "Device pool as a share of the stored K/V bytes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--host-share", a->host_share, "Host pool as a share of the stored K/V bytes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--warmup", a->warmup, "Unmeasured passes per system and round (default: 1; quick: 0)")
+      ->check(CLI::Range(0, 100));
+  sub->add_option("--rounds", a->rounds, "Rounds over the systems in alternating order (default: 3; quick: 1)")
+      ->check(CLI::Range(1, 100));
+  sub->add_option("--llamacpp", a->llamacpp,
+                  "Results of tools/llamacpp/runner.mjs bench on the same workloads (JSON; repeat for several): "
+                  "the report puts llama.cpp's full prefill and state restore beside recompute and the reuse "
+                  "systems");
+  AddEngineFlags(sub, &a->f, /*with_prompt_file=*/false);
+  sub->add_flag("--json", a->json, "Print results.json to stdout as well");
+  sub->callback([a, run] {
+    *run = [a]() -> int {
+      if (!(a->retention > 0)) return Fail("--retention must be above 0");
+      auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer);
+      if (!loaded.ok()) return Fail(loaded.status().ToString());
+      auto scratch = ScratchDir::Make(a->f.cache_dir, "bench");
+      if (!scratch.ok()) return Fail(scratch.status().ToString());
+      bench::SuiteOptions o;
+      o.suite = *bench::ParseSuite(a->suite);  // checked by the flag
+      const bool quick = o.suite == bench::Suite::kQuick;
+      o.workloads = a->workloads;
+      o.base = EngineOptionsFrom(a->f, scratch->path(), a->retention);
+      o.retention = a->retention;
+      o.device_share = a->device_share;
+      o.host_share = a->host_share;
+      o.warmup = a->warmup >= 0 ? a->warmup : (quick ? 0 : 1);
+      o.rounds = a->rounds >= 1 ? a->rounds : (quick ? 1 : 3);
+      auto bar = std::make_shared<ProgressBar>();
+      o.progress = [bar](const std::string& what, size_t done, size_t total) { (*bar)(what, done, total); };
+      // Read before the suite runs: a bad file fails in seconds, not hours.
+      std::vector<nlohmann::json> llamacpp;
+      for (const std::string& path : a->llamacpp) {
+        auto j = bench::ReadLlamaCppResults(path);
+        if (!j.ok()) return Fail(j.status().ToString());
+        llamacpp.push_back(*j);
+      }
+      auto suite = bench::RunSuite(*loaded->model, *loaded->tokenizer, o);
+      if (!suite.ok()) return Fail(suite.status().ToString());
+      for (const nlohmann::json& j : llamacpp) bench::AddLlamaCpp(j, &*suite);
+      Status w = bench::WriteReport(*suite, a->out);
+      if (!w.ok()) return Fail(w.ToString());
+      if (a->json) std::printf("%s\n", suite->dump().c_str());
+      std::fprintf(stderr, "bench: wrote %s/results.json and %s/report.md\n", a->out.c_str(), a->out.c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace tierkv::app

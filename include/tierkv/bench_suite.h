@@ -1,0 +1,67 @@
+// tierkv bench: the papers' experiments as suites of harness runs
+// (tierkv/harness.h), and the report they make (docs/bench.md).
+//   quick  CI's subset (minutes): every system on each workload at retention
+//          0.25 with task accuracy and fidelity, and every reusing system at
+//          retention 1.0 against as-like (fp16-KV reuse: exact)
+//   paper  IMPRESS's evaluation: TTFT and load time per system and workload
+//          (Figures 16, 17, tail latency, device hit ratio, spec's recall,
+//          per-layer retention: 19), the ablation (18), chunks read with and
+//          without reordering (20), pool policy score against LFU (21), alpha
+//          (22), chunk size (23), pool size against the stored K/V (24), and
+//          retention against task accuracy
+// A workload is a request file (docs/workloads.md); its name is the file's
+// stem. Experiments that compare settings run on the first workload.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tierkv/engine.h"
+#include "tierkv/model.h"
+#include "tierkv/status.h"
+#include "tierkv/tokenizer.h"
+
+namespace tierkv::bench {
+
+enum class Suite { kQuick, kPaper, kSystems };
+std::string_view SuiteName(Suite s);
+// quick, paper or systems (every system on each workload, the first
+// experiment of paper alone); InvalidArgument naming them.
+Result<Suite> ParseSuite(std::string_view name);
+
+struct SuiteOptions {
+  Suite suite = Suite::kQuick;
+  std::vector<std::string> workloads;  // request files; at least one
+  engine::EngineOptions base;          // cache_dir: the scratch directory (each run gets its own store)
+  double retention = 0.25;
+  double device_share = 0.10, host_share = 0.30;
+  int warmup = 1, rounds = 3;          // quick: 0 and 1 unless set
+  // Called with what runs and how far (may be empty).
+  std::function<void(const std::string& what, size_t done, size_t total)> progress;
+};
+
+// Runs the suite: {"suite", "machine", "started", "workloads": {...},
+// "experiments": [{"id", "title", "workload", "param", "runs": [{"value",
+// "result"}]}]}. Errors name the workload or the experiment.
+Result<nlohmann::json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptions& o);
+
+// Reads a result of tools/llamacpp/runner.mjs bench; InvalidArgument naming
+// the missing or mistyped field.
+Result<nlohmann::json> ReadLlamaCppResults(const std::string& path);
+// Files it under suite["llamacpp"][the workload's stem]: the report compares
+// it with recompute and the reuse systems on that workload.
+void AddLlamaCpp(const nlohmann::json& results, nlohmann::json* suite);
+
+// One harness run as a Markdown table: per system TTFT mean/p50/p99 with
+// its breakdown, disk bytes and chunks, device hit ratio, bytes per ideal,
+// and with the quality pass top-1 agreement, KL and accuracy per task.
+std::string HarnessTable(const nlohmann::json& run);
+
+// Writes `dir`/results.json (every raw figure), report.md (the tables) and,
+// where gnuplot is installed, a PNG per figure (report.md says when not).
+Status WriteReport(const nlohmann::json& suite, const std::string& dir);
+
+}  // namespace tierkv::bench

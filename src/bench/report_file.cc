@@ -1,0 +1,117 @@
+// WriteReport (tierkv/bench_suite.h): results.json, report.md and a PNG per
+// experiment.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "bench/llamacpp.h"
+#include "tierkv/bench_suite.h"
+#include "tierkv/plot.h"
+
+namespace tierkv::bench {
+
+namespace {
+
+using nlohmann::json;
+
+// A run's label in tables and plots: its workload, and its setting.
+std::string Label(const json& run, const std::string& param) {
+  std::string l = run["workload"].get<std::string>();
+  if (!run["value"].is_null()) l += " " + param + "=" + run["value"].get<std::string>();
+  return l;
+}
+
+// The systems of an experiment's runs, in the order the first run lists them.
+std::vector<std::string> Systems(const json& exp) {
+  std::vector<std::string> out;
+  for (const auto& [name, j] : exp["runs"][0]["result"]["systems"].items()) out.push_back(name);
+  return out;
+}
+
+// A clustered histogram of `field` (under "quality" when `quality`) per
+// run and system; returns the report's line about it.
+std::string PlotExperiment(const json& exp, const std::string& dir, const std::string& field, bool quality,
+                           const std::string& ylabel) {
+  const std::string id = exp["id"].get<std::string>() + (quality ? "-" + field : "");
+  const std::string dat = dir + "/fig-" + id + ".dat", png = "fig-" + id + ".png";
+  const std::vector<std::string> systems = Systems(exp);
+  {
+    std::ofstream d(dat);
+    d << "run";
+    for (const std::string& s : systems) d << " " << s;
+    d << "\n";
+    for (const json& run : exp["runs"]) {
+      std::string label = Label(run, exp["param"].get<std::string>());
+      for (char& c : label) c = c == ' ' ? '_' : c;
+      d << label;
+      for (const std::string& s : systems) {
+        const json& j = run["result"]["systems"][s];
+        const json& src = quality ? (j.contains("quality") ? j["quality"] : json()) : j;
+        d << " " << (src.is_object() && src.contains(field) ? src[field].get<double>() : 0.0);
+      }
+      d << "\n";
+    }
+  }
+  std::ofstream g(dat + ".gp");
+  g << "set terminal pngcairo noenhanced size 1000,520\nset output '" << dir << "/" << png << "'\n"
+    << "set title '" << exp["id"].get<std::string>() << ": " << ylabel << "'\nset ylabel '" << ylabel << "'\n"
+    << "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.85 border -1\n"
+    << "set key outside right\nset grid ytics\nset xtics rotate by -20\nset yrange [0:*]\n"
+    << "plot for [i=2:" << systems.size() + 1 << "] '" << dat << "' using i:xtic(1) title columnheader(i)\n";
+  g.close();
+  const std::string what = RunGnuplot(dat + ".gp", dir + "/" + png);
+  return what.rfind("wrote", 0) == 0 ? "![" + id + "](" + png + ")\n\n" : "(" + what + " for " + id + ")\n\n";
+}
+
+std::string Header(const json& suite) {
+  std::ostringstream s;
+  s << "# tierkv bench --suite " << suite["suite"].get<std::string>() << "\n\n"
+    << "Run from " << suite["started"].get<std::string>() << " to " << suite.value("finished", std::string("?"))
+    << " on " << suite["machine"].value("cpu", std::string("an unknown CPU")) << " ("
+    << suite["machine"].value("cores", 0) << " cores, " << suite["machine"].value("kernel", std::string("?"))
+    << "). Every raw figure is in `results.json`.\n\n"
+    << "How to read it: times on a shared machine drift by tens of percent between runs, so compare systems "
+       "by their ratio within one run (the systems of a run take turns, in alternating order, over the same "
+       "requests and the same store), never by absolute times across runs or reports.\n\n"
+    << "Settings: " << suite["settings"].dump() << "\n\n| workload | requests | with choices | prefix tokens (mean) |\n"
+    << "|---|---:|---:|---:|\n";
+  for (const auto& [name, w] : suite["workloads"].items()) {
+    s << "| " << name << " | " << w["requests"] << " | " << w["with_choices"] << " | "
+      << static_cast<long>(w["prefix_tokens_mean"].get<double>()) << " |\n";
+  }
+  return s.str() + "\n";
+}
+
+}  // namespace
+
+Status WriteReport(const json& suite, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError("cannot create " + dir + ": " + ec.message());
+  {
+    std::ofstream j(dir + "/results.json");
+    j << suite.dump(1) << "\n";
+    if (!j) return Status::IOError("cannot write " + dir + "/results.json");
+  }
+  std::ostringstream md;
+  md << Header(suite) << LlamaCppSection(suite);
+  for (const json& exp : suite["experiments"]) {
+    md << "## " << exp["id"].get<std::string>() << ": " << exp["title"].get<std::string>() << "\n\n";
+    if (exp["runs"].empty()) continue;
+    md << PlotExperiment(exp, dir, "ttft_ms_mean", false, "TTFT mean (ms)");
+    const json& first = exp["runs"][0]["result"]["systems"];
+    if (!first.empty() && first.begin()->contains("quality")) {
+      md << PlotExperiment(exp, dir, "top1_agree", true, "top-1 agreement with recompute");
+    }
+    for (const json& run : exp["runs"]) {
+      md << "### " << Label(run, exp["param"].get<std::string>()) << "\n\n" << HarnessTable(run["result"]);
+    }
+  }
+  std::ofstream m(dir + "/report.md");
+  m << md.str();
+  if (!m) return Status::IOError("cannot write " + dir + "/report.md");
+  return Status::Ok();
+}
+
+}  // namespace tierkv::bench

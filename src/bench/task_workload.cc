@@ -1,0 +1,150 @@
+// Reading request files (tierkv/task_workload.h, docs/workloads.md).
+#include "tierkv/task_workload.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tierkv::bench {
+
+namespace {
+
+using nlohmann::json;
+
+// A request file is text someone wrote or generated: larger is a mistake
+// (or /dev/zero), and would be read into memory whole.
+constexpr uintmax_t kMaxFileBytes = 256ull << 20;
+// More choices than any multiple-choice task has: each one is a request.
+constexpr size_t kMaxChoices = 64;
+
+Status Bad(const std::string& where, const std::string& field, const std::string& why) {
+  return Status::InvalidArgument(where + ": field '" + field + "' " + why);
+}
+
+// j[field] as a non-empty string.
+Result<std::string> NonEmptyString(const json& j, const char* field, const std::string& where) {
+  if (!j.contains(field) || !j[field].is_string() || j[field].get<std::string>().empty()) {
+    return Bad(where, field, "is missing or not a non-empty string");
+  }
+  return j[field].get<std::string>();
+}
+
+Status ParseChoices(const json& j, const std::string& where, const Tokenizer& tok, TaskRequest* r) {
+  if (!j.contains("choices")) {
+    if (j.contains("label")) return Bad(where, "label", "needs 'choices'");
+    return Status::Ok();
+  }
+  const json& c = j["choices"];
+  if (!c.is_array() || c.size() < 2 || c.size() > kMaxChoices) {
+    return Bad(where, "choices", "must be an array of 2 to " + std::to_string(kMaxChoices) + " strings");
+  }
+  for (size_t i = 0; i < c.size(); ++i) {
+    const std::string field = "choices[" + std::to_string(i) + "]";
+    if (!c[i].is_string() || c[i].get<std::string>().empty()) return Bad(where, field, "must be a non-empty string");
+    ASSIGN_OR_RETURN(std::vector<int32_t> t, tok.Encode(c[i].get<std::string>(), /*add_bos=*/false));
+    if (t.empty()) return Bad(where, field, "has no tokens");
+    r->choices.push_back(std::move(t));
+  }
+  if (j.contains("label")) {
+    const json& l = j["label"];
+    if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= static_cast<int64_t>(c.size())) {
+      return Bad(where, "label", "must be an index into 'choices' (0 to " + std::to_string(c.size() - 1) + ")");
+    }
+    r->label = static_cast<int>(l.get<int64_t>());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<int32_t> TaskRequest::Joined() const {
+  std::vector<int32_t> t = prefix;
+  t.insert(t.end(), query.begin(), query.end());
+  return t;
+}
+
+Status TaskWorkloadReader::AddLine(const std::string& line, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::exception& e) {
+    // nlohmann's message says what is wrong (syntax, ill-formed UTF-8, a
+    // number out of range) and where; out_of_range is not a parse_error.
+    return Status::InvalidArgument(where + ": not JSON: " + e.what());
+  }
+  if (!j.is_object()) return Status::InvalidArgument(where + ": not a JSON object");
+  if (j.contains("document")) {
+    ASSIGN_OR_RETURN(std::string id, NonEmptyString(j, "document", where));
+    ASSIGN_OR_RETURN(std::string text, NonEmptyString(j, "text", where));
+    if (documents_.count(id)) return Bad(where, "document", "'" + id + "' is defined twice");
+    ASSIGN_OR_RETURN(documents_[id], tok_.Encode(text, /*add_bos=*/true));
+    return Status::Ok();
+  }
+  TaskRequest r;
+  if (j.contains("prefix") == j.contains("prefix_doc")) {
+    return Bad(where, "prefix", "or 'prefix_doc' is required (exactly one of them)");
+  }
+  if (j.contains("prefix")) {
+    ASSIGN_OR_RETURN(std::string prefix, NonEmptyString(j, "prefix", where));
+    ASSIGN_OR_RETURN(r.prefix, tok_.Encode(prefix, /*add_bos=*/true));
+  } else {
+    ASSIGN_OR_RETURN(std::string id, NonEmptyString(j, "prefix_doc", where));
+    auto it = documents_.find(id);
+    if (it == documents_.end()) return Bad(where, "prefix_doc", "names '" + id + "', not a document defined on an earlier line");
+    r.prefix = it->second;
+  }
+  ASSIGN_OR_RETURN(std::string query, NonEmptyString(j, "query", where));
+  ASSIGN_OR_RETURN(r.query, tok_.Encode(query, /*add_bos=*/false));
+  if (r.query.empty()) return Bad(where, "query", "has no tokens");
+  for (const char* field : {"id", "task"}) {
+    if (j.contains(field) && !j[field].is_string()) return Bad(where, field, "must be a string");
+  }
+  r.id = j.contains("id") ? j["id"].get<std::string>() : where;
+  r.task = j.contains("task") ? j["task"].get<std::string>() : "";
+  RETURN_IF_ERROR(ParseChoices(j, where, tok_, &r));
+  requests_.push_back(std::move(r));
+  return Status::Ok();
+}
+
+Result<std::vector<TaskRequest>> ReadTaskWorkload(const std::string& path, const Tokenizer& tok,
+                                                  size_t context) {
+  // Checked before opening: opening a FIFO without a writer blocks.
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) return Status::NotFound("cannot read request file " + path);
+  if (!std::filesystem::is_regular_file(st)) {
+    return Status::InvalidArgument("request file " + path + " is not a regular file (a directory, FIFO or device)");
+  }
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxFileBytes) {
+    return Status::InvalidArgument("request file " + path + " has " + std::to_string(size) +
+                                   " bytes, more than the " + std::to_string(kMaxFileBytes) + " allowed");
+  }
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot read request file " + path);
+  TaskWorkloadReader reader(tok);
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + " line " + std::to_string(no);
+    const size_t before = reader.requests().size();
+    RETURN_IF_ERROR(reader.AddLine(line, where));
+    if (reader.requests().size() == before) continue;  // a document
+    const TaskRequest& r = reader.requests().back();
+    size_t longest = 0;
+    for (const auto& c : r.choices) longest = std::max(longest, c.size());
+    const size_t n = r.prefix.size() + r.query.size() + longest;
+    if (n > context) {
+      return Status::InvalidArgument(where + ": 'prefix' and 'query'" + (longest ? std::string(" and the longest choice") : "") +
+                                     " are " + std::to_string(n) + " tokens (" + std::to_string(r.prefix.size()) + " + " +
+                                     std::to_string(r.query.size()) + (longest ? " + " + std::to_string(longest) : "") +
+                                     "), more than the model's context of " + std::to_string(context));
+    }
+  }
+  if (reader.requests().empty()) return Status::InvalidArgument(path + ": no requests");
+  return std::move(reader.requests());
+}
+
+}  // namespace tierkv::bench
