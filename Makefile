@@ -74,9 +74,20 @@ bench-quick: build
 	python3 tools/prompts/make_tasks.py suite --size quick --out build/workloads/quick --shared $(SHARED)
 	$(BUILD)/apps/tierkv bench --suite quick $(call BENCH_WORKLOADS,quick) --out build/bench-quick
 
+# llama.cpp runs first on the same workloads when tools/llamacpp is set up
+# (tools/llamacpp/setup.sh); the report puts it beside our systems.
+LLAMACPP_RUNNER := tools/llamacpp/runner.mjs
 bench-paper: build
 	python3 tools/prompts/make_tasks.py suite --size paper --out build/workloads/paper --shared $(SHARED)
-	$(BUILD)/apps/tierkv bench --suite paper $(call BENCH_WORKLOADS,paper) --out docs/results
+	rm -f build/workloads/paper/llamacpp-*.json
+	if [ -d tools/llamacpp/node_modules/node-llama-cpp ]; then \
+	  for w in fewshot docqa chat; do \
+	    node $(LLAMACPP_RUNNER) bench --model models/tierkv-default.gguf \
+	      --workload build/workloads/paper/$$w.jsonl --out build/workloads/paper/llamacpp-$$w.json || exit 1; \
+	  done; \
+	else echo "tools/llamacpp not set up: the report will have no llama.cpp section"; fi
+	$(BUILD)/apps/tierkv bench --suite paper $(call BENCH_WORKLOADS,paper) --out docs/results \
+	  $$(for f in build/workloads/paper/llamacpp-*.json; do [ -f $$f ] && echo --llamacpp $$f; done)
 
 clean:
 	rm -rf build

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "bench/llamacpp.h"
+#include "bench/report_format.h"
 #include "tierkv/bench_suite.h"
 
 namespace tierkv::bench {
@@ -12,12 +13,6 @@ namespace tierkv::bench {
 namespace {
 
 using nlohmann::json;
-
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 // The systems experiment's result on `workload`, or null.
 const json* SystemsRun(const json& suite, const std::string& workload) {

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "bench/report_format.h"
 #include "tierkv/bench_suite.h"
 
 namespace tierkv::bench {
@@ -15,12 +16,6 @@ namespace tierkv::bench {
 namespace {
 
 using nlohmann::json;
-
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 double Num(const json& j, const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0; }
 

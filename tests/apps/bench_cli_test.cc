@@ -16,20 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include "testing/shared.h"
+#include "testing/shell.h"
 #include "tierkv/engine.h"
 
 namespace tierkv {
 namespace {
 
-int Shell(const std::string& cmd, std::string* out) {
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out->append(buf.data(), n);
-  const int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+using testing::Shell;
 
 TEST(BenchCliTest, QuickSuiteReportsEverySystemExactlyAtRetentionOne) {
   TIERKV_REQUIRE_SHARED("data/piqa/valid.jsonl");
@@ -37,13 +30,13 @@ TEST(BenchCliTest, QuickSuiteReportsEverySystemExactlyAtRetentionOne) {
   const std::string dir = testing::MakeTempDir("bench_quick");
   std::string log;
   ASSERT_EQ(Shell("python3 " + std::string(TIERKV_SOURCE_DIR) + "/tools/prompts/make_tasks.py suite --size quick --out " +
-                    dir + "/w --shared " + TIERKV_SHARED_DIR,
+                    dir + "/w --shared " + TIERKV_SHARED_DIR + " 2>&1",
                 &log),
             0)
       << log;
   const std::string bench = std::string(TIERKV_BINARY) + " bench --suite quick --workload " + dir +
                             "/w/fewshot.jsonl --workload " + dir + "/w/docqa.jsonl --workload " + dir +
-                            "/w/chat.jsonl --out " + dir + "/out";
+                            "/w/chat.jsonl --out " + dir + "/out 2>&1";
   ASSERT_EQ(Shell(bench, &log), 0) << log;
   std::ifstream in(dir + "/out/results.json");
   const nlohmann::json j = nlohmann::json::parse(in);
@@ -89,10 +82,10 @@ TEST(BenchCliTest, QuickSuiteReportsEverySystemExactlyAtRetentionOne) {
 
 TEST(BenchCliTest, BadInputIsAClearError) {
   std::string out;
-  EXPECT_NE(Shell(std::string(TIERKV_BINARY) + " bench --suite nope --workload x", &out), 0) << out;
+  EXPECT_NE(Shell(std::string(TIERKV_BINARY) + " bench --suite nope --workload x 2>&1", &out), 0) << out;
   EXPECT_NE(out.find("--suite"), std::string::npos) << out;
   out.clear();
-  EXPECT_EQ(Shell(std::string(TIERKV_BINARY) + " bench --workload /nonexistent.jsonl --out /tmp", &out), 1) << out;
+  EXPECT_EQ(Shell(std::string(TIERKV_BINARY) + " bench --workload /nonexistent.jsonl --out /tmp 2>&1", &out), 1) << out;
   EXPECT_NE(out.find("cannot read request file /nonexistent.jsonl"), std::string::npos) << out;
 }
 

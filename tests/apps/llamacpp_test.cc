@@ -16,19 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "testing/shared.h"
+#include "testing/shell.h"
 
 namespace tierkv {
 namespace {
 
-int Shell(const std::string& cmd, std::string* out) {
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out->append(buf.data(), n);
-  const int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+using testing::Shell;
 
 const std::string kRunner = std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/runner.mjs";
 

@@ -216,7 +216,7 @@ SUITE = {
     "paper": {
         "fewshot": ["fewshot", "--task", "mixed", "--requests", "60", "--min-prefix-chars", "8000"],
         "docqa": ["docqa", "--documents", "4", "--questions", "10", "--doc-chars", "8500", "--order", "random"],
-        "chat": ["chat", "--users", "8", "--rounds", "4", "--system-chars", "7000"],
+        "chat": ["chat", "--users", "8", "--rounds", "4", "--system-chars", "7500"],
     },
 }
 
