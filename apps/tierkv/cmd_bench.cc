@@ -1,7 +1,4 @@
 // tierkv bench: the papers' experiments on request files, with a report.
-#include <unistd.h>
-
-#include <chrono>
 #include <cstdio>
 
 #include "prompt_file.h"
@@ -9,34 +6,6 @@
 #include "tierkv/commands.h"
 
 namespace tierkv::app {
-
-namespace {
-
-// A progress line on stderr: redrawn in place on a terminal; elsewhere (a
-// CI log) one line per stage and every 10 s.
-class ProgressBar {
- public:
-  void operator()(const std::string& what, size_t done, size_t total) {
-    const auto now = std::chrono::steady_clock::now();
-    if (tty_) {
-      const int width = 30, filled = total ? static_cast<int>(width * done / total) : width;
-      std::fprintf(stderr, "\r\033[K[%.*s%*s] %zu/%zu %s", filled, "##############################",
-                   width - filled, "", done, total, what.c_str());
-      if (done == total) std::fputc('\n', stderr);
-    } else if (what != last_ || now - printed_ > std::chrono::seconds(10) ) {
-      std::fprintf(stderr, "bench: %s %zu/%zu\n", what.c_str(), done, total);
-      printed_ = now;
-      last_ = what;
-    }
-  }
-
- private:
-  bool tty_ = ::isatty(2) == 1;
-  std::string last_;
-  std::chrono::steady_clock::time_point printed_{};
-};
-
-}  // namespace
 
 void AddBench(CLI::App& app, Action* run) {
   struct Args {
@@ -84,7 +53,7 @@ void AddBench(CLI::App& app, Action* run) {
                   "Results of tools/llamacpp/runner.mjs bench on the same workloads (JSON; repeat for several): "
                   "the report puts llama.cpp's full prefill and state restore beside recompute and the reuse "
                   "systems");
-  AddEngineFlags(sub, &a->f, /*with_prompt_file=*/false);
+  AddEngineFlags(sub, &a->f);
   sub->add_flag("--json", a->json, "Print results.json to stdout as well");
   sub->callback([a, run] {
     *run = [a]() -> int {
@@ -103,8 +72,7 @@ void AddBench(CLI::App& app, Action* run) {
       o.host_share = a->host_share;
       o.warmup = a->warmup >= 0 ? a->warmup : (quick ? 0 : 1);
       o.rounds = a->rounds >= 1 ? a->rounds : (quick ? 1 : 3);
-      auto bar = std::make_shared<ProgressBar>();
-      o.progress = [bar](const std::string& what, size_t done, size_t total) { (*bar)(what, done, total); };
+      o.progress = StageProgressPrinter();
       // Read before the suite runs: a bad file fails in seconds, not hours.
       std::vector<nlohmann::json> llamacpp;
       for (const std::string& path : a->llamacpp) {

@@ -8,6 +8,8 @@
 
 #include "tierkv/engine.h"
 #include "tierkv/fidelity.h"
+#include "tierkv/harness.h"
+#include "tierkv/task_workload.h"
 #include "prompt_file.h"
 #include "tierkv/commands.h"
 
@@ -15,6 +17,7 @@ namespace tierkv::app {
 void AddCheck(CLI::App& app, Action* run) {
   struct Args {
     EngineFlags f;
+    std::string prompt_file;
     std::string system = "as-like";
     double retention = 1.0;
     bool json = false;
@@ -33,6 +36,7 @@ void AddCheck(CLI::App& app, Action* run) {
   sub->add_option("--retention", a->retention, "Share of the stored prefix's rows used per layer")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  AddPromptFileFlag(sub, &a->prompt_file);
   AddEngineFlags(sub, &a->f);
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->callback([a, run] {
@@ -43,7 +47,7 @@ void AddCheck(CLI::App& app, Action* run) {
       auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
-      auto prompts = ReadPromptFile(a->f.prompt_file, *loaded->tokenizer,
+      auto prompts = bench::ReadTaskWorkload(a->prompt_file, *loaded->tokenizer,
                                   static_cast<size_t>(model.config().context_length));
       if (!prompts.ok()) return Fail(prompts.status().ToString());
 
@@ -60,10 +64,10 @@ void AddCheck(CLI::App& app, Action* run) {
         if ((*writer)->UsesProfile()) {
           // car's sparsity, the fitted probe thresholds: measured on the
           // file's first prefixes and saved, so the engine below uses them.
-          auto p = (*writer)->Profile(ProfilingPrompts(*prompts));
+          auto p = (*writer)->Profile(bench::ProfilingPrompts(*prompts));
           if (!p.ok()) return Fail("profiling: " + p.status().ToString());
         }
-        for (const PromptPair& p : *prompts) {
+        for (const bench::TaskRequest& p : *prompts) {
           auto r = (*writer)->Serve(p.prefix);
           if (!r.ok()) return Fail("storing a prefix: " + r.status().ToString());
           not_stored += r->stats.store_failed;
@@ -81,7 +85,7 @@ void AddCheck(CLI::App& app, Action* run) {
       const int L = model.config().n_layers;
       std::vector<double> rows(L, 0), reused(L, 0), fallbacks(L, 0), recall(L, 0), recalls(L, 0);
       uint64_t reused_tokens = 0, prefix_tokens = 0;
-      for (const PromptPair& p : *prompts) {
+      for (const bench::TaskRequest& p : *prompts) {
         const std::vector<int32_t> tokens = p.Joined();
         engine::ServeOptions so;
         so.logits_from = p.prefix.size();
@@ -129,7 +133,7 @@ void AddCheck(CLI::App& app, Action* run) {
           layers.push_back(e);
         }
         j["layers"] = layers;
-        if (!(*sys)->ProbeFits().empty()) j["probe_fit"] = ProbeFitJson((*sys)->ProbeFits());
+        if (!(*sys)->ProbeFits().empty()) j["probe_fit"] = bench::ProbeFitJson((*sys)->ProbeFits());
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf("system %s, retention %.2f: %zu requests, %zu query tokens, %llu of %llu "

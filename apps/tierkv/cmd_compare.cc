@@ -12,6 +12,7 @@
 #include "tierkv/engine.h"
 #include "tierkv/bench_suite.h"
 #include "tierkv/harness.h"
+#include "tierkv/task_workload.h"
 #include "tierkv/latency.h"
 #include "tierkv/logging.h"
 #include "prompt_file.h"
@@ -22,6 +23,7 @@ namespace tierkv::app {
 void AddCompare(CLI::App& app, Action* run) {
   struct Args {
     EngineFlags f;
+    std::string prompt_file;
     std::vector<std::string> systems = {"as-like", "as-h2o-lfu", "impress", "spec"};
     double retention = 0.25;
     int repeat = 1;
@@ -73,6 +75,7 @@ void AddCompare(CLI::App& app, Action* run) {
                   "by every request, with the query)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  AddPromptFileFlag(sub, &a->prompt_file);
   AddEngineFlags(sub, &a->f);
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->add_flag("--quality", a->quality,
@@ -91,7 +94,7 @@ void AddCompare(CLI::App& app, Action* run) {
       auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
-      auto reqs = ReadPromptFile(a->f.prompt_file, *loaded->tokenizer,
+      auto reqs = bench::ReadTaskWorkload(a->prompt_file, *loaded->tokenizer,
                                   static_cast<size_t>(model.config().context_length));
       if (!reqs.ok()) return Fail(reqs.status().ToString());
       auto scratch = ScratchDir::Make(a->f.cache_dir, "compare");

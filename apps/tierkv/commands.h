@@ -53,5 +53,8 @@ Result<ModelAndTokenizer> LoadModelAndTokenizer(const std::string& model_flag,
 // A progress callback (done, total) for long work: a line rewritten in place
 // on a terminal, else a line per tenth of the work.
 std::function<void(int, int)> ProgressPrinter(const std::string& unit);
+// The same for work in stages: (stage, done, total), each stage counted on
+// its own (the line is redrawn with the stage's name).
+std::function<void(const std::string&, size_t, size_t)> StageProgressPrinter();
 
 }  // namespace tierkv::app

@@ -40,15 +40,21 @@ Result<ModelAndTokenizer> LoadModelAndTokenizer(const std::string& model_flag,
   return m;
 }
 
-std::function<void(int, int)> ProgressPrinter(const std::string& unit) {
+std::function<void(const std::string&, size_t, size_t)> StageProgressPrinter() {
   const bool tty = ::isatty(STDERR_FILENO) != 0;
-  return [tty, unit](int done, int total) {
+  return [tty](const std::string& stage, size_t done, size_t total) {
     if (tty) {
-      std::fprintf(stderr, "\r%d/%d %s", done, total, unit.c_str());
+      std::fprintf(stderr, "\r\033[K%zu/%zu %s", done, total, stage.c_str());
       if (done == total) std::fputc('\n', stderr);
-    } else if (done == total || done % std::max(1, total / 10) == 0) {
-      std::fprintf(stderr, "%d/%d %s\n", done, total, unit.c_str());
+    } else if (done == total || done % std::max<size_t>(1, total / 10) == 0) {
+      std::fprintf(stderr, "%zu/%zu %s\n", done, total, stage.c_str());
     }
+  };
+}
+
+std::function<void(int, int)> ProgressPrinter(const std::string& unit) {
+  return [print = StageProgressPrinter(), unit](int done, int total) {
+    print(unit, static_cast<size_t>(done), static_cast<size_t>(total));
   };
 }
 

@@ -67,17 +67,18 @@ Result<std::optional<double>> ParseAlpha(const std::string& s) {
   return std::optional<double>(a);
 }
 
-void AddEngineFlags(CLI::App* sub, EngineFlags* f, bool with_prompt_file) {
+void AddPromptFileFlag(CLI::App* sub, std::string* path) {
+  sub->add_option("--prompt-file", *path,
+                  "Request file: JSON Lines of {\"prefix\", \"query\"} (docs/workloads.md: shared documents, "
+                  "choices and labels too); each request (BOS, prefix, query and its longest choice) must fit "
+                  "the model's context")
+      ->required();
+}
+
+void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option("--model", f->model,
                   "Model file (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
   sub->add_option("--tokenizer", f->tokenizer, "Tokenizer (default: the model's own)");
-  if (with_prompt_file) {
-    sub->add_option("--prompt-file", f->prompt_file,
-                    "Request file: JSON Lines of {\"prefix\", \"query\"} (docs/workloads.md: shared documents, "
-                    "choices and labels too); each request (BOS, prefix, query and its longest choice) must fit "
-                    "the model's context")
-        ->required();
-  }
   sub->add_option("--cache-dir", f->cache_dir,
                   "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
   sub->add_option("--alpha", f->alpha,

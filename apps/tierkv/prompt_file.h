@@ -10,27 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "tierkv/engine.h"
-#include "tierkv/harness.h"
 #include "tierkv/status.h"
-#include "tierkv/task_workload.h"
 #include "tierkv/tokenizer.h"
 
 namespace tierkv::app {
-
-// A request of a request file (tierkv/task_workload.h): prefix (BOS
-// first), query, and for tasks its choices and label.
-using PromptPair = bench::TaskRequest;
-
-using bench::ProbeFitJson;
-using bench::ProfilingPrompts;
-
-// Every request (BOS, prefix, query and its longest choice) must fit
-// `context` tokens, the model's: a longer one is refused naming its line
-// and the lengths.
-inline Result<std::vector<PromptPair>> ReadPromptFile(const std::string& path, const Tokenizer& tok,
-                                                      size_t context) {
-  return bench::ReadTaskWorkload(path, tok, context);
-}
 
 // A scratch directory for a command's store: `flag` if set (kept), else a
 // new directory under $TMPDIR or /var/tmp, removed when this goes away.
@@ -47,10 +30,10 @@ class ScratchDir {
   bool remove_ = false;
 };
 
-// The flags check and compare share: the model, the request file, the store
-// and the identification parameters.
+// The flags check, compare and bench share: the model, the store and the
+// identification parameters.
 struct EngineFlags {
-  std::string model, tokenizer, prompt_file, cache_dir;
+  std::string model, tokenizer, cache_dir;
   // --alpha: "auto" (fitted per layer) or IMPRESS's exponent.
   std::string alpha = "auto";
   double probe_recall = 0.8;
@@ -64,8 +47,9 @@ struct EngineFlags {
   engine::StoreOrder store_order = engine::StoreOrder::kOff;
   std::string read_planner = "pages";
 };
-// with_prompt_file: --prompt-file (required) too.
-void AddEngineFlags(CLI::App* sub, EngineFlags* f, bool with_prompt_file = true);
+void AddEngineFlags(CLI::App* sub, EngineFlags* f);
+// --prompt-file (required): check's and compare's request file.
+void AddPromptFileFlag(CLI::App* sub, std::string* path);
 // --alpha's value: nullopt for "auto", else the exponent; InvalidArgument otherwise.
 Result<std::optional<double>> ParseAlpha(const std::string& s);
 // The engine options the flags set (system and pool sizes left at their

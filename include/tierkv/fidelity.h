@@ -8,6 +8,10 @@
 
 namespace tierkv::engine {
 
+// log(sum(exp(row))), computed stably in double: log-probabilities are
+// row[i] - LogSumExp(row).
+double LogSumExp(std::span<const float> row);
+
 struct Fidelity {
   size_t rows = 0;
   double max_abs_logit_diff = 0;

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,6 +37,12 @@
 #include "tierkv/task_workload.h"
 
 namespace tierkv::bench {
+
+// Recompute's logits and answers for a set of requests: what the quality
+// pass compares every system with (src/bench/quality.cc).
+struct QualityReference;
+// An empty one, filled by the first quality pass that is given it.
+std::shared_ptr<QualityReference> NewQualityReference();
 
 struct HarnessOptions {
   std::vector<engine::System> systems;
@@ -51,9 +58,16 @@ struct HarnessOptions {
   bool whole_chunks = false;
   int warmup = 1, rounds = 2, repeat = 1;
   bool quality = false;
+  // The quality pass's reference: computed on first use and kept here, so
+  // that runs on the same requests (a suite's runs on one workload: it
+  // depends on the model and the requests only) compute it once. Null: the
+  // run computes its own.
+  std::shared_ptr<QualityReference> reference;
   // Called as work proceeds: what is running and how far (may be empty).
   std::function<void(const std::string& what, size_t done, size_t total)> progress;
   Status Validate() const;
+  // `base` for system `sys`, with the pools sized as the shares of `stored`.
+  engine::EngineOptions EngineFor(engine::System sys, uint64_t stored) const;
 };
 
 // The profiling prompts of an engine that uses profiles (car's sparsity,

@@ -96,7 +96,7 @@ Status MeasureRound(const Model& model, std::span<const TaskRequest> reqs, const
   const engine::System sys = o.systems[si];
   const std::string name(engine::SystemName(sys));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
-                   engine::Engine::Open(model, PoolSized(o.base, sys, o, stored)));
+                   engine::Engine::Open(model, o.EngineFor(sys, stored)));
   if (round == 0 && eng->UsesProfile() && (engine::TraitsOf(sys).profiled || eng->ProbeFits().empty())) {
     // Profiling prompts, unmeasured: car's once per system; the probe
     // profile once (systems sharing it, and later rounds, open the saved one).
@@ -185,12 +185,11 @@ json Summary(const Acc& A, const HarnessOptions& o, engine::System sys) {
 
 }  // namespace
 
-engine::EngineOptions PoolSized(const engine::EngineOptions& base, engine::System sys, const HarnessOptions& o,
-                                uint64_t stored) {
+engine::EngineOptions HarnessOptions::EngineFor(engine::System sys, uint64_t stored) const {
   engine::EngineOptions e = base;
   e.system = sys;
-  e.device_bytes = static_cast<uint64_t>(o.device_share * static_cast<double>(stored));
-  e.host_bytes = static_cast<uint64_t>(o.host_share * static_cast<double>(stored));
+  e.device_bytes = static_cast<uint64_t>(device_share * static_cast<double>(stored));
+  e.host_bytes = static_cast<uint64_t>(host_share * static_cast<double>(stored));
   return e;
 }
 
@@ -233,8 +232,9 @@ Result<json> RunHarness(const Model& model, std::span<const TaskRequest> reqs, c
   out["retention"] = o.base.retention;
   out["stored_share"] = o.stored_share;
   out["stored_bytes"] = stored;
-  out["device_bytes"] = static_cast<uint64_t>(o.device_share * static_cast<double>(stored));
-  out["host_bytes"] = static_cast<uint64_t>(o.host_share * static_cast<double>(stored));
+  const engine::EngineOptions pools = o.EngineFor(engine::System::kAsLike, stored);
+  out["device_bytes"] = pools.device_bytes;
+  out["host_bytes"] = pools.host_bytes;
   std::vector<Acc> acc(o.systems.size());
   for (int round = 0; round < o.rounds; ++round) {
     for (size_t i = 0; i < o.systems.size(); ++i) {

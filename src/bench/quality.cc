@@ -50,10 +50,7 @@ double ChoiceLogLikelihood(std::span<const float> logits, size_t vocab, size_t q
   double sum = 0;
   for (size_t j = 0; j < choice.size(); ++j) {
     const auto row = logits.subspan((query_len - 1 + j) * vocab, vocab);
-    const double mx = *std::max_element(row.begin(), row.end());
-    double z = 0;
-    for (float x : row) z += std::exp(double(x) - mx);
-    sum += double(row[static_cast<size_t>(choice[j])]) - mx - std::log(z);
+    sum += double(row[static_cast<size_t>(choice[j])]) - engine::LogSumExp(row);
   }
   return sum;
 }
@@ -65,16 +62,16 @@ class Picks {
   void Add(const Variant& v, const TaskRequest& r, std::span<const float> logits, size_t vocab) {
     if (v.choice < 0) return;
     const double ll = ChoiceLogLikelihood(logits, vocab, r.query.size(), r.choices[v.choice]);
-    auto& best = best_[v.req];
-    if (!best || ll > best->second) best = std::make_pair(v.choice, ll);
+    auto [it, first] = best_.try_emplace(v.req, v.choice, ll);
+    if (!first && ll > it->second.second) it->second = {v.choice, ll};
   }
   int Of(size_t req) const {
     auto it = best_.find(req);
-    return it == best_.end() || !it->second ? -1 : it->second->first;
+    return it == best_.end() ? -1 : it->second.first;
   }
 
  private:
-  std::map<size_t, std::optional<std::pair<int, double>>> best_;
+  std::map<size_t, std::pair<int, double>> best_;  // request -> (choice, log-likelihood)
 };
 
 // Accuracy per task (requests with choices), against labels and recompute's picks.
@@ -137,7 +134,7 @@ Result<Served> ServeAll(engine::Engine& eng, const std::vector<Variant>& vs, con
 // compute (their rows are whole chunks), so elsewhere the two computations
 // differ by design.
 json Compare(std::span<const TaskRequest> reqs, const std::vector<Variant>& vs, const Served& reference,
-             const Served& got, const Served& exact, const Picks& ref_picks, size_t vocab) {
+             const Served& got, const Served* exact, const Picks& ref_picks, size_t vocab) {
   engine::Fidelity fid;
   Picks picks;
   double vs_exact = 0, reused = 0;
@@ -146,8 +143,8 @@ json Compare(std::span<const TaskRequest> reqs, const std::vector<Variant>& vs, 
     fid.Add(reference.logits[i], got.logits[i], vocab);
     picks.Add(vs[i], reqs[vs[i].req], got.logits[i], vocab);
     reused += static_cast<double>(got.reused[i]);
-    if (!exact.logits.empty() && exact.reused[i] == got.reused[i]) {
-      vs_exact = std::max(vs_exact, MaxAbsDiff(exact.logits[i], got.logits[i]));
+    if (exact && exact->reused[i] == got.reused[i]) {
+      vs_exact = std::max(vs_exact, MaxAbsDiff(exact->logits[i], got.logits[i]));
       ++compared;
     }
   }
@@ -157,7 +154,7 @@ json Compare(std::span<const TaskRequest> reqs, const std::vector<Variant>& vs, 
             {"kl_mean", fid.kl_mean()},
             {"max_abs_logit_diff", fid.max_abs_logit_diff},
             {"tasks", TaskAccuracy(reqs, picks, ref_picks)}};
-  if (!exact.logits.empty()) {
+  if (exact) {
     q["max_abs_logit_diff_vs_as_like"] = compared ? json(vs_exact) : json();  // null: nothing to compare
     q["compared_with_as_like"] = compared;  // of vs.size() serves
     q["serves"] = vs.size();
@@ -167,32 +164,58 @@ json Compare(std::span<const TaskRequest> reqs, const std::vector<Variant>& vs, 
 
 }  // namespace
 
+struct QualityReference {
+  size_t serves = 0;  // 0: not computed yet
+  Served served;
+  Picks picks;
+};
+
+std::shared_ptr<QualityReference> NewQualityReference() { return std::make_shared<QualityReference>(); }
+
+namespace {
+
+// Recompute's logits of every variant and its answers, into *ref.
+Status ComputeReference(const Model& model, std::span<const TaskRequest> reqs, const std::vector<Variant>& vs,
+                        const HarnessOptions& o, QualityReference* ref) {
+  engine::EngineOptions ro;
+  ro.system = engine::System::kRecompute;
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> rec, engine::Engine::Open(model, ro));
+  ASSIGN_OR_RETURN(ref->served, ServeAll(*rec, vs, o, "quality: recompute"));
+  const size_t vocab = static_cast<size_t>(model.config().vocab_size);
+  for (size_t i = 0; i < vs.size(); ++i) ref->picks.Add(vs[i], reqs[vs[i].req], ref->served.logits[i], vocab);
+  ref->serves = vs.size();
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status AddQuality(const Model& model, std::span<const TaskRequest> reqs, const HarnessOptions& o, uint64_t stored,
                   json* per) {
   const std::vector<Variant> vs = Variants(reqs);
   const size_t vocab = static_cast<size_t>(model.config().vocab_size);
-  engine::EngineOptions ro;
-  ro.system = engine::System::kRecompute;
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> rec, engine::Engine::Open(model, ro));
-  ASSIGN_OR_RETURN(const Served reference, ServeAll(*rec, vs, o, "quality: recompute"));
-  Picks ref_picks;
-  for (size_t i = 0; i < vs.size(); ++i) ref_picks.Add(vs[i], reqs[vs[i].req], reference.logits[i], vocab);
+  const std::shared_ptr<QualityReference> ref = o.reference ? o.reference : NewQualityReference();
+  if (ref->serves == 0) {
+    RETURN_IF_ERROR(ComputeReference(model, reqs, vs, o, ref.get()));
+  } else if (ref->serves != vs.size()) {
+    return Status::InvalidArgument("quality reference: computed for " + std::to_string(ref->serves) +
+                                   " serves, these requests make " + std::to_string(vs.size()));
+  }
   // as-like's logits (fp16-KV reuse), the exact answer at retention 1.0:
   // served first so that every other system is compared with them.
   std::vector<engine::System> order = o.systems;
   std::stable_partition(order.begin(), order.end(), [](engine::System s) { return s == engine::System::kAsLike; });
-  Served exact;
+  std::optional<Served> exact;
   for (engine::System sys : order) {
     const std::string name(engine::SystemName(sys));
-    Served got;
-    if (sys == engine::System::kRecompute) {
-      got = reference;
-    } else {
-      ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::Open(model, PoolSized(o.base, sys, o, stored)));
-      ASSIGN_OR_RETURN(got, ServeAll(*eng, vs, o, "quality: " + name));
+    Served own;
+    if (sys != engine::System::kRecompute) {
+      ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::Open(model, o.EngineFor(sys, stored)));
+      ASSIGN_OR_RETURN(own, ServeAll(*eng, vs, o, "quality: " + name));
     }
-    if (sys == engine::System::kAsLike) exact = got;  // and 0 against itself
-    (*per)[name]["quality"] = Compare(reqs, vs, reference, got, exact, ref_picks, vocab);
+    const Served& got = sys == engine::System::kRecompute ? ref->served : own;
+    const Served* against = sys == engine::System::kAsLike ? &got : (exact ? &*exact : nullptr);  // as-like: 0
+    (*per)[name]["quality"] = Compare(reqs, vs, ref->served, got, against, ref->picks, vocab);
+    if (sys == engine::System::kAsLike) exact = std::move(own);
   }
   return Status::Ok();
 }

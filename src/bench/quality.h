@@ -12,12 +12,9 @@
 
 namespace tierkv::bench {
 
-// `base` for system `sys` with the pools sized as o's shares of `stored`.
-engine::EngineOptions PoolSized(const engine::EngineOptions& base, engine::System sys, const HarnessOptions& o,
-                                uint64_t stored);
-
 // Serves every request (query, or query + each choice) with each system of
-// `o` from cold pools and with recompute, and sets per[system]["quality"].
+// `o` from cold pools (recompute's logits from o.reference when it holds
+// them), and sets per[system]["quality"].
 Status AddQuality(const Model& model, std::span<const TaskRequest> reqs, const HarnessOptions& o, uint64_t stored,
                   nlohmann::json* per);
 

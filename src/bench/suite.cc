@@ -132,8 +132,10 @@ std::string NowUtc() {
 }
 
 // One run of an experiment on one workload, in its own store (removed after).
+// `reference`: recompute's answers for these requests, shared by the runs on them.
 Result<json> RunOne(const Model& model, const std::vector<TaskRequest>& reqs, const SuiteOptions& o,
-                    const Experiment& e, const Setting* s, const std::string& tag) {
+                    const Experiment& e, const Setting* s, const std::string& tag,
+                    std::shared_ptr<QualityReference> reference) {
   HarnessOptions h;
   h.systems = e.systems;
   h.base = o.base;
@@ -144,6 +146,7 @@ Result<json> RunOne(const Model& model, const std::vector<TaskRequest>& reqs, co
   h.warmup = o.warmup;
   h.rounds = o.rounds;
   h.quality = e.quality;
+  h.reference = std::move(reference);
   if (s) s->apply(h);
   if (o.progress) {
     h.progress = [&o, tag](const std::string& what, size_t done, size_t total) { o.progress(tag + ": " + what, done, total); };
@@ -184,6 +187,7 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
   out["settings"] = {{"retention", o.retention}, {"device_share", o.device_share}, {"host_share", o.host_share},
                      {"warmup", o.warmup}, {"rounds", o.rounds}};
   std::vector<std::pair<std::string, std::vector<TaskRequest>>> loads;
+  std::vector<std::shared_ptr<QualityReference>> references;  // per workload
   for (const std::string& path : o.workloads) {
     ASSIGN_OR_RETURN(auto reqs, ReadTaskWorkload(path, tok, static_cast<size_t>(model.config().context_length)));
     size_t prefix = 0, choices = 0;
@@ -194,6 +198,7 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
     out["workloads"][Stem(path)] = {{"file", path}, {"requests", reqs.size()}, {"with_choices", choices},
                                     {"prefix_tokens_mean", double(prefix) / double(reqs.size())}};
     loads.emplace_back(Stem(path), std::move(reqs));
+    references.push_back(NewQualityReference());
   }
   const std::vector<Experiment> exps = o.suite == Suite::kQuick  ? QuickSuite()
                                        : o.suite == Suite::kPaper ? PaperSuite()
@@ -207,7 +212,7 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
       for (size_t i = 0; i < ns; ++i) {
         const Setting* s = e.settings.empty() ? nullptr : &e.settings[i];
         const std::string tag = e.id + "-" + loads[w].first + (s ? "-" + s->value : "");
-        ASSIGN_OR_RETURN(json r, RunOne(model, loads[w].second, o, e, s, tag));
+        ASSIGN_OR_RETURN(json r, RunOne(model, loads[w].second, o, e, s, tag, references[w]));
         ej["runs"].push_back({{"workload", loads[w].first}, {"value", s ? json(s->value) : json()}, {"result", r}});
       }
     }

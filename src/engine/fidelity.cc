@@ -5,15 +5,20 @@
 #include <vector>
 
 namespace tierkv::engine {
+
+double LogSumExp(std::span<const float> x) {
+  const double mx = *std::max_element(x.begin(), x.end());
+  double sum = 0;
+  for (float v : x) sum += std::exp(double(v) - mx);
+  return mx + std::log(sum);
+}
+
 namespace {
 
 // log-softmax of one row, in double.
 void LogSoftmax(std::span<const float> x, std::vector<double>* out) {
   out->resize(x.size());
-  const double mx = *std::max_element(x.begin(), x.end());
-  double sum = 0;
-  for (float v : x) sum += std::exp(double(v) - mx);
-  const double lse = mx + std::log(sum);
+  const double lse = LogSumExp(x);
   for (size_t i = 0; i < x.size(); ++i) (*out)[i] = double(x[i]) - lse;
 }
 
