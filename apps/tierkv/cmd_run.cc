@@ -4,6 +4,7 @@
 #include "tierkv/engine.h"
 #include "tierkv/generate.h"
 #include "prompt_file.h"
+#include "remote_flags.h"
 
 namespace tierkv::app {
 
@@ -17,6 +18,7 @@ struct RunArgs {
   bool stats = false;
   std::string cache_dir, system = "as-like";
   double retention = 1.0;
+  RemoteOptions remote;
 };
 
 // The prompt through the engine (stored prefix reused, the prompt stored for
@@ -31,6 +33,7 @@ Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& to
   o.cache_dir = a.cache_dir;
   o.retention = a.retention;
   o.tokenizer_hash = TokenizerHash(a.tokenizer);
+  o.remote = a.remote;
   ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(model, o));
   GenerateResult res;
   ASSIGN_OR_RETURN(res.prompt_tokens, tok.Encode(a.prompt, /*add_bos=*/true));
@@ -43,10 +46,24 @@ Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& to
     std::fprintf(stderr, "%s: %zu of %zu prompt tokens reused (%llu bytes read from disk), TTFT %.1f ms\n",
                  a.system.c_str(), st.reused_tokens, st.prompt_tokens,
                  static_cast<unsigned long long>(st.disk_bytes_read), st.ttft_ms);
+    if (!a.remote.url.empty()) {
+      std::fprintf(stderr, "remote: %llu chunks (%llu bytes) fetched in %.1f ms\n",
+                   static_cast<unsigned long long>(st.remote_chunks),
+                   static_cast<unsigned long long>(st.remote_bytes), st.remote_ms);
+    }
   }
   Sequence& seq = *first.sequence;
   const auto step = [&](int32_t t) { return seq.Step(model, t); };
   RETURN_IF_ERROR(Continue(tok, model.config().context_length, std::move(first.logits), step, go, &res));
+  eng->DrainRemote();  // the chunks queued for the remote tier go up before the process ends
+  if (a.stats && !a.remote.url.empty()) {
+    const RemoteStats rs = eng->RemoteStatistics();
+    std::fprintf(stderr, "remote: %llu chunks written (%llu bytes), %llu dropped, %llu errors, %llu corrupt\n",
+                 static_cast<unsigned long long>(rs.uploads), static_cast<unsigned long long>(rs.bytes_up),
+                 static_cast<unsigned long long>(rs.dropped_writes),
+                 static_cast<unsigned long long>(rs.errors_total()),
+                 static_cast<unsigned long long>(rs.corrupt));
+  }
   return res;
 }
 
@@ -90,6 +107,7 @@ void AddRun(CLI::App& app, Action* run) {
                   "With --cache-dir: share of the prefix rows a selective system reads per layer")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  AddRemoteFlags(sub, &a->remote);  // with --cache-dir
   sub->callback([a, run] {
     *run = [a]() -> int {
       auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);

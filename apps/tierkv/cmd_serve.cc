@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "prompt_file.h"
+#include "remote_flags.h"
 #include "signals.h"
 #include "tierkv/commands.h"
 #include "tierkv/engine.h"
@@ -18,6 +19,7 @@ struct ServeArgs {
   uint64_t device_mib = 64, host_mib = 256;
   server::ServerOptions server;
   double grace_seconds = 10;
+  RemoteOptions remote;
 };
 
 // $XDG_CACHE_HOME/tierkv, else ~/.cache/tierkv: a restart finds the
@@ -43,6 +45,7 @@ Result<int> Serve(const ServeArgs& a) {
   o.device_bytes = a.device_mib << 20;
   o.host_bytes = a.host_mib << 20;
   o.tokenizer_hash = TokenizerHash(a.tokenizer);
+  o.remote = a.remote;
   ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(*loaded.model, o));
   server::ServerOptions so = a.server;
   so.grace_ms = static_cast<int>(a.grace_seconds * 1000);
@@ -91,6 +94,7 @@ void AddServe(CLI::App& app, Action* run) {
   sub->add_option("--retention", a->retention, "Share of the prefix rows a selective system reads per layer")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  AddRemoteFlags(sub, &a->remote);
   sub->add_option("--device-mib", a->device_mib, "The device pool's size (MiB), the fastest tier above the disk")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));

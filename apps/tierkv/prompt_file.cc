@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "remote_flags.h"
 #include "signals.h"
 #include "tierkv/commands.h"
 
@@ -139,6 +140,7 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_flag("--exact-store", f->exact_store,
                 "Selective systems: store NR's K/V computed again over all of R (after the first "
                 "token) instead of over the rows they selected");
+  AddRemoteFlags(sub, &f->remote);
 }
 
 engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string& cache_dir,
@@ -160,6 +162,7 @@ engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string&
   o.store_order = f.store_order;
   o.merge_read_gaps = f.read_planner == "model";
   o.tokenizer_hash = TokenizerHash(f.tokenizer);
+  o.remote = f.remote;
   return o;
 }
 

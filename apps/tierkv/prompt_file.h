@@ -46,6 +46,7 @@ struct EngineFlags {
   engine::SelectionUnit unit;
   engine::StoreOrder store_order = engine::StoreOrder::kOff;
   std::string read_planner = "pages";
+  RemoteOptions remote;
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
 // --prompt-file (required): check's and compare's request file.

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "tierkv/model.h"
+#include "tierkv/remote.h"
 #include "tierkv/sequence.h"
 #include "tierkv/status.h"
 #include "tierkv/store.h"
@@ -168,6 +169,10 @@ struct EngineOptions {
   // the saved model if any, else the built-in default. The planner picks a
   // reordered copy or the chunks' own records by this model's time.
   bool calibrate_io = true;
+  // A shared tier below the disk (Redis or Redis Cluster; docs/remote.md):
+  // a request looks past its local match there, and chunks go up behind
+  // the requests. Empty url: none. Its failures are misses, never errors.
+  RemoteOptions remote;
   // InvalidArgument naming the bad field.
   Status Validate() const;
 };
@@ -192,6 +197,11 @@ struct RequestStats {
   uint64_t device_bytes_read = 0, host_bytes_read = 0;  // copied out of the pools
   uint64_t device_hits = 0, host_hits = 0, disk_reads = 0;  // chunk-layer accesses by tier
   uint64_t stored_chunks = 0;
+  // Chunks this request found in the remote tier (fetched, verified and
+  // admitted into the disk tier before its reads), their bytes, and the
+  // time the remote lookup took (in lookup_ms and ttft_ms).
+  uint64_t remote_chunks = 0, remote_bytes = 0;
+  double remote_ms = 0;
   // What the rows the request used take when read exactly, the ideal its
   // disk and pool reads are compared with: all of R's K and V (whole-row
   // systems); R's keys and the used rows' values (H2O, and a probe layer
@@ -339,6 +349,11 @@ class Engine {
   // Bytes of records the disk tier holds for live chunks, without the
   // importance-ordered copies (the K/V once; 0 for recompute).
   uint64_t StoredBytes() const;
+  // The remote tier's counters (zero without one), and a wait until the
+  // chunks queued for it are written (tests, and a benchmark's writer
+  // before a second process reads).
+  RemoteStats RemoteStatistics() const;
+  void DrainRemote();
   // The disk tier's counters and sizes (zeros for recompute). Thread-safe.
   store::StoreStats StoreStatistics() const;
   // The device and host pools' statistics (empty for recompute). Thread-safe.

@@ -85,6 +85,13 @@ Status Engine::Impl::OpenStore() {
   so.merge_read_gaps = opts.merge_read_gaps;
   so.calibrate_io = opts.calibrate_io;
   ASSIGN_OR_RETURN(store, store::ChunkStore::Open(so));
+  if (!opts.remote.url.empty()) {
+    ASSIGN_OR_RETURN(remote, remote::RemoteTier::Open(
+                                 opts.remote,
+                                 remote::RemoteGeometry{fingerprint, so.layers, row_bytes, opts.chunk_tokens,
+                                                        store::KvDtype::kF16},
+                                 store.get()));
+  }
   cache::CacheOptions co;
   co.device_bytes = opts.device_bytes;
   co.host_bytes = opts.host_bytes;
@@ -116,6 +123,7 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() {
   impl_->maint.Stop();
   impl_->queue.Stop();
+  impl_->remote.reset();  // its upload thread reads the store
   impl_->store.reset();  // before the pools its removal callback erases from
 }
 
@@ -132,6 +140,14 @@ uint64_t Engine::StoredBytes() const {
   if (!impl_->store) return 0;
   const auto st = impl_->store->stats();
   return st.live_bytes - st.reordered_bytes;
+}
+
+RemoteStats Engine::RemoteStatistics() const {
+  return impl_->remote ? impl_->remote->stats() : RemoteStats{};
+}
+
+void Engine::DrainRemote() {
+  if (impl_->remote) impl_->remote->Drain();
 }
 
 store::StoreStats Engine::StoreStatistics() const {
@@ -210,6 +226,18 @@ size_t Engine::Impl::Reusable(const store::LookupResult& m, size_t cap) const {
   return R;
 }
 
+store::LookupResult Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, size_t cap,
+                                               bool first_attempt, RequestStats* st) {
+  store::LookupResult m = store->Lookup(tokens);
+  if (!remote || !first_attempt) return m;
+  const remote::FillResult f = remote->Fill(tokens, m, cap);
+  st->remote_chunks = f.chunks;
+  st->remote_bytes = f.bytes;
+  st->remote_ms = f.ms;
+  if (f.chunks > 0) m = store->Lookup(tokens);
+  return m;
+}
+
 std::vector<uint64_t> Engine::Impl::ScoreKeys(const store::LookupResult& m, size_t R) const {
   std::vector<uint64_t> keys;
   if (!row.score_events) return keys;
@@ -275,12 +303,13 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
                                           size_t* reused, Status* load_error) {
   const size_t n = tokens.size();
   const bool last_only = so.logits_from == std::numeric_limits<size_t>::max();
-  store::LookupResult m;
-  if (row.reuses()) m = store->Lookup(tokens);
-  const size_t R = row.reuses() ? Reusable(m, cap) : 0;
-  *reused = R;
   ServeResult out;
   RequestStats& st = out.stats;
+  store::LookupResult m;
+  if (row.reuses()) m = LookupPrefix(tokens, cap, attempt == 1, &st);
+  const size_t R = row.reuses() ? Reusable(m, cap) : 0;
+  *reused = R;
+  if (remote && R > 0) remote->OnReused(tokens, m, R);  // fetched chunks are up there already
   st.prompt_tokens = n;
   st.attempts = attempt;
   st.lookup_ms = Ms(t0, Clock::now());
@@ -320,6 +349,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
     out.sequence = std::move(rq.keep);
   }
   if (storing) writer->Store(tokens, rq, std::move(r->kv), &st);
+  if (storing && remote && !st.store_failed) remote->OnStored(tokens);
   return out;
 }
 

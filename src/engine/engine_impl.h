@@ -17,6 +17,7 @@
 #include "engine/prompt_writer.h"
 #include "engine/request.h"
 #include "engine/system_table.h"
+#include "remote/remote_tier.h"
 #include "select/identify.h"
 #include "store/chunk_store.h"
 #include "tierkv/engine.h"
@@ -39,6 +40,10 @@ struct Engine::Impl {
                               Status* load_error);
   // The rows of the stored prefix this request reuses (below `cap`).
   size_t Reusable(const store::LookupResult& m, size_t cap) const;
+  // The local match of `tokens`, extended from the remote tier (first
+  // attempts only: a retry after damage reuses less, never fetches again).
+  store::LookupResult LookupPrefix(std::span<const int32_t> tokens, size_t cap, bool first_attempt,
+                                   RequestStats* st);
   std::vector<uint64_t> ScoreKeys(const store::LookupResult& m, size_t R) const;
   PrefillOptions ForwardOptions(Request& rq, RequestStats& st, bool storing, bool last_only,
                                 Status* load_error);
@@ -54,6 +59,7 @@ struct Engine::Impl {
   const uint32_t probe_bytes;  // one token's probe-head keys
   uint64_t fingerprint = 0;
   std::unique_ptr<store::ChunkStore> store;
+  std::unique_ptr<remote::RemoteTier> remote;  // below the store; null without --remote
   std::unique_ptr<cache::TieredCache> pools;
   std::unique_ptr<PooledReader> reader;
   LoadQueue queue;

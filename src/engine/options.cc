@@ -89,6 +89,7 @@ Result<StoreOrder> ParseStoreOrder(std::string_view name) {
 }
 
 Status EngineOptions::Validate() const {
+  RETURN_IF_ERROR(remote.Validate());
   if (unit.granularity == Granularity::kBlock && (unit.block_tokens < 1 || unit.block_tokens > 4096)) {
     return Status::InvalidArgument("unit: block_tokens " + std::to_string(unit.block_tokens) +
                                    " is outside 1..4096");

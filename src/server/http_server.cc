@@ -283,8 +283,8 @@ void Server::Impl::Routes() {
     Reply(r, "/health", 200, R"({"status":"ok"})");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
-    const Snapshot now{sched.queued(), sched.running(), engine->StoreStatistics(),
-                       engine->PoolStatistics(), sched.stats()};
+    const Snapshot now{sched.queued(), sched.running(), engine->StoreStatistics(), engine->PoolStatistics(),
+                       sched.stats(), engine->RemoteStatistics(), !engine->options().remote.url.empty()};
     Reply(r, "/metrics", 200, metrics.Render(now), "text/plain; version=0.0.4");
   });
   http.Get("/v1/cache", [this](const httplib::Request&, httplib::Response& r) {

@@ -44,6 +44,29 @@ std::vector<double> LatencyBounds() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 }
 
+// The remote tier's series (docs/remote.md).
+void RenderRemote(const RemoteStats& r, std::string* out) {
+  One(out, "tierkv_remote_hits_total", "counter", "Chunks fetched from the remote tier, verified and admitted locally.",
+      double(r.hits));
+  One(out, "tierkv_remote_misses_total", "counter", "Remote lookups that found no further chunk.", double(r.misses));
+  One(out, "tierkv_remote_corrupt_values_total", "counter",
+      "Remote values failing their checksum or identity (never served).", double(r.corrupt));
+  One(out, "tierkv_remote_bytes_down_total", "counter", "Bytes fetched from the remote tier.", double(r.bytes_down));
+  One(out, "tierkv_remote_bytes_up_total", "counter", "Bytes written to the remote tier.", double(r.bytes_up));
+  One(out, "tierkv_remote_uploads_total", "counter", "Chunks written to the remote tier.", double(r.uploads));
+  One(out, "tierkv_remote_dropped_writes_total", "counter", "Chunks not written: the upload queue was full.",
+      double(r.dropped_writes));
+  One(out, "tierkv_remote_queued_chunks", "gauge", "Chunks waiting to go up.", double(r.queued));
+  One(out, "tierkv_remote_redirects_total", "counter", "Redis Cluster MOVED and ASK redirections followed.",
+      double(r.redirects));
+  One(out, "tierkv_remote_fetch_seconds_total", "counter", "Time requests spent looking up and fetching remotely.",
+      r.fetch_ms_total / 1000);
+  Head(out, "tierkv_remote_errors_total", "counter", "Remote operations that failed (a miss), by kind.");
+  for (size_t k = 0; k < r.errors.size(); ++k) {
+    Line(out, "tierkv_remote_errors_total", "kind=\"" + std::string(kRemoteErrorKinds[k]) + "\"", double(r.errors[k]));
+  }
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
@@ -182,6 +205,7 @@ std::string Metrics::Render(const Snapshot& now) const {
       static_cast<double>(ss.prefetch.failed));
   One(&out, "tierkv_prefetch_bytes_total", "counter", "Bytes prefetches read from disk.",
       static_cast<double>(ss.prefetch.bytes));
+  if (now.has_remote) RenderRemote(now.remote, &out);
   return out;
 }
 

@@ -44,6 +44,8 @@ struct Snapshot {
   store::StoreStats store;
   cache::CacheStats pools;
   sched::SchedulerStats scheduler;
+  RemoteStats remote;
+  bool has_remote = false;  // --remote given: the remote tier's series are shown
 };
 
 class Metrics {

@@ -1,0 +1,57 @@
+// The remote tier: a Redis server or Redis Cluster below the disk tier,
+// shared by every tierkv process of one model (docs/remote.md).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "tierkv/status.h"
+
+namespace tierkv {
+
+// Which chunks go up to the remote tier.
+enum class RemoteAdmit {
+  kReused,  // a chunk reused from the local store by at least two requests (Dynamo KVBM's filter)
+  kAlways,  // every chunk a request stores
+};
+std::string_view RemoteAdmitName(RemoteAdmit a);    // "reused", "always"
+Result<RemoteAdmit> ParseRemoteAdmit(std::string_view name);  // InvalidArgument naming them
+
+struct RemoteOptions {
+  // redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...];
+  // empty: no remote tier.
+  std::string url;
+  // Bound on every connect, send and reply; a slower server is a miss.
+  uint32_t timeout_ms = 250;
+  RemoteAdmit admit = RemoteAdmit::kReused;
+  // Chunks waiting to go up; a write that finds the queue full is dropped
+  // (counted): a request never waits for Redis.
+  uint32_t queue_chunks = 1024;
+  // Chunks one request looks up past its local match.
+  uint32_t max_fetch_chunks = 256;
+  Status Validate() const;  // InvalidArgument naming the field
+};
+
+// What the remote tier did (a process's totals).
+struct RemoteStats {
+  uint64_t lookups = 0;            // requests that looked past their local match
+  uint64_t hits = 0;               // chunks fetched, verified and admitted locally
+  uint64_t misses = 0;             // lookups that found no (further) chunk
+  uint64_t corrupt = 0;            // values failing their checksum or identity (never served)
+  uint64_t bytes_down = 0, bytes_up = 0;
+  uint64_t uploads = 0;            // chunks written
+  uint64_t dropped_writes = 0;     // chunks not queued (queue full)
+  uint64_t queued = 0;             // chunks waiting now
+  // Failed operations by kind: connect, timeout, closed, oom, reply.
+  std::array<uint64_t, 5> errors{};
+  uint64_t redirects = 0;          // cluster MOVED and ASK followed
+  double fetch_ms_total = 0;       // time spent in lookups and fetches
+  uint64_t errors_total() const;
+};
+// The names of RemoteStats::errors' kinds, in order.
+inline constexpr std::array<std::string_view, 5> kRemoteErrorKinds = {"connect", "timeout", "closed", "oom",
+                                                                       "reply"};
+
+}  // namespace tierkv

@@ -1,0 +1,77 @@
+// One connection to one Redis server through hiredis: pipelined commands
+// with a bounded time for every connect, send and reply, and a backoff after
+// a failure so that a dead server costs callers nothing but a miss.
+//
+// Thread safety: none; one owner at a time (RemoteTier gives the request
+// path and the upload thread a connection each).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "remote/redis_url.h"
+#include "tierkv/status.h"
+
+struct redisContext;
+
+namespace tierkv::remote {
+
+// What went wrong talking to Redis (counted by kind: RemoteStats).
+enum class ErrorKind : uint8_t {
+  kNone = 0,
+  kConnect,   // refused, unreachable, or still backing off after a failure
+  kTimeout,   // no reply within the timeout
+  kClosed,    // the server closed the connection (killed, restarted)
+  kOom,       // "OOM command not allowed when used memory > 'maxmemory'"
+  kReply,     // any other error reply (CLUSTERDOWN, TRYAGAIN, LOADING, ...)
+  kCount
+};
+std::string_view ErrorKindName(ErrorKind k);  // "connect", "timeout", ...
+
+// A reply, copied out of hiredis's.
+struct Reply {
+  enum class Type : uint8_t { kNil, kString, kInteger, kStatus, kError, kArray };
+  Type type = Type::kNil;
+  std::string str;        // kString, kStatus, kError
+  long long integer = 0;  // kInteger
+  std::vector<Reply> elements;  // kArray
+  bool is_error() const { return type == Type::kError; }
+};
+// The kind of an error reply ("OOM ..." is kOom, anything else kReply).
+ErrorKind KindOfErrorReply(const Reply& r);
+
+using Command = std::vector<std::string>;  // argv, binary-safe
+
+class RedisConn {
+ public:
+  // `db` is selected on every (re)connect when non-zero.
+  RedisConn(Endpoint endpoint, std::chrono::milliseconds timeout, int db = 0);
+  ~RedisConn();
+  RedisConn(const RedisConn&) = delete;
+  RedisConn& operator=(const RedisConn&) = delete;
+
+  // Sends `commands` in one pipeline and reads their replies (in order) into
+  // *replies. Error replies are replies (the caller decides); a transport
+  // failure fails the whole call with Unavailable, sets *kind, closes the
+  // connection and starts a backoff (50 ms doubling to 2 s) during which
+  // calls fail at once with kConnect.
+  Status Pipeline(std::span<const Command> commands, std::vector<Reply>* replies, ErrorKind* kind);
+
+  const Endpoint& endpoint() const { return endpoint_; }
+
+ private:
+  Status Connect(ErrorKind* kind);
+  Status Fail(ErrorKind kind, const std::string& what, ErrorKind* out);
+
+  const Endpoint endpoint_;
+  const std::chrono::milliseconds timeout_;
+  const int db_;
+  redisContext* ctx_ = nullptr;
+  std::chrono::steady_clock::time_point retry_at_{};
+  std::chrono::milliseconds backoff_{0};
+};
+
+}  // namespace tierkv::remote

@@ -1,0 +1,378 @@
+#include "remote/remote_tier.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "index/radix_tree.h"
+#include "store/format.h"
+#include "store/record_check.h"
+#include "tierkv/logging.h"
+
+namespace tierkv {
+
+std::string_view RemoteAdmitName(RemoteAdmit a) { return a == RemoteAdmit::kAlways ? "always" : "reused"; }
+
+Result<RemoteAdmit> ParseRemoteAdmit(std::string_view name) {
+  if (name == "reused") return RemoteAdmit::kReused;
+  if (name == "always") return RemoteAdmit::kAlways;
+  return Status::InvalidArgument("remote admit '" + std::string(name) + "': expected reused or always");
+}
+
+Status RemoteOptions::Validate() const {
+  if (url.empty()) return Status::Ok();
+  RETURN_IF_ERROR(remote::ParseRedisUrl(url).status());
+  if (timeout_ms == 0 || timeout_ms > 60000) {
+    return Status::InvalidArgument("remote timeout_ms " + std::to_string(timeout_ms) + " is not in 1..60000");
+  }
+  if (queue_chunks == 0) return Status::InvalidArgument("remote queue_chunks must be at least 1");
+  if (max_fetch_chunks == 0) return Status::InvalidArgument("remote max_fetch_chunks must be at least 1");
+  return Status::Ok();
+}
+
+uint64_t RemoteStats::errors_total() const {
+  uint64_t n = 0;
+  for (uint64_t e : errors) n += e;
+  return n;
+}
+
+}  // namespace tierkv
+
+namespace tierkv::remote {
+namespace {
+
+// Redis caps what clients may keep unread; a run's GETs are sent in
+// pipelines of at most this many chunks.
+constexpr size_t kChunksPerPipeline = 16;
+constexpr auto kLogEvery = std::chrono::seconds(10);
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::string ChunkKey(uint64_t fingerprint, uint64_t prefix_hash, uint16_t layer) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "tierkv:{%016" PRIx64 ".%016" PRIx64 "}:%u", fingerprint, prefix_hash,
+                static_cast<unsigned>(layer));
+  return buf;
+}
+
+Result<std::unique_ptr<RemoteTier>> RemoteTier::Open(const RemoteOptions& options, RemoteGeometry geometry,
+                                                     store::ChunkStore* store) {
+  RETURN_IF_ERROR(options.Validate());
+  ASSIGN_OR_RETURN(RedisUrl url, ParseRedisUrl(options.url));
+  return std::unique_ptr<RemoteTier>(new RemoteTier(options, geometry, std::move(url), store));
+}
+
+RemoteTier::RemoteTier(const RemoteOptions& o, RemoteGeometry g, RedisUrl url, store::ChunkStore* store)
+    : opts_(o), geo_(g), url_(std::move(url)), store_(store),
+      fetch_router_(url_, std::chrono::milliseconds(o.timeout_ms)),
+      up_router_(url_, std::chrono::milliseconds(o.timeout_ms)) {
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "tierkv-remote-up");
+    UploadLoop();
+  });
+}
+
+RemoteTier::~RemoteTier() {
+  {
+    MutexLock l(&mu_);
+    stop_ = true;
+  }
+  cv_.SignalAll();
+  thread_.join();
+}
+
+void RemoteTier::CountError(ErrorKind k) {
+  if (k == ErrorKind::kNone) return;
+  MutexLock l(&mu_);
+  ++stats_.errors[static_cast<size_t>(k) - 1];
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_log_ < kLogEvery) return;
+  last_log_ = now;
+  TIERKV_LOG(kWarn) << "remote tier " << opts_.url << ": " << ErrorKindName(k)
+                    << " error (requests go on with what is local; " << stats_.errors_total()
+                    << " remote errors so far, logged at most every 10 s)";
+}
+
+void RemoteTier::CountErrors(const std::vector<ErrorKind>& errors) {
+  // One failed pipeline fails all its commands: count it once.
+  ErrorKind last = ErrorKind::kNone;
+  for (ErrorKind k : errors) {
+    if (k != ErrorKind::kNone && k != last) CountError(k);
+    last = k;
+  }
+}
+
+void RemoteTier::RunCounted(Router* router, std::span<const Command> cmds, std::vector<Reply>* replies,
+                            std::vector<ErrorKind>* errors) {
+  const RouterCounters before = router->counters();
+  router->Run(cmds, replies, errors);
+  CountErrors(*errors);
+  const RouterCounters& after = router->counters();
+  MutexLock l(&mu_);
+  stats_.redirects += (after.moved - before.moved) + (after.asked - before.asked);
+}
+
+bool RemoteTier::CheckValue(const std::string& value, std::span<const int32_t> chunk_tokens,
+                            uint32_t first_token, uint64_t prefix_hash, uint16_t layer) {
+  const uint32_t C = geo_.chunk_tokens;
+  if (value.size() != store_->record_bytes(C)) return false;
+  const store::RecordChecker check(geo_.fingerprint, geo_.row_bytes, geo_.dtype, C);
+  const store::Expect e = store::KeyValueExpect(layer, prefix_hash, first_token, C);
+  auto h = check.CheckHeader(value.data(), e);
+  if (!h.ok() || !std::equal(h->tokens.begin(), h->tokens.end(), chunk_tokens.begin(), chunk_tokens.end())) {
+    return false;
+  }
+  return check.Verify(value.data(), e).ok();
+}
+
+std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32_t> tokens, size_t start,
+                                                           std::span<const uint64_t> hashes,
+                                                           uint64_t* bytes) {
+  const uint32_t C = geo_.chunk_tokens;
+  std::vector<std::vector<std::string>> out;
+  std::vector<Reply> replies;
+  std::vector<ErrorKind> errors;
+  // Which chunks are there: their last layer (written last).
+  std::vector<Command> cmds;
+  for (uint64_t h : hashes) {
+    cmds.push_back({"EXISTS", ChunkKey(geo_.fingerprint, h, static_cast<uint16_t>(geo_.layers - 1))});
+  }
+  MutexLock l(&fetch_mu_);
+  RunCounted(&fetch_router_, cmds, &replies, &errors);
+  size_t present = 0;
+  while (present < hashes.size() && errors[present] == ErrorKind::kNone &&
+         replies[present].type == Reply::Type::kInteger && replies[present].integer == 1) {
+    ++present;
+  }
+  for (size_t first = 0; first < present; first += kChunksPerPipeline) {
+    const size_t last = std::min(present, first + kChunksPerPipeline);
+    cmds.clear();
+    for (size_t i = first; i < last; ++i) {
+      for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
+        cmds.push_back({"GET", ChunkKey(geo_.fingerprint, hashes[i], layer)});
+      }
+    }
+    RunCounted(&fetch_router_, cmds, &replies, &errors);
+    for (size_t i = first; i < last; ++i) {
+      std::vector<std::string> layers(geo_.layers);
+      const uint32_t pos = static_cast<uint32_t>(start + i * C);
+      for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
+        const size_t j = (i - first) * geo_.layers + layer;
+        if (errors[j] != ErrorKind::kNone) return out;
+        Reply& r = replies[j];
+        if (r.is_error()) {
+          CountError(KindOfErrorReply(r));
+          return out;
+        }
+        if (r.type != Reply::Type::kString) return out;  // evicted since EXISTS: a miss
+        *bytes += r.str.size();
+        if (!CheckValue(r.str, tokens.subspan(pos, C), pos, hashes[i], layer)) {
+          MutexLock s(&mu_);
+          ++stats_.corrupt;
+          TIERKV_LOG(kWarn) << "remote tier: the value of " << ChunkKey(geo_.fingerprint, hashes[i], layer)
+                            << " fails its checksum or identity: a miss";
+          return out;
+        }
+        layers[layer] = std::move(r.str);
+      }
+      out.push_back(std::move(layers));
+    }
+  }
+  return out;
+}
+
+FillResult RemoteTier::Fill(std::span<const int32_t> tokens, const store::LookupResult& m, size_t limit) {
+  FillResult out;
+  const size_t C = geo_.chunk_tokens;
+  const size_t start = m.matched_tokens;
+  if (start % C != 0 || limit > tokens.size() || limit < start + C) return out;
+  const size_t n = std::min<size_t>((limit - start) / C, opts_.max_fetch_chunks);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<uint64_t> hashes(n);
+  uint64_t h = m.prefix_hashes.empty() ? 0 : m.prefix_hashes.back();
+  for (size_t i = 0; i < n; ++i) hashes[i] = h = index::ChainHash(h, tokens.subspan(start + i * C, C));
+  const auto chunks = FetchRun(tokens, start, hashes, &out.bytes);
+  if (!chunks.empty()) {
+    // One Put of the fetched rows, per layer token-major K and V.
+    const size_t rows = chunks.size() * C, rb = geo_.row_bytes;
+    std::vector<std::string> k(geo_.layers, std::string(rows * rb, '\0')), v = k;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
+        const char* payload = chunks[i][layer].data() + store::kBlockSize;
+        std::memcpy(k[layer].data() + i * C * rb, payload, C * rb);
+        std::memcpy(v[layer].data() + i * C * rb, payload + C * rb, C * rb);
+      }
+    }
+    store::KvInput in;
+    in.first_row = start;
+    for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
+      in.k.emplace_back(k[layer].data(), k[layer].size());
+      in.v.emplace_back(v[layer].data(), v[layer].size());
+    }
+    auto put = store_->Put(tokens.first(start + rows), in);
+    if (put.ok() && put->stored_tokens >= start + rows) {
+      out.chunks = chunks.size();
+    } else {
+      TIERKV_LOG(kWarn) << "remote tier: fetched chunks not admitted locally: "
+                        << (put.ok() ? "the disk budget holds fewer" : put.status().ToString());
+    }
+  }
+  out.ms = MsSince(t0);
+  MutexLock l(&mu_);
+  for (size_t i = 0; i < out.chunks; ++i) sent_.insert(hashes[i]);  // already up there
+  ++stats_.lookups;
+  stats_.hits += out.chunks;
+  if (chunks.size() < n) ++stats_.misses;
+  stats_.bytes_down += out.bytes;
+  stats_.fetch_ms_total += out.ms;
+  return out;
+}
+
+void RemoteTier::OnReused(std::span<const int32_t> tokens, const store::LookupResult& m, size_t reused) {
+  if (opts_.admit != RemoteAdmit::kReused) return;
+  const size_t C = geo_.chunk_tokens;
+  std::vector<uint32_t> up;
+  std::vector<uint64_t> hashes;
+  size_t end = 0;  // tokens through the last chunk going up
+  {
+    MutexLock l(&mu_);
+    if (reuses_.size() > (1u << 20)) reuses_.clear();  // bounded: counts restart
+    for (size_t i = 0; i < reused / C && i < m.chunks.size(); ++i) {
+      const uint64_t h = m.prefix_hashes[i];
+      if (m.chunk_tokens[i] != C || sent_.count(h) != 0) continue;
+      if (++reuses_[h] < 2) continue;
+      up.push_back(static_cast<uint32_t>(i));
+      hashes.push_back(h);
+      end = (i + 1) * C;
+    }
+  }
+  if (!up.empty()) Enqueue(tokens.first(end), std::move(up), hashes);
+}
+
+void RemoteTier::OnStored(std::span<const int32_t> tokens) {
+  if (opts_.admit != RemoteAdmit::kAlways) return;
+  const size_t C = geo_.chunk_tokens;
+  std::vector<uint32_t> up;
+  std::vector<uint64_t> hashes;
+  uint64_t h = 0;
+  size_t end = 0;
+  MutexLock l(&mu_);
+  for (size_t i = 0; i < tokens.size() / C; ++i) {
+    h = index::ChainHash(h, tokens.subspan(i * C, C));
+    if (sent_.count(h) != 0) continue;
+    up.push_back(static_cast<uint32_t>(i));
+    hashes.push_back(h);
+    end = (i + 1) * C;
+  }
+  if (!up.empty()) EnqueueLocked(tokens.first(end), std::move(up), hashes);
+}
+
+void RemoteTier::Enqueue(std::span<const int32_t> tokens, std::vector<uint32_t> chunks,
+                         const std::vector<uint64_t>& hashes) {
+  MutexLock l(&mu_);
+  EnqueueLocked(tokens, std::move(chunks), hashes);
+}
+
+void RemoteTier::EnqueueLocked(std::span<const int32_t> tokens, std::vector<uint32_t> chunks,
+                               const std::vector<uint64_t>& hashes) {
+  if (queued_chunks_ + chunks.size() > opts_.queue_chunks) {
+    stats_.dropped_writes += chunks.size();
+    return;
+  }
+  if (sent_.size() > (1u << 20)) sent_.clear();  // bounded: a chunk may go up twice
+  sent_.insert(hashes.begin(), hashes.end());
+  queued_chunks_ += chunks.size();
+  queue_.push_back(Upload{std::make_shared<const std::vector<int32_t>>(tokens.begin(), tokens.end()),
+                          std::move(chunks)});
+  cv_.Signal();
+}
+
+void RemoteTier::UploadLoop() {
+  for (;;) {
+    Upload u;
+    {
+      MutexLock l(&mu_);
+      while (queue_.empty() && !stop_) cv_.Wait(&mu_);
+      if (stop_) return;
+      u = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    WriteChunks(u);
+    MutexLock l(&mu_);
+    busy_ = false;
+    queued_chunks_ -= u.chunks.size();
+    cv_.SignalAll();
+  }
+}
+
+void RemoteTier::WriteChunks(const Upload& u) {
+  const uint32_t C = geo_.chunk_tokens;
+  const size_t rb = geo_.row_bytes;
+  const store::LookupResult m = store_->Lookup(*u.tokens);
+  std::string k(C * rb, '\0'), v(C * rb, '\0'), payload;
+  for (uint32_t i : u.chunks) {
+    if (i >= m.chunks.size() || m.chunk_tokens[i] != C) continue;  // evicted meanwhile
+    std::vector<Command> cmds;
+    for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
+      store::ChunkRead r{m.chunks[i], m.prefix_hashes[i], layer, k.data(), v.data()};
+      if (!store_->Read(std::span(&r, 1)).ok() || !r.status.ok()) break;
+      store::RecordHeader h;
+      h.fingerprint = geo_.fingerprint;
+      h.kind = store::RecordKind::kKeyValue;
+      h.dtype = geo_.dtype;
+      h.layer = layer;
+      h.first_token = i * C;
+      h.token_count = C;
+      h.row_bytes = geo_.row_bytes;
+      h.prefix_hash = m.prefix_hashes[i];
+      h.parent_hash = i == 0 ? 0 : m.prefix_hashes[i - 1];
+      h.tokens.assign(u.tokens->begin() + i * C, u.tokens->begin() + (i + 1) * C);
+      payload = k + v;
+      std::string record;
+      store::EncodeRecord(h, payload, &record);
+      cmds.push_back({"SET", ChunkKey(geo_.fingerprint, h.prefix_hash, layer), std::move(record)});
+    }
+    if (cmds.size() != geo_.layers) continue;  // the local copy failed its checks: nothing goes up
+    std::vector<Reply> replies;
+    std::vector<ErrorKind> errors;
+    RunCounted(&up_router_, cmds, &replies, &errors);
+    uint64_t bytes = 0;
+    bool ok = true;
+    for (size_t j = 0; j < cmds.size(); ++j) {
+      if (errors[j] != ErrorKind::kNone) {
+        ok = false;
+      } else if (replies[j].is_error()) {
+        ok = false;
+        CountError(KindOfErrorReply(replies[j]));
+      } else {
+        bytes += cmds[j][2].size();
+      }
+    }
+    MutexLock l(&mu_);
+    stats_.bytes_up += bytes;
+    if (ok) ++stats_.uploads;
+    if (!ok) sent_.erase(m.prefix_hashes[i]);  // may go up again later
+  }
+}
+
+void RemoteTier::Drain() {
+  MutexLock l(&mu_);
+  while (queued_chunks_ > 0 || busy_) cv_.Wait(&mu_);
+}
+
+RemoteStats RemoteTier::stats() const {
+  MutexLock l(&mu_);
+  RemoteStats s = stats_;
+  s.queued = queued_chunks_;
+  return s;
+}
+
+}  // namespace tierkv::remote

@@ -1,0 +1,70 @@
+// Sends keyed commands to the server that holds each key: one server for
+// redis://, the owner of the key's hash slot for a Redis Cluster. The
+// cluster's routing lives here alone: CRC16 hash slots with hash tags, the
+// slot map from CLUSTER SLOTS (asked at the first use and again after a
+// MOVED), MOVED (the slot moved: follow it, refresh the map) and ASK (a slot
+// being migrated: ASKING, then the command, on the target).
+//
+// Thread safety: none; one owner at a time (it owns its connections).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "remote/redis_conn.h"
+#include "remote/redis_url.h"
+
+namespace tierkv::remote {
+
+inline constexpr int kClusterSlots = 16384;
+
+// The hash slot of `key`: CRC16 (XMODEM) of the key, or of its hash tag (the
+// part between the first '{' and the next '}', when not empty), mod 16384.
+uint16_t KeySlot(std::string_view key);
+
+struct RouterCounters {
+  uint64_t moved = 0, asked = 0, slot_refreshes = 0;
+};
+
+class Router {
+ public:
+  Router(RedisUrl url, std::chrono::milliseconds timeout);
+  ~Router();
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  // Runs every command (argv[1] is its key) on its key's server, those of
+  // one server in one pipeline. (*replies)[i] answers commands[i];
+  // (*errors)[i] is kNone with a reply (which may be an error reply the
+  // caller judges), or why there is none (the server was unreachable, timed
+  // out, or redirected more than three times).
+  void Run(std::span<const Command> commands, std::vector<Reply>* replies,
+           std::vector<ErrorKind>* errors);
+
+  const RouterCounters& counters() const { return counters_; }
+
+ private:
+  RedisConn* Conn(const Endpoint& e);
+  // The server of `key` (the first seed for redis://, or while no slot map).
+  Endpoint Owner(std::string_view key) const;
+  void RefreshSlots();
+  // One command on `e` (after ASKING when `asking`), following redirects.
+  void RunOne(const Command& c, Endpoint e, bool asking, Reply* reply, ErrorKind* error);
+
+  const RedisUrl url_;
+  const std::chrono::milliseconds timeout_;
+  std::map<std::string, std::unique_ptr<RedisConn>> conns_;  // by "host:port"
+  std::vector<Endpoint> nodes_;                 // the slot map's servers
+  std::array<int16_t, kClusterSlots> slots_{};  // index into nodes_, -1: unknown
+  bool have_slots_ = false;
+  RouterCounters counters_;
+};
+
+}  // namespace tierkv::remote
