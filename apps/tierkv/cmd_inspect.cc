@@ -5,6 +5,7 @@
 
 #include "tierkv/commands.h"
 #include "tierkv/engine.h"
+#include "tierkv/remote.h"
 #include "tierkv/store.h"
 
 namespace tierkv::app {
@@ -38,7 +39,7 @@ void PrintVerify(const store::VerifyReport& v) {
 
 // One JSON object; paths and the model description are the user's
 // (escaped by nlohmann).
-void PrintReportJson(const store::StoreReport& o) {
+void PrintReportJson(const store::StoreReport& o, const RemoteInventory* remote) {
   const store::StoreStats& s = o.stats;
   std::printf("{\"cache_dir\": %s, \"fingerprint\": \"%016" PRIx64
               "\", \"model\": %s, \"chunk_tokens\": %u, \"layers\": %u, "
@@ -62,6 +63,12 @@ void PrintReportJson(const store::StoreReport& o) {
                              {"mb_per_s", o.io_mb_per_s}, {"merge_gap_blocks", o.io_merge_gap_blocks}};
   std::printf(", \"io_model\": %s", io.dump().c_str());
   if (o.verified) std::printf(", \"verify\": %s", VerifyJson(o.verify).dump().c_str());
+  if (remote != nullptr) {
+    const nlohmann::json r = {{"servers", remote->servers}, {"ping_ms", remote->ping_ms},
+                              {"chunks", remote->chunks}, {"chunk_layers", remote->chunk_layers},
+                              {"bytes", remote->bytes}};
+    std::printf(", \"remote\": %s", r.dump().c_str());
+  }
   std::printf("}\n");
 }
 
@@ -100,7 +107,7 @@ void PrintReport(const store::StoreReport& o) {
 
 void AddInspect(CLI::App& app, Action* run) {
   struct Args {
-    std::string dir;
+    std::string dir, remote;
     bool json = false, quick = false;
   };
   auto a = std::make_shared<Args>();
@@ -113,6 +120,10 @@ void AddInspect(CLI::App& app, Action* run) {
   sub->add_option("--cache-dir", a->dir, "The cache directory")->required();
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->add_flag("--quick", a->quick, "Skip reading the records (the index and files only)");
+  sub->add_option("--remote", a->remote,
+                  "Also scan a remote tier (redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT,...) for "
+                  "this directory's model: chunks, chunk layers and bytes stored there (the hit, miss "
+                  "and error counters of running processes are on their /metrics)");
   sub->callback([a, run] {
     *run = [a]() -> int {
       store::InspectOptions io;
@@ -120,10 +131,19 @@ void AddInspect(CLI::App& app, Action* run) {
       io.verify = !a->quick;
       auto report = store::InspectStore(a->dir, io);
       if (!report.ok()) return Fail(report.status().ToString());
+      Result<RemoteInventory> remote = RemoteInventory{};
+      if (!a->remote.empty()) remote = InspectRemote(a->remote, report->fingerprint);
+      if (!remote.ok()) return Fail(remote.status().WithContext("--remote").ToString());
       if (a->json) {
-        PrintReportJson(*report);
+        PrintReportJson(*report, a->remote.empty() ? nullptr : &*remote);
       } else {
         PrintReport(*report);
+        if (!a->remote.empty()) {
+          std::printf("remote tier      %s: %zu servers (slowest PING %.2f ms); this model: %" PRIu64
+                      " chunks, %" PRIu64 " chunk layers, %" PRIu64 " bytes\n",
+                      a->remote.c_str(), remote->servers, remote->ping_ms, remote->chunks,
+                      remote->chunk_layers, remote->bytes);
+        }
       }
       return 0;
     };

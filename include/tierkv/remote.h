@@ -54,4 +54,16 @@ struct RemoteStats {
 inline constexpr std::array<std::string_view, 5> kRemoteErrorKinds = {"connect", "timeout", "closed", "oom",
                                                                        "reply"};
 
+// What a remote tier holds for one model (tierkv inspect --remote).
+struct RemoteInventory {
+  size_t servers = 0;             // answering (a cluster's masters)
+  double ping_ms = 0;             // the slowest server's PING
+  uint64_t chunks = 0;            // distinct chunks with at least one layer stored
+  uint64_t chunk_layers = 0;      // keys (one per chunk layer)
+  uint64_t bytes = 0;             // their values' bytes
+};
+// Scans every server for the keys of `fingerprint` (SCAN, never KEYS).
+// Unavailable naming the server when one does not answer within timeout_ms.
+Result<RemoteInventory> InspectRemote(const std::string& url, uint64_t fingerprint, uint32_t timeout_ms = 1000);
+
 }  // namespace tierkv

@@ -64,6 +64,17 @@ Endpoint Router::Owner(std::string_view key) const {
   return url_.nodes[0];
 }
 
+std::vector<Endpoint> Router::Servers() {
+  if (!url_.cluster) return url_.nodes;
+  RefreshSlots();
+  return have_slots_ ? nodes_ : url_.nodes;
+}
+
+Status Router::RunOn(const Endpoint& e, std::span<const Command> commands, std::vector<Reply>* replies,
+                     ErrorKind* kind) {
+  return Conn(e)->Pipeline(commands, replies, kind);
+}
+
 void Router::RefreshSlots() {
   ++counters_.slot_refreshes;
   std::vector<Endpoint> candidates = nodes_;

@@ -50,6 +50,12 @@ class Router {
 
   const RouterCounters& counters() const { return counters_; }
 
+  // Every server: the one of redis://, a cluster's masters (slot map asked).
+  std::vector<Endpoint> Servers();
+  // Commands on one server, as RedisConn::Pipeline.
+  Status RunOn(const Endpoint& e, std::span<const Command> commands, std::vector<Reply>* replies,
+               ErrorKind* kind);
+
  private:
   RedisConn* Conn(const Endpoint& e);
   // The server of `key` (the first seed for redis://, or while no slot map).
