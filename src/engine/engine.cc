@@ -230,7 +230,12 @@ store::LookupResult Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, 
                                                bool first_attempt, RequestStats* st) {
   store::LookupResult m = store->Lookup(tokens);
   if (!remote || !first_attempt) return m;
-  const remote::FillResult f = remote->Fill(tokens, m, cap);
+  // What comes down goes into the pools too: the request reads it from there.
+  const remote::FillResult f = remote->Fill(
+      tokens, m, cap, [this](uint64_t prefix_hash, uint16_t layer, std::span<const char> payload) {
+        AdmitChunkLayer(pools.get(), row.selective(), prefix_hash, layer, payload, opts.chunk_tokens, row_bytes,
+                        probe_bytes);
+      });
   st->remote_chunks = f.chunks;
   st->remote_bytes = f.bytes;
   st->remote_ms = f.ms;

@@ -57,4 +57,25 @@ std::vector<uint16_t> UnionRows(std::span<const uint16_t> a, std::span<const uin
   return out;
 }
 
+void AdmitChunkLayer(cache::TieredCache* pools, bool selective, uint64_t prefix_hash, int layer,
+                     std::span<const char> payload, uint32_t tokens, size_t row_bytes, size_t probe_bytes) {
+  if (!selective) {
+    pools->Admit(PoolKey(EntryKind::kWhole, prefix_hash, layer), payload.size(),
+                 std::make_shared<std::vector<char>>(payload.begin(), payload.end()));
+    return;
+  }
+  std::vector<uint16_t> all(tokens);
+  for (uint32_t r = 0; r < tokens; ++r) all[r] = static_cast<uint16_t>(r);
+  const char* k = payload.data();
+  const char* v = k + size_t{tokens} * row_bytes;
+  cache::Buffer rows = BuildRowEntry(
+      all, all, row_bytes, [&](uint16_t r) { return k + r * row_bytes; },
+      [&](uint16_t r) { return v + r * row_bytes; });
+  pools->Admit(PoolKey(EntryKind::kRows, prefix_hash, layer), rows->size(), rows);
+  if (probe_bytes == 0) return;
+  auto probe = std::make_shared<std::vector<char>>(size_t{tokens} * probe_bytes);
+  for (uint32_t r = 0; r < tokens; ++r) std::memcpy(probe->data() + r * probe_bytes, k + r * row_bytes, probe_bytes);
+  pools->Admit(PoolKey(EntryKind::kProbe, prefix_hash, layer), probe->size(), probe);
+}
+
 }  // namespace tierkv::engine

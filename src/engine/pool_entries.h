@@ -62,6 +62,14 @@ cache::Buffer BuildRowEntry(const std::vector<uint16_t>& krows, const std::vecto
   return e;
 }
 
+// Admits one chunk layer's K/V (`payload`: K then V of `tokens` rows,
+// token-major, as a record holds them) in the form the reader of `selective`
+// systems looks for: a whole entry; or a row entry of every row and the
+// probe keys (the first `probe_bytes` of each K row). For chunks fetched from
+// the remote tier, so that the request after the fetch reads nothing again.
+void AdmitChunkLayer(cache::TieredCache* pools, bool selective, uint64_t prefix_hash, int layer,
+                     std::span<const char> payload, uint32_t tokens, size_t row_bytes, size_t probe_bytes);
+
 // The union of two ascending row lists.
 std::vector<uint16_t> UnionRows(std::span<const uint16_t> a, std::span<const uint16_t> b);
 

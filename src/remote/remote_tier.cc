@@ -188,7 +188,8 @@ std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32
   return out;
 }
 
-FillResult RemoteTier::Fill(std::span<const int32_t> tokens, const store::LookupResult& m, size_t limit) {
+FillResult RemoteTier::Fill(std::span<const int32_t> tokens, const store::LookupResult& m, size_t limit,
+                            const AdmittedFn& admitted) {
   FillResult out;
   const size_t C = geo_.chunk_tokens;
   const size_t start = m.matched_tokens;
@@ -199,6 +200,7 @@ FillResult RemoteTier::Fill(std::span<const int32_t> tokens, const store::Lookup
   uint64_t h = m.prefix_hashes.empty() ? 0 : m.prefix_hashes.back();
   for (size_t i = 0; i < n; ++i) hashes[i] = h = index::ChainHash(h, tokens.subspan(start + i * C, C));
   const auto chunks = FetchRun(tokens, start, hashes, &out.bytes);
+  const double fetch_ms = MsSince(t0);
   if (!chunks.empty()) {
     // One Put of the fetched rows, per layer token-major K and V.
     const size_t rows = chunks.size() * C, rb = geo_.row_bytes;
@@ -216,9 +218,17 @@ FillResult RemoteTier::Fill(std::span<const int32_t> tokens, const store::Lookup
       in.k.emplace_back(k[layer].data(), k[layer].size());
       in.v.emplace_back(v[layer].data(), v[layer].size());
     }
+    const auto t_put = std::chrono::steady_clock::now();
     auto put = store_->Put(tokens.first(start + rows), in);
+    TIERKV_LOG(kDebug) << "remote tier: " << chunks.size() << " chunks (" << out.bytes << " bytes) fetched and verified in "
+                       << fetch_ms << " ms, admitted in " << MsSince(t_put) << " ms";
     if (put.ok() && put->stored_tokens >= start + rows) {
       out.chunks = chunks.size();
+      for (size_t i = 0; admitted && i < chunks.size(); ++i) {
+        for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
+          admitted(hashes[i], layer, std::span(chunks[i][layer]).subspan(store::kBlockSize, 2 * C * rb));
+        }
+      }
     } else {
       TIERKV_LOG(kWarn) << "remote tier: fetched chunks not admitted locally: "
                         << (put.ok() ? "the disk budget holds fewer" : put.status().ToString());

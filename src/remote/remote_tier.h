@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -65,7 +66,11 @@ class RemoteTier {
   // remotely, up to `limit` tokens: looked up (pipelined EXISTS), fetched
   // (pipelined GETs), verified, and admitted with one Put. Stops at the
   // first chunk that is absent or fails. Only from a chunk boundary.
-  FillResult Fill(std::span<const int32_t> tokens, const store::LookupResult& m, size_t limit);
+  // `admitted`, if set, is called once the run is in the store with each
+  // chunk layer's payload (K then V, token-major), for the caller's pools.
+  using AdmittedFn = std::function<void(uint64_t prefix_hash, uint16_t layer, std::span<const char> payload)>;
+  FillResult Fill(std::span<const int32_t> tokens, const store::LookupResult& m, size_t limit,
+                  const AdmittedFn& admitted = {});
 
   // A request reused `reused` tokens of the local match `m` (admit
   // kReused: the chunks reaching their second reuse go up).

@@ -99,6 +99,7 @@ TEST_F(RemoteEngineTest, APrefixOneEngineComputedIsServedToAnotherThroughRedisWi
   EXPECT_EQ(got.stats.remote_chunks, 4u);
   EXPECT_EQ(got.stats.reused_tokens, kP);
   EXPECT_EQ(got.stats.remote_bytes, 4 * 8 * record);
+  EXPECT_EQ(got.stats.disk_bytes_read, 0u);  // what came down went into the pools too
   EXPECT_EQ(MaxDiff(got.logits, want), 0.0);  // bit for bit
   const RemoteStats down = reader->RemoteStatistics();
   EXPECT_EQ(down.hits, 4u);
