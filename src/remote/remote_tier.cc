@@ -151,6 +151,7 @@ std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32
          replies[present].type == Reply::Type::kInteger && replies[present].integer == 1) {
     ++present;
   }
+  if (present < hashes.size() && replies[present].is_error()) CountError(KindOfErrorReply(replies[present]));
   for (size_t first = 0; first < present; first += kChunksPerPipeline) {
     const size_t last = std::min(present, first + kChunksPerPipeline);
     cmds.clear();

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "testing/redis_server.h"
+
 namespace tierkv {
 namespace {
 
@@ -337,6 +339,47 @@ TEST(ServeTest, ARestartAnswersFromTheDiskTierWithTheSameText) {
     EXPECT_EQ(m.at("tierkv_prefix_hits_total{tier=\"device\"}"), 0);
     EXPECT_EQ(m.at("tierkv_prefix_hits_total{tier=\"host\"}"), 0);
   }
+}
+
+// Two servers with their own cache directories and one Redis: the second
+// answers from what the first computed (the remote tier), with the same
+// text, and both show the remote tier on /metrics.
+TEST(ServeTest, TwoServersShareAPrefixThroughRedis) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::RedisServer redis;
+  TempDir dir;
+  const json req{{"prompt", std::string(kPrefix) + "said"}, {"max_tokens", 12}, {"temperature", 0}};
+  ServerProcess a({"--port", "0", "--cache-dir", dir.path + "/a", "--remote", redis.url(), "--remote-admit", "always"});
+  ASSERT_GT(a.port(), 0) << "first line: " << a.first_line();
+  httplib::Client ca("127.0.0.1", a.port());
+  ca.set_read_timeout(60);
+  int status = 0;
+  const json first = Post(ca, "/v1/completions", req, &status);
+  ASSERT_EQ(status, 200) << first.dump();
+  std::map<std::string, double> ma;
+  for (int i = 0; i < 200; ++i) {  // written behind the request
+    ma = Metrics(ca);
+    if (ma.at("tierkv_remote_uploads_total") > 0 && ma.at("tierkv_remote_queued_chunks") == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GT(ma.at("tierkv_remote_uploads_total"), 0);
+  EXPECT_GT(ma.at("tierkv_remote_bytes_up_total"), 0);
+  EXPECT_EQ(ma.at("tierkv_remote_errors_total{kind=\"connect\"}"), 0);
+
+  ServerProcess b({"--port", "0", "--cache-dir", dir.path + "/b", "--remote", redis.url()});
+  ASSERT_GT(b.port(), 0) << "first line: " << b.first_line();
+  httplib::Client cb("127.0.0.1", b.port());
+  cb.set_read_timeout(60);
+  const json second = Post(cb, "/v1/completions", req, &status);
+  ASSERT_EQ(status, 200) << second.dump();
+  EXPECT_GT(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
+  const auto mb = Metrics(cb);
+  EXPECT_EQ(mb.at("tierkv_remote_hits_total"), ma.at("tierkv_remote_uploads_total"));
+  EXPECT_GT(mb.at("tierkv_remote_bytes_down_total"), 0);
+  EXPECT_EQ(mb.at("tierkv_remote_corrupt_values_total"), 0);
+  EXPECT_EQ(a.Stop(), 0);
+  EXPECT_EQ(b.Stop(), 0);
 }
 
 // Both schedulers in the real binary, one request at a time: where each
