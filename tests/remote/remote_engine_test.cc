@@ -216,6 +216,8 @@ TEST_F(RemoteEngineTest, RedisKilledSlowRestartedOrFullIsAMissAndACounter) {
   EXPECT_EQ(dead.stats.remote_chunks, 0u);
   EXPECT_EQ(MaxDiff(dead.logits, computed), 0.0);
   EXPECT_GE(reader->RemoteStatistics().errors[0], 1u);  // connect
+  reader->DrainRemote();  // its write of B's chunks fails now, not after the restart
+  EXPECT_EQ(reader->RemoteStatistics().uploads, 0u);
 
   // Restarted (empty: no persistence): misses, then uploads again.
   redis.Start();
@@ -279,9 +281,11 @@ TEST_F(RemoteEngineTest, AClusterServesThePrefixAfterAReshardingMovedItsChunks) 
   EXPECT_EQ(got.stats.remote_chunks, 4u);
   EXPECT_EQ(MaxDiff(got.logits, want), 0.0);
   EXPECT_EQ(reader->RemoteStatistics().errors_total(), 0u);
-  // The writer's slot map is stale now: its next writes follow MOVED.
-  ASSERT_TRUE(writer->Serve(Prompt(kP, 2000, kQ)).ok());
+  // The writer's slot map is stale now: its next writes (two new chunks)
+  // land where the slots are now.
+  ASSERT_TRUE(writer->Serve(Prompt(kP + 128, 2000, kQ)).ok());
   writer->DrainRemote();
+  EXPECT_EQ(writer->RemoteStatistics().uploads, 6u);
   EXPECT_EQ(writer->RemoteStatistics().errors_total(), 0u);
 }
 
