@@ -221,15 +221,17 @@ FillResult RemoteTier::Fill(std::span<const int32_t> tokens, const store::Lookup
     }
     const auto t_put = std::chrono::steady_clock::now();
     auto put = store_->Put(tokens.first(start + rows), in);
-    TIERKV_LOG(kDebug) << "remote tier: " << chunks.size() << " chunks (" << out.bytes << " bytes) fetched and verified in "
-                       << fetch_ms << " ms, admitted in " << MsSince(t_put) << " ms";
     if (put.ok() && put->stored_tokens >= start + rows) {
       out.chunks = chunks.size();
+      const auto t_pools = std::chrono::steady_clock::now();
       for (size_t i = 0; admitted && i < chunks.size(); ++i) {
         for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
           admitted(hashes[i], layer, std::span(chunks[i][layer]).subspan(store::kBlockSize, 2 * C * rb));
         }
       }
+      TIERKV_LOG(kDebug) << "remote tier: " << chunks.size() << " chunks (" << out.bytes
+                         << " bytes) fetched and verified in " << fetch_ms << " ms, admitted to the disk tier in "
+                         << MsSince(t_put) << " ms (pools included), to the pools in " << MsSince(t_pools) << " ms";
     } else {
       TIERKV_LOG(kWarn) << "remote tier: fetched chunks not admitted locally: "
                         << (put.ok() ? "the disk budget holds fewer" : put.status().ToString());
