@@ -125,11 +125,10 @@ bool RemoteTier::CheckValue(const std::string& value, std::span<const int32_t> c
   if (value.size() != store_->record_bytes(C)) return false;
   const store::RecordChecker check(geo_.fingerprint, geo_.row_bytes, geo_.dtype, C);
   const store::Expect e = store::KeyValueExpect(layer, prefix_hash, first_token, C);
-  auto h = check.CheckHeader(value.data(), e);
-  if (!h.ok() || !std::equal(h->tokens.begin(), h->tokens.end(), chunk_tokens.begin(), chunk_tokens.end())) {
-    return false;
-  }
-  return check.Verify(value.data(), e).ok();
+  // The header once: its identity and every page, then the token ids.
+  const uint32_t pages = store::PagesFor(store::PayloadBytesFor(store::RecordKind::kKeyValue, C, geo_.row_bytes));
+  auto h = check.VerifyPages(value.data(), e, std::vector<bool>(pages, true));
+  return h.ok() && std::equal(h->tokens.begin(), h->tokens.end(), chunk_tokens.begin(), chunk_tokens.end());
 }
 
 std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32_t> tokens, size_t start,
@@ -205,12 +204,14 @@ FillResult RemoteTier::Fill(std::span<const int32_t> tokens, const store::Lookup
   if (!chunks.empty()) {
     // One Put of the fetched rows, per layer token-major K and V.
     const size_t rows = chunks.size() * C, rb = geo_.row_bytes;
-    std::vector<std::string> k(geo_.layers, std::string(rows * rb, '\0')), v = k;
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
+    std::vector<std::string> k(geo_.layers), v(geo_.layers);
+    for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
+      k[layer].reserve(rows * rb);
+      v[layer].reserve(rows * rb);
+      for (size_t i = 0; i < chunks.size(); ++i) {
         const char* payload = chunks[i][layer].data() + store::kBlockSize;
-        std::memcpy(k[layer].data() + i * C * rb, payload, C * rb);
-        std::memcpy(v[layer].data() + i * C * rb, payload + C * rb, C * rb);
+        k[layer].append(payload, C * rb);
+        v[layer].append(payload + C * rb, C * rb);
       }
     }
     store::KvInput in;
@@ -328,15 +329,22 @@ void RemoteTier::UploadLoop() {
 
 void RemoteTier::WriteChunks(const Upload& u) {
   const uint32_t C = geo_.chunk_tokens;
-  const size_t rb = geo_.row_bytes;
+  const size_t half = size_t{C} * geo_.row_bytes;  // K (or V) of one chunk layer
   const store::LookupResult m = store_->Lookup(*u.tokens);
-  std::string k(C * rb, '\0'), v(C * rb, '\0'), payload;
   for (uint32_t i : u.chunks) {
     if (i >= m.chunks.size() || m.chunk_tokens[i] != C) continue;  // evicted meanwhile
+    // Every layer in one batch, each straight into its record's payload (K then V).
+    std::vector<std::string> payloads(geo_.layers, std::string(2 * half, '\0'));
+    std::vector<store::ChunkRead> reads;
+    for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
+      reads.push_back({m.chunks[i], m.prefix_hashes[i], layer, payloads[layer].data(), payloads[layer].data() + half});
+    }
+    if (!store_->Read(reads).ok() ||
+        !std::all_of(reads.begin(), reads.end(), [](const store::ChunkRead& r) { return r.status.ok(); })) {
+      continue;  // the local copy failed its checks: nothing goes up
+    }
     std::vector<Command> cmds;
     for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
-      store::ChunkRead r{m.chunks[i], m.prefix_hashes[i], layer, k.data(), v.data()};
-      if (!store_->Read(std::span(&r, 1)).ok() || !r.status.ok()) break;
       store::RecordHeader h;
       h.fingerprint = geo_.fingerprint;
       h.kind = store::RecordKind::kKeyValue;
@@ -348,12 +356,10 @@ void RemoteTier::WriteChunks(const Upload& u) {
       h.prefix_hash = m.prefix_hashes[i];
       h.parent_hash = i == 0 ? 0 : m.prefix_hashes[i - 1];
       h.tokens.assign(u.tokens->begin() + i * C, u.tokens->begin() + (i + 1) * C);
-      payload = k + v;
       std::string record;
-      store::EncodeRecord(h, payload, &record);
+      store::EncodeRecord(h, payloads[layer], &record);
       cmds.push_back({"SET", ChunkKey(geo_.fingerprint, h.prefix_hash, layer), std::move(record)});
     }
-    if (cmds.size() != geo_.layers) continue;  // the local copy failed its checks: nothing goes up
     std::vector<Reply> replies;
     std::vector<ErrorKind> errors;
     RunCounted(&up_router_, cmds, &replies, &errors);
