@@ -47,8 +47,9 @@ Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& to
                  a.system.c_str(), st.reused_tokens, st.prompt_tokens,
                  static_cast<unsigned long long>(st.disk_bytes_read), st.ttft_ms);
     if (!a.remote.url.empty()) {
-      std::fprintf(stderr, "remote: %llu chunks (%llu bytes) fetched in %.1f ms\n",
+      std::fprintf(stderr, "remote: %llu chunks whole, %llu in part (%llu bytes) fetched in %.1f ms\n",
                    static_cast<unsigned long long>(st.remote_chunks),
+                   static_cast<unsigned long long>(st.remote_important_chunks),
                    static_cast<unsigned long long>(st.remote_bytes), st.remote_ms);
     }
   }

@@ -25,6 +25,13 @@ void AddRemoteFlags(CLI::App* sub, RemoteOptions* r) {
          "--remote: which chunks go up: reused (the default: chunks two requests reused from the local "
          "store) or always (every chunk stored)")
       ->check(CLI::IsMember({"reused", "always"}));
+  sub->add_option_function<std::string>(
+         "--remote-read", [r](const std::string& s) { r->read = *ParseRemoteRead(s); },
+         "--remote: what a selective system below retention 1 fetches of a chunk only the remote tier "
+         "holds: whole (the default: every row, kept locally) or important (the first retention x chunk "
+         "rows of each layer in the value's importance order, by GETRANGE, attended to as they are and "
+         "not stored; values written without an order are fetched whole)")
+      ->check(CLI::IsMember({"whole", "important"}));
   sub->add_option("--remote-queue", r->queue_chunks,
                   "--remote: chunks waiting to go up at most; a write finding the queue full is dropped "
                   "and counted")

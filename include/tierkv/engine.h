@@ -202,6 +202,11 @@ struct RequestStats {
   // time the remote lookup took (in lookup_ms and ttft_ms).
   uint64_t remote_chunks = 0, remote_bytes = 0;
   double remote_ms = 0;
+  // RemoteRead::kImportant: chunks past the local prefix read in part (their
+  // important rows, in remote_bytes too), attended to as they are: they
+  // count in reused_tokens; the prompt is then not stored (the store holds
+  // whole chunks only, and the part before the prompt's new chunks is not local).
+  uint64_t remote_important_chunks = 0;
   // What the rows the request used take when read exactly, the ideal its
   // disk and pool reads are compared with: all of R's K and V (whole-row
   // systems); R's keys and the used rows' values (H2O, and a probe layer

@@ -19,6 +19,16 @@ enum class RemoteAdmit {
 std::string_view RemoteAdmitName(RemoteAdmit a);    // "reused", "always"
 Result<RemoteAdmit> ParseRemoteAdmit(std::string_view name);  // InvalidArgument naming them
 
+// What a selective reader fetches of a chunk only the remote tier holds.
+enum class RemoteRead {
+  kWhole,      // every row: the chunk is admitted into the local disk tier and pools
+  kImportant,  // the first retention x chunk rows of each layer in the value's importance order
+               // (GETRANGE), attended to as they are (CaR's sparsified far tier); nothing is
+               // admitted locally. Values without an order (an as-like writer) are fetched whole.
+};
+std::string_view RemoteReadName(RemoteRead r);             // "whole", "important"
+Result<RemoteRead> ParseRemoteRead(std::string_view name);  // InvalidArgument naming them
+
 struct RemoteOptions {
   // redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...];
   // empty: no remote tier.
@@ -31,6 +41,8 @@ struct RemoteOptions {
   uint32_t queue_chunks = 1024;
   // Chunks one request looks up past its local match.
   uint32_t max_fetch_chunks = 256;
+  // Selective systems below retention 1 only; the others always read whole values.
+  RemoteRead read = RemoteRead::kWhole;
   Status Validate() const;  // InvalidArgument naming the field
 };
 
@@ -48,6 +60,9 @@ struct RemoteStats {
   std::array<uint64_t, 5> errors{};
   uint64_t redirects = 0;          // cluster MOVED and ASK followed
   double fetch_ms_total = 0;       // time spent in lookups and fetches
+  // RemoteRead::kImportant: chunks read in part, the bytes that took (also in
+  // bytes_down), and what their whole values hold.
+  uint64_t important_chunks = 0, important_bytes = 0, important_value_bytes = 0;
   uint64_t errors_total() const;
 };
 // The names of RemoteStats::errors' kinds, in order.

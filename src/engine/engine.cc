@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/engine_impl.h"
+#include "engine/far_rows.h"
 #include "engine/options.h"
 #include "engine/pool_entries.h"
 #include "store/fingerprint.h"
@@ -227,9 +228,22 @@ size_t Engine::Impl::Reusable(const store::LookupResult& m, size_t cap) const {
 }
 
 store::LookupResult Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, size_t cap,
-                                               bool first_attempt, RequestStats* st) {
+                                               bool first_attempt, const std::vector<uint32_t>& keep,
+                                               remote::FarRows* far, RequestStats* st) {
   store::LookupResult m = store->Lookup(tokens);
   if (!remote || !first_attempt) return m;
+  if (!keep.empty()) {
+    // From the reusable prefix's end: a short local last chunk (a shorter
+    // prompt stored before) does not hide the remote tier's whole one.
+    const size_t R = Reusable(m, cap), C = opts.chunk_tokens;
+    *far = remote->FetchImportant(tokens, R, R == 0 ? 0 : m.prefix_hashes[R / C - 1], cap, keep);
+    if (far->chunks > 0) {
+      st->remote_important_chunks = far->chunks;
+      st->remote_bytes = far->bytes;
+      st->remote_ms = far->ms;
+      return m;
+    }
+  }
   // What comes down goes into the pools too: the request reads it from there.
   const remote::FillResult f = remote->Fill(
       tokens, m, cap, [this](uint64_t prefix_hash, uint16_t layer, std::span<const char> payload) {
@@ -238,7 +252,7 @@ store::LookupResult Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, 
       });
   st->remote_chunks = f.chunks;
   st->remote_bytes = f.bytes;
-  st->remote_ms = f.ms;
+  st->remote_ms += f.ms;
   if (f.chunks > 0) m = store->Lookup(tokens);
   return m;
 }
@@ -255,19 +269,20 @@ std::vector<uint64_t> Engine::Impl::ScoreKeys(const store::LookupResult& m, size
 PrefillOptions Engine::Impl::ForwardOptions(Request& rq, RequestStats& st, bool storing,
                                             bool last_only, Status* load_error) {
   PrefillOptions po;
-  po.start_pos = static_cast<int>(rq.R);
+  po.start_pos = static_cast<int>(rq.End());
   po.capture_kv = storing || rq.keep != nullptr;
   po.kv_dtype = KvDType::kF16;
   po.logits = last_only ? LogitsMode::kLast : LogitsMode::kAll;
   const bool order = opts.store_order == StoreOrder::kOn ||
                      (opts.store_order == StoreOrder::kSystem && row.orders_at_store);
   if (storing && order) rq.order = std::make_unique<StoreImportance>(c);
-  if (rq.R == 0 && !rq.order) return po;
+  if (rq.End() == 0 && !rq.order) return po;
   po.before_attention = [this, &rq, &st, load_error](const LayerView& v,
                                                     LayerPrefix* prefix) -> Status {
     if (rq.order) rq.order->Capture(v);
-    if (rq.R == 0) return Status::Ok();
-    Status s = source->Supply(rq, v, prefix, &st.layers[v.layer]);
+    if (rq.End() == 0) return Status::Ok();
+    Status s = rq.R > 0 ? source->Supply(rq, v, prefix, &st.layers[v.layer]) : Status::Ok();
+    if (s.ok()) s = AppendFarRows(c, rq, v.layer, prefix);
     if (s.ok() && rq.keep) s = rq.keep->AddPrefix(v.layer, *prefix);
     if (s.ok()) return s;
     *load_error = s;
@@ -284,12 +299,11 @@ void Engine::Impl::FillStats(const Request& rq, Clock::time_point t_compute,
   st->fallback_layers = rq.fallbacks;
   st->compute_ms = Ms(t_compute, t_done) - st->load_wait_ms - st->identify_ms;
   st->ttft_ms = Ms(rq.t0, t_done);
-  st->ideal_bytes = IdealBytes(*st);
+  st->ideal_bytes = IdealBytes(*st, rq.R);
 }
 
-uint64_t Engine::Impl::IdealBytes(const RequestStats& st) const {
+uint64_t Engine::Impl::IdealBytes(const RequestStats& st, uint64_t R) const {
   if (!row.reuses()) return 0;
-  const uint64_t R = st.reused_tokens;
   uint64_t sum = 0;
   for (const LayerTrace& L : st.layers) {
     if (!row.selective()) {
@@ -310,29 +324,38 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   const bool last_only = so.logits_from == std::numeric_limits<size_t>::max();
   ServeResult out;
   RequestStats& st = out.stats;
+  const bool own_retention = so.retention >= 0 && so.retention != opts.retention;
+  const double retention = own_retention ? so.retention : opts.retention;
+  std::vector<double> layer_retention;
+  if (profile) layer_retention = own_retention ? profile->LayerRetention(retention) : profile->LayerRetention();
   store::LookupResult m;
-  if (row.reuses()) m = LookupPrefix(tokens, cap, attempt == 1, &st);
+  remote::FarRows far;
+  if (row.reuses()) m = LookupPrefix(tokens, cap, attempt == 1, ImportantKeep(retention, layer_retention), &far, &st);
   const size_t R = row.reuses() ? Reusable(m, cap) : 0;
-  *reused = R;
   if (remote && R > 0) remote->OnReused(tokens, m, R);  // fetched chunks are up there already
+  Request rq(&m, R, t0, c.n_layers);
+  rq.far = std::move(far);
+  const size_t E = rq.End();  // R, then the remote chunks read in part
+  *reused = E;
   st.prompt_tokens = n;
   st.attempts = attempt;
   st.lookup_ms = Ms(t0, Clock::now());
-  st.reused_tokens = R;
-  st.computed_tokens = n - R;
+  st.reused_tokens = E;
+  st.computed_tokens = n - E;
   st.layers.resize(c.n_layers);
-  Request rq(&m, R, t0, c.n_layers);
-  rq.own_retention = so.retention >= 0 && so.retention != opts.retention;
-  rq.retention = rq.own_retention ? so.retention : opts.retention;
-  if (profile) rq.layer_retention = rq.own_retention ? profile->LayerRetention(rq.retention) : profile->LayerRetention();
+  rq.own_retention = own_retention;
+  rq.retention = retention;
+  rq.layer_retention = std::move(layer_retention);
   if (so.keep_kv) rq.keep = std::make_shared<Sequence>(c, static_cast<int>(n));
   ScoreEvents events(pools.get(), so.scheduler_events ? std::vector<uint64_t>{} : ScoreKeys(m, R));
   if (R > 0) source->Start(rq);
   // The prompt's K/V go to the store (systems that reuse keep what they compute).
-  const bool storing = so.store && row.reuses();
+  // Not after remote rows read in part: the store holds whole chunks, and
+  // the chunks between R and the new ones are not local.
+  const bool storing = so.store && row.reuses() && rq.far.chunks == 0;
   PrefillOptions po = ForwardOptions(rq, st, storing, last_only, load_error);
   const auto t_compute = Clock::now();
-  auto r = model.Prefill(tokens.subspan(R), po);
+  auto r = model.Prefill(tokens.subspan(E), po);
   const auto t_done = Clock::now();
   // Reads still in flight point at this attempt's lookup: let them finish
   // before it goes away (only after a failed layer, or for a layer the
@@ -346,11 +369,11 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
     out.logits_rows = 1;
   } else {
     const size_t V = static_cast<size_t>(c.vocab_size);
-    out.logits.assign(r->logits.begin() + (so.logits_from - R) * V, r->logits.end());
+    out.logits.assign(r->logits.begin() + (so.logits_from - E) * V, r->logits.end());
     out.logits_rows = n - so.logits_from;
   }
   if (rq.keep) {
-    RETURN_IF_ERROR(rq.keep->AddComputed(r->kv, r->kv_dtype, r->n_tokens, static_cast<int>(R)));
+    RETURN_IF_ERROR(rq.keep->AddComputed(r->kv, r->kv_dtype, r->n_tokens, static_cast<int>(E)));
     out.sequence = std::move(rq.keep);
   }
   if (storing) writer->Store(tokens, rq, std::move(r->kv), &st);

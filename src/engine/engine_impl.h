@@ -41,15 +41,24 @@ struct Engine::Impl {
   // The rows of the stored prefix this request reuses (below `cap`).
   size_t Reusable(const store::LookupResult& m, size_t cap) const;
   // The local match of `tokens`, extended from the remote tier (first
-  // attempts only: a retry after damage reuses less, never fetches again).
+  // attempts only: a retry after damage reuses less, never fetches again):
+  // with `keep` (rows per layer; ImportantKeep), the important part of the
+  // chunks past the reusable prefix into *far if there are ordered ones;
+  // otherwise whole chunks, admitted locally.
   store::LookupResult LookupPrefix(std::span<const int32_t> tokens, size_t cap, bool first_attempt,
-                                   RequestStats* st);
+                                   const std::vector<uint32_t>& keep, remote::FarRows* far, RequestStats* st);
+  // Rows per layer of a remote chunk a request at `retention` (per layer:
+  // `layer_retention`, when set) reads in part; empty when it reads whole
+  // chunks (no remote tier, RemoteRead::kWhole, a system reading every row,
+  // retention 1).
+  std::vector<uint32_t> ImportantKeep(double retention, const std::vector<double>& layer_retention) const;
   std::vector<uint64_t> ScoreKeys(const store::LookupResult& m, size_t R) const;
   PrefillOptions ForwardOptions(Request& rq, RequestStats& st, bool storing, bool last_only,
                                 Status* load_error);
   void FillStats(const Request& rq, Clock::time_point t_compute, Clock::time_point t_done,
                  RequestStats* st) const;
-  uint64_t IdealBytes(const RequestStats& st) const;
+  // Of R local prefix rows (remote rows read in part are not the disk's).
+  uint64_t IdealBytes(const RequestStats& st, uint64_t R) const;
 
   const Model& model;
   const EngineOptions opts;

@@ -12,6 +12,7 @@
 #include "engine/load_queue.h"
 #include "engine/store_importance.h"
 #include "engine/timing.h"
+#include "remote/remote_tier.h"
 #include "store/chunk_store.h"
 #include "tierkv/sequence.h"
 
@@ -26,13 +27,26 @@ struct SelectiveLayer {
   std::vector<std::vector<int32_t>> hpos;
 };
 
+// One layer's prefix rows with the far rows appended, per KV head (valid
+// until the next layer's: the model's contract for prefix rows).
+struct FarScratch {
+  std::vector<std::string> k, v;
+  std::vector<std::vector<int32_t>> pos;
+};
+
 struct Request {
   Request(const store::LookupResult* match, size_t reused, Clock::time_point start, int n_layers)
       : m(match), R(reused), t0(start), layers(n_layers), whole(n_layers), probe_fetch(n_layers),
         key_fetch(n_layers), prefetch(n_layers), predicted(n_layers), speculate(n_layers, true) {}
 
   const store::LookupResult* m;  // the lookup this attempt reuses
-  size_t R;                      // rows of the prefix reused (a multiple of the chunk for selective)
+  size_t R;                      // rows of the local prefix reused (a multiple of the chunk for selective)
+  // The important rows of remote chunks after R (RemoteRead::kImportant),
+  // appended to every layer's prefix (far_rows.h); the forward pass starts
+  // at End().
+  remote::FarRows far;
+  FarScratch far_scratch;
+  size_t End() const { return far.chunks > 0 ? far.end : R; }
   Clock::time_point t0;          // the request's start
   double retention = 1;                 // share of R's rows per layer (the request's or the engine's)
   bool own_retention = false;           // the request's differs from the engine's

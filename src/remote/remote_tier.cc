@@ -10,6 +10,7 @@
 #include "index/radix_tree.h"
 #include "store/format.h"
 #include "store/record_check.h"
+#include "remote/value.h"
 #include "tierkv/logging.h"
 
 namespace tierkv {
@@ -20,6 +21,14 @@ Result<RemoteAdmit> ParseRemoteAdmit(std::string_view name) {
   if (name == "reused") return RemoteAdmit::kReused;
   if (name == "always") return RemoteAdmit::kAlways;
   return Status::InvalidArgument("remote admit '" + std::string(name) + "': expected reused or always");
+}
+
+std::string_view RemoteReadName(RemoteRead r) { return r == RemoteRead::kImportant ? "important" : "whole"; }
+
+Result<RemoteRead> ParseRemoteRead(std::string_view name) {
+  if (name == "whole") return RemoteRead::kWhole;
+  if (name == "important") return RemoteRead::kImportant;
+  return Status::InvalidArgument("remote read '" + std::string(name) + "': expected whole or important");
 }
 
 Status RemoteOptions::Validate() const {
@@ -70,7 +79,7 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::Open(const RemoteOptions& option
 }
 
 RemoteTier::RemoteTier(const RemoteOptions& o, RemoteGeometry g, RedisUrl url, store::ChunkStore* store)
-    : opts_(o), geo_(g), url_(std::move(url)), store_(store),
+    : opts_(o), geo_(g), url_(std::move(url)), store_(store), checker_(g.fingerprint, g.row_bytes, g.dtype, g.chunk_tokens),
       fetch_router_(url_, std::chrono::milliseconds(o.timeout_ms)),
       up_router_(url_, std::chrono::milliseconds(o.timeout_ms)) {
   thread_ = std::thread([this] {
@@ -100,6 +109,13 @@ void RemoteTier::CountError(ErrorKind k) {
                     << " remote errors so far, logged at most every 10 s)";
 }
 
+void RemoteTier::CountCorrupt(uint64_t prefix_hash, uint16_t layer, const Status& why) {
+  MutexLock l(&mu_);
+  ++stats_.corrupt;
+  TIERKV_LOG(kWarn) << "remote tier: the value of " << ChunkKey(geo_.fingerprint, prefix_hash, layer)
+                    << " fails its checks (" << why.ToString() << "): a miss";
+}
+
 void RemoteTier::CountErrors(const std::vector<ErrorKind>& errors) {
   // One failed pipeline fails all its commands: count it once.
   ErrorKind last = ErrorKind::kNone;
@@ -117,18 +133,6 @@ void RemoteTier::RunCounted(Router* router, std::span<const Command> cmds, std::
   const RouterCounters& after = router->counters();
   MutexLock l(&mu_);
   stats_.redirects += (after.moved - before.moved) + (after.asked - before.asked);
-}
-
-bool RemoteTier::CheckValue(const std::string& value, std::span<const int32_t> chunk_tokens,
-                            uint32_t first_token, uint64_t prefix_hash, uint16_t layer) {
-  const uint32_t C = geo_.chunk_tokens;
-  if (value.size() != store_->record_bytes(C)) return false;
-  const store::RecordChecker check(geo_.fingerprint, geo_.row_bytes, geo_.dtype, C);
-  const store::Expect e = store::KeyValueExpect(layer, prefix_hash, first_token, C);
-  // The header once: its identity and every page, then the token ids.
-  const uint32_t pages = store::PagesFor(store::PayloadBytesFor(store::RecordKind::kKeyValue, C, geo_.row_bytes));
-  auto h = check.VerifyPages(value.data(), e, std::vector<bool>(pages, true));
-  return h.ok() && std::equal(h->tokens.begin(), h->tokens.end(), chunk_tokens.begin(), chunk_tokens.end());
 }
 
 std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32_t> tokens, size_t start,
@@ -173,11 +177,9 @@ std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32
         }
         if (r.type != Reply::Type::kString) return out;  // evicted since EXISTS: a miss
         *bytes += r.str.size();
-        if (!CheckValue(r.str, tokens.subspan(pos, C), pos, hashes[i], layer)) {
-          MutexLock s(&mu_);
-          ++stats_.corrupt;
-          TIERKV_LOG(kWarn) << "remote tier: the value of " << ChunkKey(geo_.fingerprint, hashes[i], layer)
-                            << " fails its checksum or identity: a miss";
+        const ValueIdentity id{layer, hashes[i], pos, C, tokens.subspan(pos, C)};
+        if (Status s = TakeWholeValue(checker_, id, &r.str); !s.ok()) {
+          CountCorrupt(hashes[i], layer, s);
           return out;
         }
         layers[layer] = std::move(r.str);
@@ -343,6 +345,9 @@ void RemoteTier::WriteChunks(const Upload& u) {
         !std::all_of(reads.begin(), reads.end(), [](const store::ChunkRead& r) { return r.status.ok(); })) {
       continue;  // the local copy failed its checks: nothing goes up
     }
+    // The local store's importance order, when it has one: the values go
+    // up ordered, so that a reader of the important part fetches a prefix.
+    const std::vector<std::vector<uint16_t>> order = store_->RowOrder(m.chunks[i], m.prefix_hashes[i]);
     std::vector<Command> cmds;
     for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
       store::RecordHeader h;
@@ -357,8 +362,9 @@ void RemoteTier::WriteChunks(const Upload& u) {
       h.parent_hash = i == 0 ? 0 : m.prefix_hashes[i - 1];
       h.tokens.assign(u.tokens->begin() + i * C, u.tokens->begin() + (i + 1) * C);
       std::string record;
-      store::EncodeRecord(h, payloads[layer], &record);
-      cmds.push_back({"SET", ChunkKey(geo_.fingerprint, h.prefix_hash, layer), std::move(record)});
+      EncodeValue(std::move(h), payloads[layer],
+                  layer < order.size() ? std::span<const uint16_t>(order[layer]) : std::span<const uint16_t>(), &record);
+      cmds.push_back({"SET", ChunkKey(geo_.fingerprint, m.prefix_hashes[i], layer), std::move(record)});
     }
     std::vector<Reply> replies;
     std::vector<ErrorKind> errors;

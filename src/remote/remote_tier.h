@@ -27,7 +27,9 @@
 #include <vector>
 
 #include "remote/router.h"
+#include "remote/value.h"
 #include "store/chunk_store.h"
+#include "store/record_check.h"
 #include "tierkv/mutex.h"
 #include "tierkv/remote.h"
 
@@ -45,6 +47,19 @@ struct RemoteGeometry {
 // (fingerprint and prefix hash in hex; the braces are the cluster hash tag,
 // so every layer of a chunk lives on one node).
 std::string ChunkKey(uint64_t fingerprint, uint64_t prefix_hash, uint16_t layer);
+
+// The important rows of chunks that only the remote tier holds
+// (RemoteRead::kImportant), per layer in chunk order: each row's absolute
+// position, its K and its V (row_bytes each, in that order).
+struct FarRows {
+  size_t start = 0, end = 0;  // the tokens covered: whole chunks; end == start: none
+  size_t chunks = 0;
+  std::vector<std::vector<int32_t>> positions;  // per layer
+  std::vector<std::string> k, v;                // per layer
+  uint64_t bytes = 0;       // fetched
+  uint64_t value_bytes = 0; // the whole values' sizes
+  double ms = 0;
+};
 
 struct FillResult {
   size_t chunks = 0;  // chunks fetched and admitted into the local store
@@ -71,6 +86,15 @@ class RemoteTier {
   using AdmittedFn = std::function<void(uint64_t prefix_hash, uint16_t layer, std::span<const char> payload)>;
   FillResult Fill(std::span<const int32_t> tokens, const store::LookupResult& m, size_t limit,
                   const AdmittedFn& admitted = {});
+
+  // Past `start` (a chunk boundary whose chain hash is `parent_hash`), up
+  // to `limit` tokens: of each chunk whose value is ordered, the first
+  // keep[layer] rows of each layer, fetched by GETRANGE (the header block,
+  // then the pages holding those rows of K and of V) and verified page by
+  // page. Stops at the first chunk that is absent, unordered or fails;
+  // admits nothing locally.
+  FarRows FetchImportant(std::span<const int32_t> tokens, size_t start, uint64_t parent_hash, size_t limit,
+                         std::span<const uint32_t> keep);
 
   // A request reused `reused` tokens of the local match `m` (admit
   // kReused: the chunks reaching their second reuse go up).
@@ -100,8 +124,26 @@ class RemoteTier {
   // stopping at the first absent or bad one: payloads per chunk and layer.
   std::vector<std::vector<std::string>> FetchRun(std::span<const int32_t> tokens, size_t start,
                                                  std::span<const uint64_t> hashes, uint64_t* bytes);
-  bool CheckValue(const std::string& value, std::span<const int32_t> chunk_tokens, uint32_t first_token,
-                  uint64_t prefix_hash, uint16_t layer);
+  void CountCorrupt(uint64_t prefix_hash, uint16_t layer, const Status& why) TIERKV_EXCLUDES(mu_);
+  // One chunk layer's ranges (`replies`) of an ordered value: checked page by
+  // page, its first `keep` rows into chunk->*[id.layer]. kTokenOrder: a
+  // valid value in token order (to fetch whole); kFail: absent, an error, or
+  // damaged (counted).
+  enum class Take { kOk, kTokenOrder, kFail };
+  Take TakeImportant(const ValueIdentity& id, std::span<const ByteRange> ranges, std::span<const Reply> replies,
+                     std::span<const ErrorKind> errors, uint32_t keep, FarRows* chunk);
+  // The layers `whole` lists ((index into *staged, layer)) fetched whole
+  // and verified, every row into the staged chunk; the chunks before the
+  // first that failed (staged->size() when none did).
+  size_t FetchWholeLayers(std::span<const int32_t> tokens, size_t start, std::span<const uint64_t> hashes,
+                          size_t first, const std::vector<std::pair<size_t, uint16_t>>& whole,
+                          std::vector<FarRows>* staged) TIERKV_REQUIRES(fetch_mu_);
+  // FetchImportant's two rounds for chunks [first, last) of `hashes`: the
+  // ordered headers, then the important pages; appends to *out and returns
+  // false at the first chunk that is absent, unordered or fails.
+  bool FetchImportantGroup(std::span<const int32_t> tokens, size_t start, std::span<const uint64_t> hashes,
+                           size_t first, size_t last, std::span<const uint32_t> keep, FarRows* out)
+      TIERKV_REQUIRES(fetch_mu_);
   // Router::Run, its failures and redirects counted.
   void RunCounted(Router* router, std::span<const Command> cmds, std::vector<Reply>* replies,
                   std::vector<ErrorKind>* errors) TIERKV_EXCLUDES(mu_);
@@ -112,6 +154,7 @@ class RemoteTier {
   const RemoteGeometry geo_;
   const RedisUrl url_;
   store::ChunkStore* const store_;
+  const store::RecordChecker checker_;
 
   Mutex fetch_mu_;  // the request path's connections
   Router fetch_router_ TIERKV_GUARDED_BY(fetch_mu_);

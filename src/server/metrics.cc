@@ -52,6 +52,12 @@ void RenderRemote(const RemoteStats& r, std::string* out) {
   One(out, "tierkv_remote_corrupt_values_total", "counter",
       "Remote values failing their checksum or identity (never served).", double(r.corrupt));
   One(out, "tierkv_remote_bytes_down_total", "counter", "Bytes fetched from the remote tier.", double(r.bytes_down));
+  One(out, "tierkv_remote_important_chunks_total", "counter",
+      "Chunks read in part (--remote-read important): their important rows only.", double(r.important_chunks));
+  One(out, "tierkv_remote_important_bytes_total", "counter",
+      "Bytes those partial reads fetched (in bytes_down too).", double(r.important_bytes));
+  One(out, "tierkv_remote_important_value_bytes_total", "counter",
+      "What the whole values of the chunks read in part hold.", double(r.important_value_bytes));
   One(out, "tierkv_remote_bytes_up_total", "counter", "Bytes written to the remote tier.", double(r.bytes_up));
   One(out, "tierkv_remote_uploads_total", "counter", "Chunks written to the remote tier.", double(r.uploads));
   One(out, "tierkv_remote_dropped_writes_total", "counter", "Chunks not written: the upload queue was full.",

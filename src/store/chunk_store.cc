@@ -72,6 +72,47 @@ ChunkStore::Location ChunkStore::TEST_run_location(uint32_t chunk, uint16_t laye
   return it->second->where[size_t{layer} * it->second->records + record];
 }
 
+std::vector<std::vector<uint16_t>> ChunkStore::RowOrder(uint32_t chunk, uint64_t prefix_hash) const {
+  const uint16_t L = impl_->opts_.layers;
+  std::shared_ptr<const Run> run;
+  uint32_t first = 0, tokens = 0;
+  std::vector<std::vector<uint16_t>> order(L);
+  {
+    MutexLock l(&impl_->mu_);
+    if (!impl_->IsCurrentLocked(chunk, prefix_hash)) return {};
+    tokens = impl_->tree_.chunk(chunk).tokens;
+    auto it = impl_->run_of_.find(chunk);
+    if (it != impl_->run_of_.end()) {
+      run = it->second;
+      first = impl_->tree_.chunk(chunk).first_token - run->first_token;
+    } else {
+      // No packed layout yet: the requests' reports, where a layer has some
+      // (the order a reordering round would write).
+      auto ht = impl_->heat_.find(chunk);
+      if (ht == impl_->heat_.end() || ht->second.prefix_hash != prefix_hash) return {};
+      const uint32_t C = impl_->opts_.chunk_tokens;
+      bool any = false;
+      for (uint16_t l = 0; l < L; ++l) {
+        if (ht->second.reports[l] == 0) continue;
+        const std::span<const float> sum(ht->second.sum.data() + size_t{l} * C, tokens);
+        for (uint32_t r : index::MappingList::OrderByScore(sum)) order[l].push_back(static_cast<uint16_t>(r));
+        any = true;
+      }
+      if (!any) return {};
+      return order;
+    }
+  }
+  // The run's rows in slot order, those of this chunk kept (a run's slots
+  // are its rows by descending importance, across its chunks).
+  for (uint16_t l = 0; l < run->map.layers(); ++l) {
+    order[l].reserve(tokens);
+    for (uint32_t row : run->map.RowsOf(l)) {
+      if (row >= first && row < first + tokens) order[l].push_back(static_cast<uint16_t>(row - first));
+    }
+  }
+  return order;
+}
+
 // ---- opening
 
 namespace {

@@ -310,6 +310,13 @@ class ChunkStore {
   // The read planner's cost model and where it came from (calibrate_io).
   const IoCostModel& io_model() const;
   uint64_t record_bytes(uint32_t tokens) const;  // bytes of one chunk layer on disk
+
+  // The importance order of a chunk's rows, per layer: order[l][i] is the
+  // chunk row (0-based) ranked i-th, as its reordered run packs them (at
+  // store, or by a reordering round), else by the requests' importance
+  // reports (an empty list for a layer without any). Empty when there is
+  // neither, or the chunk is no longer the one `prefix_hash` names.
+  std::vector<std::vector<uint16_t>> RowOrder(uint32_t chunk, uint64_t prefix_hash) const;
   uint64_t probe_record_bytes(uint32_t tokens) const;  // of its probe copy (0 without)
 
   // Test and inspection hooks: where chunk `chunk`'s layer lives.

@@ -65,7 +65,7 @@ TEST(RemoteCliTest, ASecondProcessIsServedTheFirstOnesPrefixFromRedis) {
 
   const RunOutput second = TierkvRun(b, "--cache-dir " + b + "/cache" + common);
   ASSERT_EQ(second.code, 0) << second.stats;
-  ASSERT_TRUE(std::regex_search(second.stats, m, std::regex("remote: (\\d+) chunks \\((\\d+) bytes\\) fetched")))
+  ASSERT_TRUE(std::regex_search(second.stats, m, std::regex("remote: (\\d+) chunks whole, 0 in part \\((\\d+) bytes\\) fetched")))
       << second.stats;
   EXPECT_EQ(std::stoi(m[1]), written);  // every whole chunk of the prompt
   ASSERT_TRUE(std::regex_search(second.stats, m, std::regex("(\\d+) of (\\d+) prompt tokens reused")));

@@ -16,6 +16,7 @@
 #include "engine/model_fixture.h"
 #include "remote/redis_conn.h"
 #include "remote/remote_tier.h"
+#include "remote/value.h"
 #include "store/chunk_store.h"
 #include "store/format.h"
 #include "store/kv_fixture.h"
@@ -78,6 +79,95 @@ class RemoteEngineTest : public DefaultModelTest {
     EXPECT_TRUE(r.ok());
     EXPECT_EQ(r->stats.reused_tokens, 0u);
     return r->logits;
+  }
+  // The headers of the values of `hashes`' chunks, all layers (GETRANGE of
+  // each header block): what order each value was written in.
+  static std::vector<std::vector<store::RecordHeader>> ValueHeaders(int port, uint64_t fingerprint,
+                                                                    const std::vector<uint64_t>& hashes) {
+    remote::RedisConn conn({"127.0.0.1", port}, milliseconds(1000));
+    std::vector<remote::Command> cmds;
+    for (uint64_t h : hashes) {
+      for (uint16_t l = 0; l < 8; ++l) cmds.push_back({"GETRANGE", remote::ChunkKey(fingerprint, h, l), "0", "4095"});
+    }
+    std::vector<remote::Reply> r;
+    remote::ErrorKind kind;
+    EXPECT_TRUE(conn.Pipeline(cmds, &r, &kind).ok());
+    std::vector<std::vector<store::RecordHeader>> out(hashes.size());
+    for (size_t i = 0; i < r.size(); ++i) {
+      EXPECT_EQ(r[i].str.size(), store::kBlockSize);
+      auto h = store::DecodeHeader(std::span<const char, store::kBlockSize>(r[i].str.data(), store::kBlockSize));
+      EXPECT_TRUE(h.ok());
+      out[i / 8].push_back(h.ok() ? *h : store::RecordHeader{});
+    }
+    return out;
+  }
+  // The rows a reader of the important part attends to in chunks [0, n):
+  // per layer, each value's first `keep` rows in its own order, or all its
+  // rows when it is in token order.
+  static std::vector<std::vector<int32_t>> FarPositions(const std::vector<std::vector<store::RecordHeader>>& h,
+                                                        size_t n, size_t keep) {
+    std::vector<std::vector<int32_t>> pos(8);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t l = 0; l < 8; ++l) {
+        const bool ordered = h[i][l].kind == store::RecordKind::kReorderedKeyValue;
+        const size_t take = ordered ? keep : h[i][l].token_count;
+        for (size_t j = 0; j < take; ++j) {
+          pos[l].push_back(ordered ? h[i][l].tokens[j] : static_cast<int32_t>(h[i][l].first_token + j));
+        }
+      }
+    }
+    return pos;
+  }
+  // B's logits from position `end` on, by the model alone, each layer
+  // attending to exactly the prefix rows `pos[layer]` (in that order) of
+  // the K/V A's own forward pass computed: what the writer stored.
+  static std::vector<float> AttendingTo(const std::vector<std::vector<int32_t>>& pos, size_t end) {
+    const ModelConfig& c = model_->config();
+    PrefillOptions full;
+    full.capture_kv = true;
+    full.kv_dtype = KvDType::kF16;
+    full.logits = LogitsMode::kNone;
+    auto a = model_->Prefill(A(), full);
+    EXPECT_TRUE(a.ok());
+    const size_t rb = static_cast<size_t>(c.kv_dim()) * 2, hb = static_cast<size_t>(c.head_dim()) * 2;
+    std::vector<std::string> k(c.n_layers), v(c.n_layers);
+    PrefillOptions po;
+    po.start_pos = static_cast<int>(end);
+    po.logits = LogitsMode::kAll;
+    po.before_attention = [&](const LayerView& view, LayerPrefix* prefix) -> Status {
+      const int l = view.layer;
+      for (int32_t p : pos[l]) {
+        k[l].append(reinterpret_cast<const char*>(a->kv[l].k.data()) + p * rb, rb);
+        v[l].append(reinterpret_cast<const char*>(a->kv[l].v.data()) + p * rb, rb);
+      }
+      prefix->heads.resize(c.n_kv_heads);
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        prefix->heads[h] = KvRows{k[l].data() + h * hb, v[l].data() + h * hb, KvDType::kF16, pos[l].size(),
+                                  static_cast<size_t>(c.kv_dim()), static_cast<size_t>(c.kv_dim()), pos[l].data()};
+      }
+      return Status::Ok();
+    };
+    const std::vector<int32_t> b = B();
+    auto r = model_->Prefill(std::span(b).subspan(end), po);
+    EXPECT_TRUE(r.ok());
+    const size_t V = static_cast<size_t>(c.vocab_size);
+    return std::vector<float>(r->logits.end() - static_cast<std::ptrdiff_t>(kQ * V), r->logits.end());
+  }
+  static EngineOptions ImportantReader(const std::string& dir, const std::string& url) {
+    EngineOptions o = Options(dir, url);
+    o.system = System::kImpress;
+    o.retention = 0.25;
+    o.remote.read = RemoteRead::kImportant;
+    return o;
+  }
+  static uint64_t FingerprintOf(const testing::RedisServer& redis) {
+    remote::RedisConn conn({"127.0.0.1", redis.port()}, milliseconds(1000));
+    std::vector<remote::Reply> r;
+    remote::ErrorKind kind;
+    const std::vector<remote::Command> keys = {{"RANDOMKEY"}};
+    EXPECT_TRUE(conn.Pipeline(keys, &r, &kind).ok());
+    EXPECT_EQ(r[0].str.substr(0, 8), "tierkv:{");
+    return r[0].str.size() > 24 ? std::stoull(r[0].str.substr(8, 16), nullptr, 16) : 0;
   }
 };
 
@@ -198,6 +288,150 @@ TEST_F(RemoteEngineTest, ADamagedValueOrAnotherModelsValueIsAMissNeverServed) {
   EXPECT_EQ(none.stats.reused_tokens, 0u);
   EXPECT_EQ(third->RemoteStatistics().corrupt, 1u);
   EXPECT_EQ(MaxDiff(none.logits, Computed()), 0.0);
+}
+
+// Must-show 4: values written in the writer's importance order; a reader at
+// retention 0.25 fetches, of each chunk layer, the header and the pages of
+// its first quarter of K and V rows, and attends to exactly those rows.
+TEST_F(RemoteEngineTest, AReaderAtAQuarterFetchesOnlyTheImportantRowsOfEachChunkLayer) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::RedisServer redis;
+  TempDir da, db;
+  EngineOptions wo = Options(da.path(), redis.url());
+  wo.system = System::kImpress;
+  wo.store_order = StoreOrder::kOn;  // packed at store: the order the values go up in
+  ASSERT_OK_AND_ASSIGN(auto writer, Engine::Open(*model_, wo));
+  ASSERT_TRUE(writer->Serve(A()).ok());
+  writer->DrainRemote();
+  ASSERT_EQ(writer->RemoteStatistics().uploads, 4u);
+  const store::LookupResult m = writer->TEST_store()->Lookup(A());
+  const std::vector<uint64_t> hashes(m.prefix_hashes.begin(), m.prefix_hashes.begin() + 4);
+  const auto headers = ValueHeaders(redis.port(), FingerprintOf(redis), hashes);
+  for (size_t i = 0; i < 4; ++i) {
+    const std::vector<std::vector<uint16_t>> order = writer->TEST_store()->RowOrder(m.chunks[i], hashes[i]);
+    ASSERT_EQ(order.size(), 8u);
+    for (size_t l = 0; l < 8; ++l) {
+      ASSERT_EQ(headers[i][l].kind, store::RecordKind::kReorderedKeyValue) << "chunk " << i << " layer " << l;
+      for (size_t j = 0; j < 64; ++j) EXPECT_EQ(headers[i][l].tokens[j], static_cast<int32_t>(i * 64 + order[l][j]));
+    }
+  }
+
+  ASSERT_OK_AND_ASSIGN(auto reader, Engine::Open(*model_, ImportantReader(db.path(), redis.url())));
+  ASSERT_OK_AND_ASSIGN(ServeResult got, reader->Serve(B(), FromP()));
+  EXPECT_EQ(got.stats.remote_important_chunks, 4u);
+  EXPECT_EQ(got.stats.remote_chunks, 0u);
+  EXPECT_EQ(got.stats.reused_tokens, kP);
+  EXPECT_EQ(got.stats.computed_tokens, kQ);
+  EXPECT_EQ(got.stats.disk_bytes_read, 0u);
+  EXPECT_EQ(got.stats.stored_chunks, 0u);  // rows read in part are not a chunk to store
+  // 16 of 64 rows: the header block, then K's and V's first pages.
+  const uint64_t rb = static_cast<uint64_t>(model_->config().kv_dim()) * 2;
+  const uint64_t part = store::kBlockSize * (1 + 2 * ((16 * rb + store::kBlockSize - 1) / store::kBlockSize));
+  const uint64_t record = writer->TEST_store()->record_bytes(64);
+  EXPECT_EQ(got.stats.remote_bytes, 4 * 8 * part);
+  const RemoteStats rs = reader->RemoteStatistics();
+  EXPECT_EQ(rs.important_chunks, 4u);
+  EXPECT_EQ(rs.important_bytes, 4 * 8 * part);
+  EXPECT_EQ(rs.important_value_bytes, 4 * 8 * record);
+  EXPECT_EQ(rs.corrupt, 0u);
+  std::printf("[ partial ] %llu of %llu value bytes fetched (%.1f%%)\n", static_cast<unsigned long long>(rs.important_bytes),
+              static_cast<unsigned long long>(rs.important_value_bytes),
+              100.0 * static_cast<double>(rs.important_bytes) / static_cast<double>(rs.important_value_bytes));
+  // Exactly the writer's rows at the positions each value ranks first.
+  EXPECT_EQ(MaxDiff(got.logits, AttendingTo(FarPositions(headers, 4, 16), kP)), 0.0);
+
+  // A reader of whole values takes the ordered ones back to token order.
+  TempDir dw;
+  ASSERT_OK_AND_ASSIGN(auto whole, Engine::Open(*model_, Options(dw.path(), redis.url())));  // as-like
+  ASSERT_OK_AND_ASSIGN(ServeResult all, whole->Serve(B(), FromP()));
+  EXPECT_EQ(all.stats.remote_chunks, 4u);
+  std::vector<std::vector<int32_t>> every(8);
+  for (auto& p : every) {
+    for (int32_t t = 0; t < static_cast<int32_t>(kP); ++t) p.push_back(t);
+  }
+  EXPECT_EQ(MaxDiff(all.logits, AttendingTo(every, kP)), 0.0);
+
+  // A damaged page in the important part of chunk 2: a miss from there on.
+  remote::RedisConn conn({"127.0.0.1", redis.port()}, milliseconds(1000));
+  std::vector<remote::Reply> r;
+  remote::ErrorKind kind;
+  const std::string k2 = remote::ChunkKey(FingerprintOf(redis), hashes[2], 5);
+  const std::vector<remote::Command> flip = {{"SETRANGE", k2, std::to_string(store::kBlockSize + 64 * rb + 7), "x"}};
+  ASSERT_TRUE(conn.Pipeline(flip, &r, &kind).ok());  // V's first page
+  TempDir dc;
+  ASSERT_OK_AND_ASSIGN(auto third, Engine::Open(*model_, ImportantReader(dc.path(), redis.url())));
+  ASSERT_OK_AND_ASSIGN(ServeResult two, third->Serve(B(), FromP()));
+  EXPECT_EQ(two.stats.remote_important_chunks, 2u);
+  EXPECT_EQ(two.stats.reused_tokens, 128u);
+  EXPECT_EQ(third->RemoteStatistics().corrupt, 1u);
+  EXPECT_EQ(MaxDiff(two.logits, AttendingTo(FarPositions(headers, 2, 16), 128)), 0.0);
+}
+
+// Values without any order (an as-like writer's) are fetched whole and kept
+// locally; values whose layers are partly in token order (the writer's
+// requests reported importance only where their probes decided) give those
+// layers whole.
+TEST_F(RemoteEngineTest, AnImportantReaderTakesValuesWithoutAnOrderWhole) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::RedisServer redis;
+  TempDir da, db;
+  ASSERT_OK_AND_ASSIGN(auto writer, Engine::Open(*model_, Options(da.path(), redis.url())));  // as-like
+  WriteAndReuseLocally(writer.get());
+  ASSERT_OK_AND_ASSIGN(auto reader, Engine::Open(*model_, ImportantReader(db.path(), redis.url())));
+  ASSERT_OK_AND_ASSIGN(ServeResult got, reader->Serve(B(), FromP()));
+  EXPECT_EQ(got.stats.remote_important_chunks, 0u);
+  EXPECT_EQ(got.stats.remote_chunks, 4u);  // whole, into the disk tier
+  EXPECT_EQ(got.stats.reused_tokens, kP);
+
+  // An impress writer that orders nothing at store: its chunks go up at
+  // their second reuse, ordered where its requests reported importance.
+  testing::RedisServer redis2;
+  TempDir dc, dd;
+  EngineOptions wo = Options(dc.path(), redis2.url(), RemoteAdmit::kReused);
+  wo.system = System::kImpress;
+  ASSERT_OK_AND_ASSIGN(auto w2, Engine::Open(*model_, wo));
+  ASSERT_TRUE(w2->Serve(A()).ok());
+  ASSERT_TRUE(w2->Serve(B(), FromP()).ok());
+  ASSERT_TRUE(w2->Serve(B(), FromP()).ok());
+  w2->DrainRemote();
+  ASSERT_EQ(w2->RemoteStatistics().uploads, 4u);
+  const store::LookupResult m = w2->TEST_store()->Lookup(A());
+  const auto headers =
+      ValueHeaders(redis2.port(), FingerprintOf(redis2), {m.prefix_hashes.begin(), m.prefix_hashes.begin() + 4});
+  size_t ordered = 0;
+  for (const auto& chunk : headers) {
+    for (const auto& h : chunk) ordered += h.kind == store::RecordKind::kReorderedKeyValue;
+  }
+  std::printf("[ partial ] %zu of 32 chunk layers went up ordered\n", ordered);
+  EXPECT_GT(ordered, 0u);
+  // One layer in token order, as a writer whose probes fell back there sends it.
+  {
+    remote::RedisConn conn({"127.0.0.1", redis2.port()}, milliseconds(1000));
+    std::vector<remote::Reply> r;
+    remote::ErrorKind kind;
+    const std::string key = remote::ChunkKey(FingerprintOf(redis2), m.prefix_hashes[1], 3);
+    const std::vector<remote::Command> get = {{"GET", key}};
+    ASSERT_TRUE(conn.Pipeline(get, &r, &kind).ok());
+    std::string value = r[0].str;
+    const std::vector<int32_t> a = A();
+    const remote::ValueIdentity id{3, m.prefix_hashes[1], 64, 64, std::span(a).subspan(64, 64)};
+    const store::RecordChecker check(headers[1][3].fingerprint, headers[1][3].row_bytes, store::KvDtype::kF16, 64);
+    ASSERT_OK(remote::TakeWholeValue(check, id, &value));
+    store::RecordHeader h = headers[1][3];
+    h.tokens = id.token_ids.empty() ? h.tokens : std::vector<int32_t>(id.token_ids.begin(), id.token_ids.end());
+    std::string plain;
+    remote::EncodeValue(h, std::span(value).subspan(store::kBlockSize, h.payload_bytes), {}, &plain);
+    const std::vector<remote::Command> set = {{"SET", key, plain}};
+    ASSERT_TRUE(conn.Pipeline(set, &r, &kind).ok());
+  }
+  const auto now = ValueHeaders(redis2.port(), FingerprintOf(redis2), {m.prefix_hashes.begin(), m.prefix_hashes.begin() + 4});
+  ASSERT_EQ(now[1][3].kind, store::RecordKind::kKeyValue);
+  ASSERT_OK_AND_ASSIGN(auto r2, Engine::Open(*model_, ImportantReader(dd.path(), redis2.url())));
+  ASSERT_OK_AND_ASSIGN(ServeResult mixed, r2->Serve(B(), FromP()));
+  EXPECT_EQ(mixed.stats.remote_important_chunks, 4u);
+  EXPECT_EQ(mixed.stats.reused_tokens, kP);
+  EXPECT_EQ(r2->RemoteStatistics().corrupt, 0u);
+  EXPECT_EQ(MaxDiff(mixed.logits, AttendingTo(FarPositions(now, 4, 16), kP)), 0.0);
 }
 
 TEST_F(RemoteEngineTest, RedisKilledSlowRestartedOrFullIsAMissAndACounter) {
