@@ -18,6 +18,7 @@ struct RunArgs {
   bool stats = false;
   std::string cache_dir, system = "as-like";
   double retention = 1.0;
+  engine::StoreOrder store_order = engine::StoreOrder::kOff;
   RemoteOptions remote;
 };
 
@@ -32,6 +33,7 @@ Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& to
   o.system = *system;
   o.cache_dir = a.cache_dir;
   o.retention = a.retention;
+  o.store_order = a.store_order;
   o.tokenizer_hash = TokenizerHash(a.tokenizer);
   o.remote = a.remote;
   ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(model, o));
@@ -108,6 +110,12 @@ void AddRun(CLI::App& app, Action* run) {
                   "With --cache-dir: share of the prefix rows a selective system reads per layer")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  AddParsedOption(sub, "--store-order", &a->store_order, engine::ParseStoreOrder,
+                  "With --cache-dir: write the stored rows once more in this request's importance "
+                  "order: off (the default), system (the selective systems that order at store), or on. "
+                  "With --remote, chunks then go up in that order, and a reader with --remote-read "
+                  "important fetches only their important part",
+                  "system, on or off");
   AddRemoteFlags(sub, &a->remote);  // with --cache-dir
   sub->callback([a, run] {
     *run = [a]() -> int {

@@ -36,25 +36,6 @@ ScratchDir::~ScratchDir() {
 
 namespace {
 
-// A flag's value checked by the engine's own parser (the one place that
-// knows the names); `names` is what --help shows.
-template <typename Parse>
-CLI::Validator ParsedBy(Parse parse, const std::string& names) {
-  return CLI::Validator(
-      [parse](std::string& s) {
-        auto r = parse(s);
-        return r.ok() ? std::string() : r.status().message();
-      },
-      names);
-}
-
-// A flag whose value the engine parses (`parse` returns Result<T>) into *out.
-template <typename T, typename Parse>
-void AddParsedOption(CLI::App* sub, const std::string& name, T* out, Parse parse, const std::string& help,
-                     const std::string& names) {
-  sub->add_option_function<std::string>(name, [out, parse](const std::string& s) { *out = *parse(s); }, help)
-      ->check(ParsedBy(parse, names));
-}
 
 }  // namespace
 
