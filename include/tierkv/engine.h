@@ -321,6 +321,13 @@ class Engine {
   // reads are verified as a request's are; one that fails is an error here
   // and a miss for the request.
   Result<PrefetchResult> Prefetch(std::span<const int32_t> tokens);
+  // Looks the remote tier up for what the local store lacks of `tokens` and
+  // admits what it finds (whole chunks, into the disk tier and pools), on
+  // the remote tier's ahead thread; returns at once. For a request that
+  // will start later (a server's queue): its own lookup then finds the
+  // chunks local, or waits for this fetch rather than fetching again. A
+  // no-op without --remote and for a reader of important parts.
+  void FetchAhead(std::span<const int32_t> tokens);
   // The score event for the entries `where` named (car policy; a no-op for
   // other policies).
   void OnSchedulerEvent(const PrefixLocation& where, SchedulerEvent event);

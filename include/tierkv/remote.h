@@ -41,6 +41,9 @@ struct RemoteOptions {
   uint32_t queue_chunks = 1024;
   // Chunks one request looks up past its local match.
   uint32_t max_fetch_chunks = 256;
+  // Prompts whose lookups run ahead of their requests (a server's queue:
+  // Engine::FetchAhead); more are dropped (counted).
+  uint32_t ahead_prompts = 64;
   // Selective systems below retention 1 only; the others always read whole values.
   RemoteRead read = RemoteRead::kWhole;
   Status Validate() const;  // InvalidArgument naming the field
@@ -63,6 +66,9 @@ struct RemoteStats {
   // RemoteRead::kImportant: chunks read in part, the bytes that took (also in
   // bytes_down), and what their whole values hold.
   uint64_t important_chunks = 0, important_bytes = 0, important_value_bytes = 0;
+  // Lookups run ahead of their requests: fetches done, chunks they admitted
+  // (in hits too), and prompts dropped because the ahead queue was full.
+  uint64_t ahead_fetches = 0, ahead_chunks = 0, ahead_dropped = 0;
   uint64_t errors_total() const;
 };
 // The names of RemoteStats::errors' kinds, in order.

@@ -244,17 +244,32 @@ store::LookupResult Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, 
       return m;
     }
   }
-  // What comes down goes into the pools too: the request reads it from there.
-  const remote::FillResult f = remote->Fill(
-      tokens, m, cap, [this](uint64_t prefix_hash, uint16_t layer, std::span<const char> payload) {
-        AdmitChunkLayer(pools.get(), row.selective(), prefix_hash, layer, payload, opts.chunk_tokens, row_bytes,
-                        probe_bytes);
-      });
+  const remote::FillResult f = remote->Fill(tokens, cap, AdmitFetched());
   st->remote_chunks = f.chunks;
   st->remote_bytes = f.bytes;
   st->remote_ms += f.ms;
-  if (f.chunks > 0) m = store->Lookup(tokens);
+  // Longer now when this fetch, or one run ahead for this prompt, admitted chunks.
+  if (f.chunks > 0 || f.local_tokens != m.matched_tokens) m = store->Lookup(tokens);
   return m;
+}
+
+remote::RemoteTier::AdmittedFn Engine::Impl::AdmitFetched() {
+  // What comes down goes into the pools too: the request reads it from there.
+  return [this](uint64_t prefix_hash, uint16_t layer, std::span<const char> payload) {
+    AdmitChunkLayer(pools.get(), row.selective(), prefix_hash, layer, payload, opts.chunk_tokens, row_bytes,
+                    probe_bytes);
+  };
+}
+
+void Engine::FetchAhead(std::span<const int32_t> tokens) {
+  Impl& im = *impl_;
+  if (!im.remote || !im.row.reuses() || tokens.size() < 2) return;
+  // A reader of important parts fetches per request (nothing is kept).
+  if (!im.ImportantKeep(im.opts.retention, im.profile ? im.profile->LayerRetention() : std::vector<double>{})
+           .empty()) {
+    return;
+  }
+  im.remote->FetchAhead(tokens, tokens.size() - 1, im.AdmitFetched());
 }
 
 std::vector<uint64_t> Engine::Impl::ScoreKeys(const store::LookupResult& m, size_t R) const {

@@ -52,6 +52,8 @@ struct Engine::Impl {
   // chunks (no remote tier, RemoteRead::kWhole, a system reading every row,
   // retention 1).
   std::vector<uint32_t> ImportantKeep(double retention, const std::vector<double>& layer_retention) const;
+  // Admits a chunk fetched whole from the remote tier into the pools.
+  remote::RemoteTier::AdmittedFn AdmitFetched();
   std::vector<uint64_t> ScoreKeys(const store::LookupResult& m, size_t R) const;
   PrefillOptions ForwardOptions(Request& rq, RequestStats& st, bool storing, bool last_only,
                                 Status* load_error);

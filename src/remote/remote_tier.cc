@@ -39,6 +39,7 @@ Status RemoteOptions::Validate() const {
   }
   if (queue_chunks == 0) return Status::InvalidArgument("remote queue_chunks must be at least 1");
   if (max_fetch_chunks == 0) return Status::InvalidArgument("remote max_fetch_chunks must be at least 1");
+  if (ahead_prompts == 0) return Status::InvalidArgument("remote ahead_prompts must be at least 1");
   return Status::Ok();
 }
 
@@ -86,6 +87,10 @@ RemoteTier::RemoteTier(const RemoteOptions& o, RemoteGeometry g, RedisUrl url, s
     pthread_setname_np(pthread_self(), "tierkv-remote-up");
     UploadLoop();
   });
+  ahead_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "tierkv-remote-ah");  // 15 characters at most
+    AheadLoop();
+  });
 }
 
 RemoteTier::~RemoteTier() {
@@ -95,6 +100,7 @@ RemoteTier::~RemoteTier() {
   }
   cv_.SignalAll();
   thread_.join();
+  ahead_thread_.join();
 }
 
 void RemoteTier::CountError(ErrorKind k) {
@@ -147,7 +153,6 @@ std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32
   for (uint64_t h : hashes) {
     cmds.push_back({"EXISTS", ChunkKey(geo_.fingerprint, h, static_cast<uint16_t>(geo_.layers - 1))});
   }
-  MutexLock l(&fetch_mu_);
   RunCounted(&fetch_router_, cmds, &replies, &errors);
   size_t present = 0;
   while (present < hashes.size() && errors[present] == ErrorKind::kNone &&
@@ -190,11 +195,15 @@ std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32
   return out;
 }
 
-FillResult RemoteTier::Fill(std::span<const int32_t> tokens, const store::LookupResult& m, size_t limit,
-                            const AdmittedFn& admitted) {
+FillResult RemoteTier::Fill(std::span<const int32_t> tokens, size_t limit, const AdmittedFn& admitted) {
   FillResult out;
   const size_t C = geo_.chunk_tokens;
+  // The local match under fetch_mu_: a fetch of this prompt running ahead
+  // has admitted what it found by now.
+  MutexLock fetching(&fetch_mu_);
+  const store::LookupResult m = store_->Lookup(tokens);
   const size_t start = m.matched_tokens;
+  out.local_tokens = start;
   if (start % C != 0 || limit > tokens.size() || limit < start + C) return out;
   const size_t n = std::min<size_t>((limit - start) / C, opts_.max_fetch_chunks);
   const auto t0 = std::chrono::steady_clock::now();
@@ -307,7 +316,7 @@ void RemoteTier::EnqueueLocked(std::span<const int32_t> tokens, std::vector<uint
   queued_chunks_ += chunks.size();
   queue_.push_back(Upload{std::make_shared<const std::vector<int32_t>>(tokens.begin(), tokens.end()),
                           std::move(chunks)});
-  cv_.Signal();
+  cv_.SignalAll();  // the ahead thread waits on it too
 }
 
 void RemoteTier::UploadLoop() {
@@ -388,9 +397,39 @@ void RemoteTier::WriteChunks(const Upload& u) {
   }
 }
 
+void RemoteTier::FetchAhead(std::span<const int32_t> tokens, size_t limit, AdmittedFn admitted) {
+  MutexLock l(&mu_);
+  if (ahead_.size() >= opts_.ahead_prompts) {
+    ++stats_.ahead_dropped;
+    return;
+  }
+  ahead_.push_back(Ahead{std::vector<int32_t>(tokens.begin(), tokens.end()), limit, std::move(admitted)});
+  cv_.SignalAll();
+}
+
+void RemoteTier::AheadLoop() {
+  for (;;) {
+    Ahead a;
+    {
+      MutexLock l(&mu_);
+      while (ahead_.empty() && !stop_) cv_.Wait(&mu_);
+      if (stop_) return;
+      a = std::move(ahead_.front());
+      ahead_.pop_front();
+      ahead_busy_ = true;
+    }
+    const FillResult f = Fill(a.tokens, a.limit, a.admitted);
+    MutexLock l(&mu_);
+    ahead_busy_ = false;
+    ++stats_.ahead_fetches;
+    stats_.ahead_chunks += f.chunks;
+    cv_.SignalAll();
+  }
+}
+
 void RemoteTier::Drain() {
   MutexLock l(&mu_);
-  while (queued_chunks_ > 0 || busy_) cv_.Wait(&mu_);
+  while (queued_chunks_ > 0 || busy_ || !ahead_.empty() || ahead_busy_) cv_.Wait(&mu_);
 }
 
 RemoteStats RemoteTier::stats() const {

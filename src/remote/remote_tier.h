@@ -10,9 +10,13 @@
 //
 // Threads: `tierkv-remote-up` writes behind: it takes chunks from a bounded
 // queue (full: the write is dropped and counted), reads their records from
-// the local store, and SETs them. Fetches run on the requesting thread under
-// fetch_mu_, with their own connections. A failure of any kind is a miss;
-// no call here fails a request.
+// the local store, and SETs them. `tierkv-remote-ahead` runs lookups ahead
+// of requests (FetchAhead: a request waiting in a server's queue), from a
+// bounded queue of prompts. Fetches run on the requesting thread or the
+// ahead thread under fetch_mu_, with their own connections; a fetch takes
+// the local match under that lock, so a request whose prompt is being
+// fetched ahead waits for it and then fetches only what is still missing.
+// A failure of any kind is a miss; no call here fails a request.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +66,7 @@ struct FarRows {
 };
 
 struct FillResult {
+  size_t local_tokens = 0;  // the local match the fetch started from (taken under fetch_mu_)
   size_t chunks = 0;  // chunks fetched and admitted into the local store
   uint64_t bytes = 0;
   double ms = 0;
@@ -77,15 +82,22 @@ class RemoteTier {
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
 
-  // Extends the local match `m` of `tokens` with whole chunks found
-  // remotely, up to `limit` tokens: looked up (pipelined EXISTS), fetched
-  // (pipelined GETs), verified, and admitted with one Put. Stops at the
-  // first chunk that is absent or fails. Only from a chunk boundary.
-  // `admitted`, if set, is called once the run is in the store with each
-  // chunk layer's payload (K then V, token-major), for the caller's pools.
+  // Extends the local match of `tokens` (looked up here, under fetch_mu_)
+  // with whole chunks found remotely, up to `limit` tokens: looked up
+  // (pipelined EXISTS), fetched (pipelined GETs), verified, and admitted with
+  // one Put. Stops at the first chunk that is absent or fails. Only from a
+  // chunk boundary. `admitted`, if set, is called once the run is in the
+  // store with each chunk layer's payload (K then V, token-major), for the
+  // caller's pools.
   using AdmittedFn = std::function<void(uint64_t prefix_hash, uint16_t layer, std::span<const char> payload)>;
-  FillResult Fill(std::span<const int32_t> tokens, const store::LookupResult& m, size_t limit,
-                  const AdmittedFn& admitted = {});
+  FillResult Fill(std::span<const int32_t> tokens, size_t limit, const AdmittedFn& admitted = {})
+      TIERKV_EXCLUDES(fetch_mu_);
+
+  // Fill on the `tierkv-remote-ahead` thread, returning at once: for a
+  // request that will start later (a server's queue). At most
+  // RemoteOptions::ahead_prompts wait; more are dropped (counted).
+  // `admitted` must stay callable until the tier is destroyed.
+  void FetchAhead(std::span<const int32_t> tokens, size_t limit, AdmittedFn admitted) TIERKV_EXCLUDES(mu_);
 
   // Past `start` (a chunk boundary whose chain hash is `parent_hash`), up
   // to `limit` tokens: of each chunk whose value is ordered, the first
@@ -102,8 +114,8 @@ class RemoteTier {
   // A request stored its prompt (admit kAlways: its whole chunks go up).
   void OnStored(std::span<const int32_t> tokens);
 
-  // Waits until the upload queue is empty and the thread idle (tests,
-  // benchmarks before a second process reads).
+  // Waits until the upload and ahead queues are empty and their threads
+  // idle (tests, benchmarks before a second process reads).
   void Drain();
   RemoteStats stats() const;
   const RemoteOptions& options() const { return opts_; }
@@ -119,11 +131,17 @@ class RemoteTier {
   void EnqueueLocked(std::span<const int32_t> tokens, std::vector<uint32_t> chunks,
                      const std::vector<uint64_t>& hashes) TIERKV_REQUIRES(mu_);
   void UploadLoop();
+  void AheadLoop();
+  struct Ahead {
+    std::vector<int32_t> tokens;
+    size_t limit = 0;
+    AdmittedFn admitted;
+  };
   void WriteChunks(const Upload& u);
   // The verified records of `hashes`' chunks (in order) that are present,
   // stopping at the first absent or bad one: payloads per chunk and layer.
   std::vector<std::vector<std::string>> FetchRun(std::span<const int32_t> tokens, size_t start,
-                                                 std::span<const uint64_t> hashes, uint64_t* bytes);
+                                                 std::span<const uint64_t> hashes, uint64_t* bytes) TIERKV_REQUIRES(fetch_mu_);
   void CountCorrupt(uint64_t prefix_hash, uint16_t layer, const Status& why) TIERKV_EXCLUDES(mu_);
   // One chunk layer's ranges (`replies`) of an ordered value: checked page by
   // page, its first `keep` rows into chunk->*[id.layer]. kTokenOrder: a
@@ -164,6 +182,8 @@ class RemoteTier {
   std::deque<Upload> queue_ TIERKV_GUARDED_BY(mu_);
   size_t queued_chunks_ TIERKV_GUARDED_BY(mu_) = 0;
   bool busy_ TIERKV_GUARDED_BY(mu_) = false;  // the thread is writing an item
+  std::deque<Ahead> ahead_ TIERKV_GUARDED_BY(mu_);
+  bool ahead_busy_ TIERKV_GUARDED_BY(mu_) = false;  // the ahead thread is fetching
   bool stop_ TIERKV_GUARDED_BY(mu_) = false;
   std::unordered_map<uint64_t, uint32_t> reuses_ TIERKV_GUARDED_BY(mu_);  // prefix hash -> local reuses
   std::unordered_set<uint64_t> sent_ TIERKV_GUARDED_BY(mu_);  // prefix hashes queued or written
@@ -172,6 +192,7 @@ class RemoteTier {
 
   Router up_router_;  // the upload thread's own
   std::thread thread_;
+  std::thread ahead_thread_;
 };
 
 }  // namespace tierkv::remote

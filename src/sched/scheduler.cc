@@ -97,14 +97,19 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, engine::Eng
 Scheduler::~Scheduler() { Shutdown(std::chrono::milliseconds(0)); }
 
 Status Scheduler::Submit(std::shared_ptr<Job> job) {
-  MutexLock l(&mu_);
-  if (draining_) return Status::Unavailable("the server is shutting down");
-  if (queue_.size() + window_count_ >= opts_.max_queue) {
-    return Status::ResourceExhausted("the queue is full (" + std::to_string(opts_.max_queue) +
-                                     " requests waiting)");
+  const std::shared_ptr<Job> queued = job;
+  {
+    MutexLock l(&mu_);
+    if (draining_) return Status::Unavailable("the server is shutting down");
+    if (queue_.size() + window_count_ >= opts_.max_queue) {
+      return Status::ResourceExhausted("the queue is full (" + std::to_string(opts_.max_queue) +
+                                       " requests waiting)");
+    }
+    queue_.push_back(std::move(job));
+    cv_.SignalAll();
   }
-  queue_.push_back(std::move(job));
-  cv_.SignalAll();
+  // Its remote lookups run while it waits (a no-op without a remote tier).
+  engine_->FetchAhead(queued->params().prompt);
   return Status::Ok();
 }
 

@@ -58,6 +58,12 @@ void RenderRemote(const RemoteStats& r, std::string* out) {
       "Bytes those partial reads fetched (in bytes_down too).", double(r.important_bytes));
   One(out, "tierkv_remote_important_value_bytes_total", "counter",
       "What the whole values of the chunks read in part hold.", double(r.important_value_bytes));
+  One(out, "tierkv_remote_ahead_fetches_total", "counter",
+      "Remote lookups run ahead of their requests (while they waited in the queue).", double(r.ahead_fetches));
+  One(out, "tierkv_remote_ahead_chunks_total", "counter", "Chunks those lookups admitted (in hits too).",
+      double(r.ahead_chunks));
+  One(out, "tierkv_remote_ahead_dropped_total", "counter", "Lookups ahead not run: their queue was full.",
+      double(r.ahead_dropped));
   One(out, "tierkv_remote_bytes_up_total", "counter", "Bytes written to the remote tier.", double(r.bytes_up));
   One(out, "tierkv_remote_uploads_total", "counter", "Chunks written to the remote tier.", double(r.uploads));
   One(out, "tierkv_remote_dropped_writes_total", "counter", "Chunks not written: the upload queue was full.",

@@ -434,6 +434,42 @@ TEST_F(RemoteEngineTest, AnImportantReaderTakesValuesWithoutAnOrderWhole) {
   EXPECT_EQ(MaxDiff(mixed.logits, AttendingTo(FarPositions(now, 4, 16), kP)), 0.0);
 }
 
+// Lookups run ahead of a request (a server's queue calls FetchAhead on
+// arrival): the chunks are local before it starts, and fetched once even
+// when the request starts while the fetch ahead runs.
+TEST_F(RemoteEngineTest, ALookupRunAheadAdmitsThePrefixBeforeTheRequestStarts) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::RedisServer redis;
+  TempDir da, db, dc;
+  ASSERT_OK_AND_ASSIGN(auto writer, Engine::Open(*model_, Options(da.path(), redis.url())));
+  const std::vector<float> want = WriteAndReuseLocally(writer.get());
+  const uint64_t record = writer->TEST_store()->record_bytes(64);
+
+  ASSERT_OK_AND_ASSIGN(auto reader, Engine::Open(*model_, Options(db.path(), redis.url())));
+  reader->FetchAhead(B());
+  reader->DrainRemote();  // the fetch ahead is done (B's own chunks go up later)
+  RemoteStats rs = reader->RemoteStatistics();
+  EXPECT_EQ(rs.ahead_fetches, 1u);
+  EXPECT_EQ(rs.ahead_chunks, 4u);
+  EXPECT_EQ(rs.hits, 4u);
+  ASSERT_OK_AND_ASSIGN(ServeResult got, reader->Serve(B(), FromP()));
+  EXPECT_EQ(got.stats.remote_chunks, 0u);  // local already
+  EXPECT_EQ(got.stats.reused_tokens, kP);
+  EXPECT_EQ(MaxDiff(got.logits, want), 0.0);
+  EXPECT_EQ(reader->RemoteStatistics().bytes_down, 4 * 8 * record);
+
+  // The request right behind its fetch ahead: one of them fetches, once.
+  ASSERT_OK_AND_ASSIGN(auto third, Engine::Open(*model_, Options(dc.path(), redis.url())));
+  third->FetchAhead(B());
+  ASSERT_OK_AND_ASSIGN(ServeResult both, third->Serve(B(), FromP()));
+  third->DrainRemote();
+  rs = third->RemoteStatistics();
+  EXPECT_EQ(rs.hits, 4u);
+  EXPECT_EQ(rs.bytes_down, 4 * 8 * record);
+  EXPECT_EQ(both.stats.reused_tokens, kP);
+  EXPECT_EQ(MaxDiff(both.logits, want), 0.0);
+}
+
 TEST_F(RemoteEngineTest, RedisKilledSlowRestartedOrFullIsAMissAndACounter) {
   TIERKV_SKIP_WITHOUT_REDIS();
   testing::RedisServer redis;
