@@ -21,6 +21,7 @@ void AddCheck(CLI::App& app, Action* run) {
     std::string system = "as-like";
     double retention = 1.0;
     bool json = false;
+    bool from_remote = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -38,6 +39,11 @@ void AddCheck(CLI::App& app, Action* run) {
       ->check(CLI::Range(0.0, 1.0));
   AddPromptFileFlag(sub, &a->prompt_file);
   AddEngineFlags(sub, &a->f);
+  sub->add_flag("--from-remote", a->from_remote,
+                "With --remote: the system gets the stored prefixes only from the remote tier: they are "
+                "stored in a directory of their own and every chunk is sent up (in the writer's importance "
+                "order with --store-order), and the system starts from an empty directory (with the "
+                "profiles measured by the writer)");
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->callback([a, run] {
     *run = [a]() -> int {
@@ -57,9 +63,19 @@ void AddCheck(CLI::App& app, Action* run) {
       eo.system = *system;
       const bool reuse = engine::TraitsOf(*system).reuses;
       size_t not_stored = 0;  // prefixes whose storing failed (a full disk): less reuse, said below
+      engine::EngineOptions wo = eo;  // the writer's
+      if (a->from_remote) {
+        if (a->f.remote.url.empty()) return Fail("--from-remote needs --remote URL");
+        wo.cache_dir = scratch->path() + "/writer";
+        eo.cache_dir = scratch->path() + "/reader";
+        wo.remote.admit = RemoteAdmit::kAlways;
+        std::error_code ec;
+        std::filesystem::create_directories(eo.cache_dir, ec);
+        if (ec) return Fail("--from-remote: " + eo.cache_dir + ": " + ec.message());
+      }
       if (reuse) {
         // Store every prefix through a normal request.
-        auto writer = engine::Engine::Open(model, eo);
+        auto writer = engine::Engine::Open(model, wo);
         if (!writer.ok()) return Fail(writer.status().ToString());
         if ((*writer)->UsesProfile()) {
           // car's sparsity, the fitted probe thresholds: measured on the
@@ -71,6 +87,17 @@ void AddCheck(CLI::App& app, Action* run) {
           auto r = (*writer)->Serve(p.prefix);
           if (!r.ok()) return Fail("storing a prefix: " + r.status().ToString());
           not_stored += r->stats.store_failed;
+        }
+        (*writer)->DrainRemote();  // every chunk is up before the system reads
+      }
+      if (a->from_remote && reuse) {
+        // The profiles the writer measured, beside the reader's store.
+        for (const auto& e : std::filesystem::directory_iterator(wo.cache_dir)) {
+          if (e.path().extension() != ".json") continue;
+          std::error_code ec;
+          std::filesystem::copy_file(e.path(), eo.cache_dir + "/" + e.path().filename().string(),
+                                     std::filesystem::copy_options::overwrite_existing, ec);
+          if (ec) return Fail("--from-remote: copying " + e.path().string() + ": " + ec.message());
         }
       }
       engine::EngineOptions ro;
@@ -84,7 +111,7 @@ void AddCheck(CLI::App& app, Action* run) {
       engine::Fidelity fid;
       const int L = model.config().n_layers;
       std::vector<double> rows(L, 0), reused(L, 0), fallbacks(L, 0), recall(L, 0), recalls(L, 0);
-      uint64_t reused_tokens = 0, prefix_tokens = 0;
+      uint64_t reused_tokens = 0, prefix_tokens = 0, remote_bytes = 0;
       for (const bench::TaskRequest& p : *prompts) {
         const std::vector<int32_t> tokens = p.Joined();
         engine::ServeOptions so;
@@ -96,6 +123,7 @@ void AddCheck(CLI::App& app, Action* run) {
         if (!got.ok()) return Fail(got.status().ToString());
         fid.Add(ref->logits, got->logits, static_cast<size_t>(model.config().vocab_size));
         reused_tokens += got->stats.reused_tokens;
+        remote_bytes += got->stats.remote_bytes;
         prefix_tokens += p.prefix.size();
         for (int l = 0; l < L && l < static_cast<int>(got->stats.layers.size()); ++l) {
           rows[l] += static_cast<double>(got->stats.layers[l].rows);
@@ -116,6 +144,7 @@ void AddCheck(CLI::App& app, Action* run) {
         j["prefix_tokens"] = prefix_tokens;
         j["reused_tokens"] = reused_tokens;
         j["prefixes_not_stored"] = not_stored;
+        if (!a->f.remote.url.empty()) j["remote_bytes"] = remote_bytes;
         j["max_abs_logit_diff"] = fid.max_abs_logit_diff;
         j["top1_agree"] = fid.top1_agree();
         j["kl_mean"] = fid.kl_mean();
@@ -143,6 +172,9 @@ void AddCheck(CLI::App& app, Action* run) {
                     static_cast<unsigned long long>(prefix_tokens));
         std::printf("max |dlogit| %.4g, top-1 agreement %.4f, mean KL %.4g (against recompute)\n",
                     fid.max_abs_logit_diff, fid.top1_agree(), fid.kl_mean());
+        if (!a->f.remote.url.empty()) {
+          std::printf("%llu bytes fetched from the remote tier\n", static_cast<unsigned long long>(remote_bytes));
+        }
         if (not_stored > 0) {
           std::printf("%zu prefixes could not be stored (see the warnings): less was reused\n",
                       not_stored);

@@ -265,10 +265,7 @@ void Engine::FetchAhead(std::span<const int32_t> tokens) {
   Impl& im = *impl_;
   if (!im.remote || !im.row.reuses() || tokens.size() < 2) return;
   // A reader of important parts fetches per request (nothing is kept).
-  if (!im.ImportantKeep(im.opts.retention, im.profile ? im.profile->LayerRetention() : std::vector<double>{})
-           .empty()) {
-    return;
-  }
+  if (im.ReadsImportant(im.opts.retention)) return;
   im.remote->FetchAhead(tokens, tokens.size() - 1, im.AdmitFetched());
 }
 

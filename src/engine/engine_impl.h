@@ -52,6 +52,8 @@ struct Engine::Impl {
   // chunks (no remote tier, RemoteRead::kWhole, a system reading every row,
   // retention 1).
   std::vector<uint32_t> ImportantKeep(double retention, const std::vector<double>& layer_retention) const;
+  // Whether a request at `retention` reads remote chunks in part (thread-safe: options only).
+  bool ReadsImportant(double retention) const;
   // Admits a chunk fetched whole from the remote tier into the pools.
   remote::RemoteTier::AdmittedFn AdmitFetched();
   std::vector<uint64_t> ScoreKeys(const store::LookupResult& m, size_t R) const;

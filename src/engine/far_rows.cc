@@ -55,8 +55,12 @@ Status AppendFarRows(const ModelConfig& c, Request& rq, int layer, LayerPrefix* 
   return Status::Ok();
 }
 
+bool Engine::Impl::ReadsImportant(double retention) const {
+  return remote && row.selective() && opts.remote.read == RemoteRead::kImportant && retention < 1;
+}
+
 std::vector<uint32_t> Engine::Impl::ImportantKeep(double retention, const std::vector<double>& layer_retention) const {
-  if (!remote || !row.selective() || opts.remote.read != RemoteRead::kImportant) return {};
+  if (!ReadsImportant(retention)) return {};
   std::vector<uint32_t> keep(c.n_layers);
   bool all = true;
   for (int l = 0; l < c.n_layers; ++l) {

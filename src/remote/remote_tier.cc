@@ -202,13 +202,16 @@ FillResult RemoteTier::Fill(std::span<const int32_t> tokens, size_t limit, const
   // has admitted what it found by now.
   MutexLock fetching(&fetch_mu_);
   const store::LookupResult m = store_->Lookup(tokens);
-  const size_t start = m.matched_tokens;
-  out.local_tokens = start;
-  if (start % C != 0 || limit > tokens.size() || limit < start + C) return out;
+  out.local_tokens = m.matched_tokens;
+  // From the last whole chunk of the match: a match ending inside a chunk
+  // (a stored prompt sharing only the first tokens of that chunk, or a
+  // shorter prompt's short last chunk) does not hide the remote chunk there.
+  const size_t start = m.matched_tokens / C * C;
+  if (limit > tokens.size() || limit < start + C) return out;
   const size_t n = std::min<size_t>((limit - start) / C, opts_.max_fetch_chunks);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<uint64_t> hashes(n);
-  uint64_t h = m.prefix_hashes.empty() ? 0 : m.prefix_hashes.back();
+  uint64_t h = start == 0 ? 0 : m.prefix_hashes[start / C - 1];
   for (size_t i = 0; i < n; ++i) hashes[i] = h = index::ChainHash(h, tokens.subspan(start + i * C, C));
   const auto chunks = FetchRun(tokens, start, hashes, &out.bytes);
   const double fetch_ms = MsSince(t0);

@@ -85,8 +85,8 @@ class RemoteTier {
   // Extends the local match of `tokens` (looked up here, under fetch_mu_)
   // with whole chunks found remotely, up to `limit` tokens: looked up
   // (pipelined EXISTS), fetched (pipelined GETs), verified, and admitted with
-  // one Put. Stops at the first chunk that is absent or fails. Only from a
-  // chunk boundary. `admitted`, if set, is called once the run is in the
+  // one Put. Stops at the first chunk that is absent or fails. Starts at
+  // the local match's last whole chunk. `admitted`, if set, is called once the run is in the
   // store with each chunk layer's payload (K then V, token-major), for the
   // caller's pools.
   using AdmittedFn = std::function<void(uint64_t prefix_hash, uint16_t layer, std::span<const char> payload)>;

@@ -185,6 +185,12 @@ TEST_F(RemoteEngineTest, APrefixOneEngineComputedIsServedToAnotherThroughRedisWi
   EXPECT_EQ(up.bytes_up, 4 * 8 * record);
 
   ASSERT_OK_AND_ASSIGN(auto reader, Engine::Open(*model_, Options(db.path(), redis.url())));
+  // The reader has stored a prompt of its own sharing B's first 10 tokens
+  // (as every prompt shares BOS): its match ends inside chunk 0, and the
+  // fetch starts at that chunk, not after it.
+  ASSERT_OK_AND_ASSIGN(ServeResult own, reader->Serve(Prompt(10, 3000, 100)));
+  EXPECT_EQ(own.stats.remote_chunks, 0u);
+  ASSERT_EQ(reader->TEST_store()->Lookup(B()).matched_tokens, 10u);
   ASSERT_OK_AND_ASSIGN(ServeResult got, reader->Serve(B(), FromP()));
   EXPECT_EQ(got.stats.remote_chunks, 4u);
   EXPECT_EQ(got.stats.reused_tokens, kP);
