@@ -90,7 +90,8 @@ Status Engine::Impl::OpenStore() {
     ASSIGN_OR_RETURN(remote, remote::RemoteTier::Open(
                                  opts.remote,
                                  remote::RemoteGeometry{fingerprint, so.layers, row_bytes, opts.chunk_tokens,
-                                                        store::KvDtype::kF16},
+                                                        store::KvDtype::kF16,
+                                                        static_cast<uint32_t>(RowsPerUnit(opts.unit, row_bytes))},
                                  store.get()));
   }
   cache::CacheOptions co;

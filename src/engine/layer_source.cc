@@ -4,6 +4,7 @@
 
 #include "engine/all_rows_source.h"
 #include "engine/h2o_source.h"
+#include "engine/options.h"
 #include "engine/probe_source.h"
 #include "engine/speculation.h"
 #include "select/importance.h"
@@ -33,10 +34,7 @@ const std::vector<uint32_t>& RowGroups(const SourceDeps& deps, Request& rq) {
     case Granularity::kBlock: {
       // A page of a chunk's own record holds consecutive tokens (chunks
       // start on page boundaries); a block is any run of tokens.
-      const uint32_t row_bytes = deps.reader->geometry().row_bytes;
-      const size_t per = u.granularity == Granularity::kBlock
-                             ? u.block_tokens
-                             : std::max<size_t>(1, store::kBlockSize / std::max<uint32_t>(1, row_bytes));
+      const size_t per = RowsPerUnit(u, deps.reader->geometry().row_bytes);
       groups.resize(rq.R);
       for (size_t j = 0; j < rq.R; ++j) groups[j] = static_cast<uint32_t>(j / per);
       break;

@@ -1,6 +1,9 @@
 #include "engine/options.h"
 
+#include <algorithm>
 #include <string>
+
+#include "store/format.h"
 
 namespace tierkv::engine {
 namespace {
@@ -55,6 +58,15 @@ std::string SelectionUnitName(SelectionUnit u) {
     case Granularity::kBlock: return "block:" + std::to_string(u.block_tokens);
   }
   return "?";
+}
+
+size_t RowsPerUnit(const SelectionUnit& u, uint32_t row_bytes) {
+  switch (u.granularity) {
+    case Granularity::kToken: return 1;
+    case Granularity::kPage: return std::max<size_t>(1, store::kBlockSize / std::max<uint32_t>(1, row_bytes));
+    case Granularity::kBlock: return u.block_tokens;
+  }
+  return 1;
 }
 
 Result<SelectionUnit> ParseSelectionUnit(std::string_view name) {

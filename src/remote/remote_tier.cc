@@ -359,7 +359,8 @@ void RemoteTier::WriteChunks(const Upload& u) {
     }
     // The local store's importance order, when it has one: the values go
     // up ordered, so that a reader of the important part fetches a prefix.
-    const std::vector<std::vector<uint16_t>> order = store_->RowOrder(m.chunks[i], m.prefix_hashes[i]);
+    std::vector<std::vector<uint16_t>> order = store_->RowOrder(m.chunks[i], m.prefix_hashes[i]);
+    for (auto& o : order) o = UnitOrder(o, geo_.unit_rows);
     std::vector<Command> cmds;
     for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
       store::RecordHeader h;

@@ -45,6 +45,9 @@ struct RemoteGeometry {
   uint32_t row_bytes = 0;
   uint32_t chunk_tokens = 64;
   store::KvDtype dtype = store::KvDtype::kF16;
+  // Rows the readers' selection unit takes together (the rows of a page, a
+  // block; 1: single rows): values go up ordered by whole units.
+  uint32_t unit_rows = 1;
 };
 
 // The key of one chunk layer: tierkv:{FFFFFFFFFFFFFFFF.PPPPPPPPPPPPPPPP}:L

@@ -45,6 +45,23 @@ void EncodeValue(store::RecordHeader h, std::span<const char> payload, std::span
   store::EncodeRecord(h, ordered, out);
 }
 
+std::vector<uint16_t> UnitOrder(std::span<const uint16_t> order, uint32_t unit) {
+  const size_t n = order.size();
+  if (unit <= 1 || n == 0) return std::vector<uint16_t>(order.begin(), order.end());
+  const size_t units = (n + unit - 1) / unit;
+  std::vector<double> score(units, 0.0);
+  for (size_t rank = 0; rank < n; ++rank) score[order[rank] / unit] += static_cast<double>(n - rank);
+  std::vector<size_t> by(units);
+  for (size_t u = 0; u < units; ++u) by[u] = u;
+  std::stable_sort(by.begin(), by.end(), [&](size_t a, size_t b) { return score[a] > score[b]; });
+  std::vector<uint16_t> out;
+  out.reserve(n);
+  for (size_t u : by) {
+    for (size_t r = u * unit; r < std::min(n, (u + 1) * unit); ++r) out.push_back(static_cast<uint16_t>(r));
+  }
+  return out;
+}
+
 Status TakeWholeValue(const store::RecordChecker& check, const ValueIdentity& id, std::string* value) {
   if (value->size() < store::kBlockSize) return Status::Corruption("remote value shorter than a header");
   const std::string_view block0(value->data(), store::kBlockSize);

@@ -33,6 +33,14 @@ struct ValueIdentity {
 void EncodeValue(store::RecordHeader h, std::span<const char> payload, std::span<const uint16_t> order,
                  std::string* out);
 
+// `order` (rows by descending importance) in whole units of `unit`
+// consecutive rows (a page's rows, a block; aligned to the chunk's start):
+// units ranked by their rows' Borda scores (C - rank, summed), each unit's
+// rows in token order, so that the first k rows of a value are whole
+// units, as the reader's selection takes them. Unchanged for unit <= 1 or
+// an empty order.
+std::vector<uint16_t> UnitOrder(std::span<const uint16_t> order, uint32_t unit);
+
 // Verifies a whole value of either kind (header, identity, every page; a
 // kind-3 value's positions must be a permutation of the chunk's) and leaves
 // its payload in token order, K then V, at value->data() + kBlockSize.

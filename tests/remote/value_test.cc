@@ -119,5 +119,16 @@ TEST(RemoteValueTest, ImportantRangesHoldTheFirstRowsOfKAndV) {
   EXPECT_EQ(r[0].last, (1 + 3) * store::kBlockSize - 1);  // V rows [8000, 11000) end in page 2
 }
 
+TEST(RemoteValueTest, AnOrderInUnitsKeepsEachUnitsRowsTogether) {
+  // 8 rows, units of 4: ranks put rows 5, 1, 6, 7 first; unit 1 (rows 4-7)
+  // scores 8 + 6 + 5 + ... above unit 0.
+  const std::vector<uint16_t> order = {5, 1, 6, 7, 0, 2, 4, 3};
+  EXPECT_EQ(UnitOrder(order, 4), (std::vector<uint16_t>{4, 5, 6, 7, 0, 1, 2, 3}));
+  EXPECT_EQ(UnitOrder(order, 1), order);
+  // A last unit shorter than the rest (7 rows, units of 4).
+  const std::vector<uint16_t> seven = {6, 5, 4, 0, 1, 2, 3};
+  EXPECT_EQ(UnitOrder(seven, 4), (std::vector<uint16_t>{4, 5, 6, 0, 1, 2, 3}));
+}
+
 }  // namespace
 }  // namespace tierkv::remote
