@@ -231,9 +231,9 @@ size_t Engine::Impl::Reusable(const store::LookupResult& m, size_t cap) const {
 store::LookupResult Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, size_t cap,
                                                bool first_attempt, const std::vector<uint32_t>& keep,
                                                remote::FarRows* far, RequestStats* st) {
-  store::LookupResult m = store->Lookup(tokens);
-  if (!remote || !first_attempt) return m;
+  if (!remote || !first_attempt) return store->Lookup(tokens);
   if (!keep.empty()) {
+    store::LookupResult m = store->Lookup(tokens);
     // From the reusable prefix's end: a short local last chunk (a shorter
     // prompt stored before) does not hide the remote tier's whole one.
     const size_t R = Reusable(m, cap), C = opts.chunk_tokens;
@@ -245,13 +245,13 @@ store::LookupResult Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, 
       return m;
     }
   }
-  const remote::FillResult f = remote->Fill(tokens, cap, AdmitFetched());
+  // Fill looks the prompt up itself (after a fetch ahead for it, after its
+  // own Put): its match is the one to reuse.
+  remote::FillResult f = remote->Fill(tokens, cap, AdmitFetched());
   st->remote_chunks = f.chunks;
   st->remote_bytes = f.bytes;
   st->remote_ms += f.ms;
-  // Longer now when this fetch, or one run ahead for this prompt, admitted chunks.
-  if (f.chunks > 0 || f.local_tokens != m.matched_tokens) m = store->Lookup(tokens);
-  return m;
+  return std::move(f.match);
 }
 
 remote::RemoteTier::AdmittedFn Engine::Impl::AdmitFetched() {

@@ -202,7 +202,7 @@ FillResult RemoteTier::Fill(std::span<const int32_t> tokens, size_t limit, const
   // has admitted what it found by now.
   MutexLock fetching(&fetch_mu_);
   const store::LookupResult m = store_->Lookup(tokens);
-  out.local_tokens = m.matched_tokens;
+  out.match = m;
   // From the last whole chunk of the match: a match ending inside a chunk
   // (a stored prompt sharing only the first tokens of that chunk, or a
   // shorter prompt's short last chunk) does not hide the remote chunk there.
@@ -238,6 +238,7 @@ FillResult RemoteTier::Fill(std::span<const int32_t> tokens, size_t limit, const
     auto put = store_->Put(tokens.first(start + rows), in);
     if (put.ok() && put->stored_tokens >= start + rows) {
       out.chunks = chunks.size();
+      out.match = store_->Lookup(tokens);
       const auto t_pools = std::chrono::steady_clock::now();
       for (size_t i = 0; admitted && i < chunks.size(); ++i) {
         for (uint16_t layer = 0; layer < geo_.layers; ++layer) {

@@ -69,7 +69,9 @@ struct FarRows {
 };
 
 struct FillResult {
-  size_t local_tokens = 0;  // the local match the fetch started from (taken under fetch_mu_)
+  // The local match of the prompt after the fill (taken under fetch_mu_,
+  // again after a Put): what the caller reuses, without a lookup of its own.
+  store::LookupResult match;
   size_t chunks = 0;  // chunks fetched and admitted into the local store
   uint64_t bytes = 0;
   double ms = 0;
