@@ -76,18 +76,30 @@ bench-quick: build
 
 # llama.cpp runs first on the same workloads when tools/llamacpp is set up
 # (tools/llamacpp/setup.sh); the report puts it beside our systems.
+# Resumable: run it again after a stop and it goes on from docs/results/
+# results.json (workload files rewritten only when their bytes change;
+# llama.cpp's results kept while their workload is unchanged).
+# BENCH_ARGS=--fresh starts over.
 LLAMACPP_RUNNER := tools/llamacpp/runner.mjs
+PAPER := build/workloads/paper
+BENCH_ARGS ?=
 bench-paper: build
-	python3 tools/prompts/make_tasks.py suite --size paper --out build/workloads/paper --shared $(SHARED)
-	rm -f build/workloads/paper/llamacpp-*.json
+	rm -rf $(PAPER).new
+	python3 tools/prompts/make_tasks.py suite --size paper --out $(PAPER).new --shared $(SHARED)
+	mkdir -p $(PAPER)
+	for w in fewshot docqa chat; do \
+	  cmp -s $(PAPER).new/$$w.jsonl $(PAPER)/$$w.jsonl || { mv $(PAPER).new/$$w.jsonl $(PAPER)/$$w.jsonl; rm -f $(PAPER)/llamacpp-$$w.json; }; \
+	done; rm -rf $(PAPER).new
 	if [ -d tools/llamacpp/node_modules/node-llama-cpp ]; then \
 	  for w in fewshot docqa chat; do \
+	    [ -f $(PAPER)/llamacpp-$$w.json ] && continue; \
 	    node $(LLAMACPP_RUNNER) bench --model models/tierkv-default.gguf \
-	      --workload build/workloads/paper/$$w.jsonl --out build/workloads/paper/llamacpp-$$w.json || exit 1; \
+	      --workload $(PAPER)/$$w.jsonl --out $(PAPER)/llamacpp-$$w.json.tmp || exit 1; \
+	    mv $(PAPER)/llamacpp-$$w.json.tmp $(PAPER)/llamacpp-$$w.json; \
 	  done; \
 	else echo "tools/llamacpp not set up: the report will have no llama.cpp section"; fi
-	$(BUILD)/apps/tierkv bench --suite paper $(call BENCH_WORKLOADS,paper) --out docs/results \
-	  $$(for f in build/workloads/paper/llamacpp-*.json; do [ -f $$f ] && echo --llamacpp $$f; done)
+	$(BUILD)/apps/tierkv bench --suite paper $(call BENCH_WORKLOADS,paper) --out docs/results $(BENCH_ARGS) \
+	  $$(for f in $(PAPER)/llamacpp-*.json; do [ -f $$f ] && echo --llamacpp $$f; done)
 
 clean:
 	rm -rf build

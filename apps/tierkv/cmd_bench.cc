@@ -1,11 +1,35 @@
 // tierkv bench: the papers' experiments on request files, with a report.
+#include <algorithm>
 #include <cstdio>
+#include <sstream>
 
 #include "prompt_file.h"
 #include "tierkv/bench_suite.h"
 #include "tierkv/commands.h"
 
 namespace tierkv::app {
+
+namespace {
+
+// The flags that decide a suite's results, as CLI11 writes them in a config
+// file (every option with its value or default), without those that only
+// say where results go or what is printed.
+nlohmann::json FlagsIdentity(const CLI::App& sub) {
+  static const char* const kNotResults[] = {"out", "fresh", "json", "llamacpp", "cache-dir"};
+  nlohmann::json out = nlohmann::json::object();
+  std::istringstream lines(sub.config_to_str(/*default_also=*/true, /*write_description=*/false));
+  for (std::string line; std::getline(lines, line);) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    while (!key.empty() && key.back() == ' ') key.pop_back();
+    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+    if (std::find(std::begin(kNotResults), std::end(kNotResults), key) == std::end(kNotResults)) out[key] = value;
+  }
+  return out;
+}
+
+}  // namespace
 
 void AddBench(CLI::App& app, Action* run) {
   struct Args {
@@ -16,7 +40,7 @@ void AddBench(CLI::App& app, Action* run) {
     double retention = 0.25;
     double device_share = 0.10, host_share = 0.30;
     int warmup = -1, rounds = -1;
-    bool json = false;
+    bool json = false, fresh = false;
     std::vector<std::string> llamacpp;
   };
   auto a = std::make_shared<Args>();
@@ -35,7 +59,12 @@ void AddBench(CLI::App& app, Action* run) {
                   "Request file (docs/workloads.md; tools/prompts/make_tasks.py writes them); repeat for several. "
                   "Experiments that vary a setting run on the first")
       ->required();
-  sub->add_option("--out", a->out, "Directory for results.json, report.md and the plots")->capture_default_str();
+  sub->add_option("--out", a->out,
+                  "Directory for results.json, report.md and the plots; results.json is rewritten after every run, "
+                  "and a suite stopped before it finished resumes from it when run again with the same flags, "
+                  "model and workload files")
+      ->capture_default_str();
+  sub->add_flag("--fresh", a->fresh, "Start over: discard the unfinished results in --out instead of resuming");
   sub->add_option("--retention", a->retention, "Share of R's rows used by the selective systems")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
@@ -55,8 +84,8 @@ void AddBench(CLI::App& app, Action* run) {
                   "systems");
   AddEngineFlags(sub, &a->f);
   sub->add_flag("--json", a->json, "Print results.json to stdout as well");
-  sub->callback([a, run] {
-    *run = [a]() -> int {
+  sub->callback([a, run, sub] {
+    *run = [a, sub]() -> int {
       if (!(a->retention > 0)) return Fail("--retention must be above 0");
       auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
@@ -80,6 +109,21 @@ void AddBench(CLI::App& app, Action* run) {
         if (!j.ok()) return Fail(j.status().ToString());
         llamacpp.push_back(*j);
       }
+      o.identity = FlagsIdentity(*sub);
+      if (!a->fresh) {
+        auto previous = bench::ReadUnfinishedResults(a->out);
+        if (!previous.ok()) return Fail(previous.status().ToString());
+        o.previous = std::move(*previous);
+        if (!o.previous.is_null()) {
+          std::fprintf(stderr, "bench: resuming the unfinished suite in %s/results.json (%zu runs kept)\n",
+                       a->out.c_str(), static_cast<size_t>(o.previous.value("runs_done", 0)));
+        }
+      }
+      o.checkpoint = [a, llamacpp](const nlohmann::json& partial) {
+        nlohmann::json j = partial;
+        for (const nlohmann::json& l : llamacpp) bench::AddLlamaCpp(l, &j);
+        return bench::WriteReport(j, a->out);
+      };
       auto suite = bench::RunSuite(*loaded->model, *loaded->tokenizer, o);
       if (!suite.ok()) return Fail(suite.status().ToString());
       for (const nlohmann::json& j : llamacpp) bench::AddLlamaCpp(j, &*suite);

@@ -41,12 +41,29 @@ struct SuiteOptions {
   int warmup = 1, rounds = 3;          // quick: 0 and 1 unless set
   // Called with what runs and how far (may be empty).
   std::function<void(const std::string& what, size_t done, size_t total)> progress;
+  // What else decides the results (the caller's engine flags, as text): a
+  // kept run belongs to this suite only when it, the suite, its settings,
+  // the model's weights and every workload file's bytes are the same.
+  nlohmann::json identity;
+  // An unfinished suite's results (ReadUnfinishedResults): its runs are
+  // kept and not run again. A suite of another identity is refused with
+  // the first field that differs. Null: start afresh.
+  nlohmann::json previous;
+  // Called after each run with the results so far ("finished" absent), so
+  // that a stopped suite resumes from what it wrote. An error stops it.
+  std::function<Status(const nlohmann::json& partial)> checkpoint;
 };
 
-// Runs the suite: {"suite", "machine", "started", "workloads": {...},
-// "experiments": [{"id", "title", "workload", "param", "runs": [{"value",
-// "result"}]}]}. Errors name the workload or the experiment.
+// Runs the suite: {"suite", "machine", "started", "identity", "runs_total",
+// "runs_done", "workloads": {...}, "experiments": [{"id", "title", "param",
+// "runs": [{"workload", "value", "result", "finished"}]}], "finished"}.
+// Errors name the workload or the experiment.
 Result<nlohmann::json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptions& o);
+
+// `dir`/results.json when it holds a suite that has not finished (no
+// "finished"); null when there is none or it finished (a new suite replaces
+// it). A file that is not such JSON is an error naming it.
+Result<nlohmann::json> ReadUnfinishedResults(const std::string& dir);
 
 // Reads a result of tools/llamacpp/runner.mjs bench; InvalidArgument naming
 // the missing or mistyped field.
@@ -60,8 +77,10 @@ void AddLlamaCpp(const nlohmann::json& results, nlohmann::json* suite);
 // and with the quality pass top-1 agreement, KL and accuracy per task.
 std::string HarnessTable(const nlohmann::json& run);
 
-// Writes `dir`/results.json (every raw figure), report.md (the tables) and,
-// where gnuplot is installed, a PNG per figure (report.md says when not).
+// Writes `dir`/results.json (every raw figure; replaced atomically),
+// report.md (the tables) and, where gnuplot is installed, a PNG per figure
+// (report.md says when not). An unfinished suite's report says how many
+// runs it has.
 Status WriteReport(const nlohmann::json& suite, const std::string& dir);
 
 }  // namespace tierkv::bench

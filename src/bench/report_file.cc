@@ -7,6 +7,7 @@
 
 #include "bench/llamacpp.h"
 #include "tierkv/bench_suite.h"
+#include "tierkv/filesystem.h"
 #include "tierkv/plot.h"
 
 namespace tierkv::bench {
@@ -64,11 +65,19 @@ std::string PlotExperiment(const json& exp, const std::string& dir, const std::s
   return what.rfind("wrote", 0) == 0 ? "![" + id + "](" + png + ")\n\n" : "(" + what + " for " + id + ")\n\n";
 }
 
+// When the suite ran, and how far when it has not finished.
+std::string Span(const json& suite) {
+  std::string s = "Run from " + suite["started"].get<std::string>();
+  if (suite.contains("resumed")) s += " (resumed " + std::to_string(suite["resumed"].size()) + " times)";
+  if (suite.contains("finished")) return s + " to " + suite["finished"].get<std::string>();
+  return "**Unfinished** (" + std::to_string(suite.value("runs_done", 0)) + " of " +
+         std::to_string(suite.value("runs_total", 0)) + " runs; `tierkv bench` with the same flags resumes it). " + s;
+}
+
 std::string Header(const json& suite) {
   std::ostringstream s;
   s << "# tierkv bench --suite " << suite["suite"].get<std::string>() << "\n\n"
-    << "Run from " << suite["started"].get<std::string>() << " to " << suite.value("finished", std::string("?"))
-    << " on " << suite["machine"].value("cpu", std::string("an unknown CPU")) << " ("
+    << Span(suite) << " on " << suite["machine"].value("cpu", std::string("an unknown CPU")) << " ("
     << suite["machine"].value("cores", 0) << " cores, " << suite["machine"].value("kernel", std::string("?"))
     << "). Every raw figure is in `results.json`.\n\n"
     << "How to read it: times on a shared machine drift by tens of percent between runs, so compare systems "
@@ -89,11 +98,9 @@ Status WriteReport(const json& suite, const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IOError("cannot create " + dir + ": " + ec.message());
-  {
-    std::ofstream j(dir + "/results.json");
-    j << suite.dump(1) << "\n";
-    if (!j) return Status::IOError("cannot write " + dir + "/results.json");
-  }
+  // Atomic: an unfinished suite resumes from this file, so a stop while it
+  // is written must leave the previous one.
+  RETURN_IF_ERROR(WriteFileAtomically(FileSystem::Default(), dir + "/results.json", suite.dump(1) + "\n"));
   std::ostringstream md;
   md << Header(suite) << LlamaCppSection(suite);
   for (const json& exp : suite["experiments"]) {

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include <xxhash.h>
 
 #include "tierkv/bench_suite.h"
 #include "tierkv/harness.h"
@@ -133,8 +136,10 @@ std::string NowUtc() {
 
 // One run of an experiment on one workload, in its own store (removed after).
 // `reference`: recompute's answers for these requests, shared by the runs on them.
+using Progress = std::function<void(const std::string& what, size_t done, size_t total)>;
+
 Result<json> RunOne(const Model& model, const std::vector<TaskRequest>& reqs, const SuiteOptions& o,
-                    const Experiment& e, const Setting* s, const std::string& tag,
+                    const Progress& progress, const Experiment& e, const Setting* s, const std::string& tag,
                     std::shared_ptr<QualityReference> reference) {
   HarnessOptions h;
   h.systems = e.systems;
@@ -148,8 +153,10 @@ Result<json> RunOne(const Model& model, const std::vector<TaskRequest>& reqs, co
   h.quality = e.quality;
   h.reference = std::move(reference);
   if (s) s->apply(h);
-  if (o.progress) {
-    h.progress = [&o, tag](const std::string& what, size_t done, size_t total) { o.progress(tag + ": " + what, done, total); };
+  if (progress) {
+    h.progress = [&progress, tag](const std::string& what, size_t done, size_t total) {
+      progress(tag + ": " + what, done, total);
+    };
   }
   std::error_code ec;
   std::filesystem::remove_all(h.base.cache_dir, ec);
@@ -157,6 +164,113 @@ Result<json> RunOne(const Model& model, const std::vector<TaskRequest>& reqs, co
   std::filesystem::remove_all(h.base.cache_dir, ec);
   if (!r.ok()) return Status(r.status().code(), tag + ": " + r.status().message());
   return r;
+}
+
+// A request file, read once: its requests, recompute's answers for them
+// (shared by the runs on it) and what identifies its bytes.
+struct Workload {
+  std::string name;  // the file's stem
+  std::vector<TaskRequest> requests;
+  std::shared_ptr<QualityReference> reference;
+  json summary;  // results' "workloads" entry
+  std::string digest;
+};
+
+std::string Hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+Result<Workload> LoadWorkload(const std::string& path, const Tokenizer& tok, const Model& model) {
+  Workload w;
+  w.name = Stem(path);
+  ASSIGN_OR_RETURN(w.requests, ReadTaskWorkload(path, tok, static_cast<size_t>(model.config().context_length)));
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  w.digest = Hex(XXH3_64bits(bytes.data(), bytes.size()));
+  size_t prefix = 0, choices = 0;
+  for (const TaskRequest& r : w.requests) {
+    prefix += r.prefix.size();
+    choices += !r.choices.empty();
+  }
+  w.summary = {{"file", path}, {"requests", w.requests.size()}, {"with_choices", choices},
+               {"prefix_tokens_mean", double(prefix) / double(w.requests.size())}};
+  w.reference = NewQualityReference();
+  return w;
+}
+
+// What must be equal for a kept run to belong to this suite.
+json Identity(const json& out, const Model& model, const std::vector<Workload>& loads, const json& extra) {
+  json id = {{"suite", out["suite"]}, {"settings", out["settings"]}, {"model", Hex(model.content_hash())},
+             {"flags", extra}};
+  for (const Workload& w : loads) id["workloads"].push_back({{"name", w.name}, {"xxh3", w.digest}});
+  return id;
+}
+
+// The path of the first field where `a` and `b` differ ("" when equal).
+std::string FirstDifference(const json& a, const json& b, const std::string& at) {
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [k, v] : a.items()) {
+      if (!b.contains(k)) return at + "." + k;
+      std::string d = FirstDifference(v, b[k], at + "." + k);
+      if (!d.empty()) return d;
+    }
+    for (const auto& [k, v] : b.items()) {
+      if (!a.contains(k)) return at + "." + k;
+    }
+    return "";
+  }
+  if (a.is_array() && b.is_array() && a.size() == b.size()) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      std::string d = FirstDifference(a[i], b[i], at + "[" + std::to_string(i) + "]");
+      if (!d.empty()) return d;
+    }
+    return "";
+  }
+  return a == b ? "" : at;
+}
+
+Status CheckResumable(const json& previous, const json& identity) {
+  const std::string d = FirstDifference(previous["identity"], identity, "identity");
+  if (d.empty()) return Status::Ok();
+  return Status::InvalidArgument("the unfinished results in --out are of another suite: " + d +
+                                 " differs (--fresh discards them and starts over)");
+}
+
+// A run of the unfinished results with this experiment, workload and
+// setting; null when there is none.
+json KeptRun(const json& previous, const std::string& id, const std::string& workload, const std::string& value) {
+  if (previous.is_null()) return json();
+  for (const json& e : previous["experiments"]) {
+    if (!e.is_object() || e.value("id", "") != id || !e.contains("runs")) continue;
+    for (const json& run : e["runs"]) {
+      const json v = run.value("value", json());
+      if (run.value("workload", "") == workload && (v.is_null() ? value.empty() : v == value) &&
+          run.contains("result")) {
+        return run;
+      }
+    }
+  }
+  return json();
+}
+
+// One run of the suite: an experiment, a workload and a setting (null: none).
+struct Planned {
+  size_t experiment, workload;
+  const Setting* setting;
+};
+
+std::vector<Planned> Plan(const std::vector<Experiment>& exps, size_t workloads) {
+  std::vector<Planned> out;
+  for (size_t e = 0; e < exps.size(); ++e) {
+    const size_t nw = exps[e].every_workload ? workloads : 1;
+    for (size_t w = 0; w < nw; ++w) {
+      if (exps[e].settings.empty()) out.push_back({e, w, nullptr});
+      for (const Setting& s : exps[e].settings) out.push_back({e, w, &s});
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -186,40 +300,70 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
   out["model"] = {{"layers", model.config().n_layers}, {"vocab", model.config().vocab_size}};
   out["settings"] = {{"retention", o.retention}, {"device_share", o.device_share}, {"host_share", o.host_share},
                      {"warmup", o.warmup}, {"rounds", o.rounds}};
-  std::vector<std::pair<std::string, std::vector<TaskRequest>>> loads;
-  std::vector<std::shared_ptr<QualityReference>> references;  // per workload
+  std::vector<Workload> loads;
   for (const std::string& path : o.workloads) {
-    ASSIGN_OR_RETURN(auto reqs, ReadTaskWorkload(path, tok, static_cast<size_t>(model.config().context_length)));
-    size_t prefix = 0, choices = 0;
-    for (const TaskRequest& r : reqs) {
-      prefix += r.prefix.size();
-      choices += !r.choices.empty();
-    }
-    out["workloads"][Stem(path)] = {{"file", path}, {"requests", reqs.size()}, {"with_choices", choices},
-                                    {"prefix_tokens_mean", double(prefix) / double(reqs.size())}};
-    loads.emplace_back(Stem(path), std::move(reqs));
-    references.push_back(NewQualityReference());
+    ASSIGN_OR_RETURN(Workload w, LoadWorkload(path, tok, model));
+    out["workloads"][w.name] = w.summary;
+    loads.push_back(std::move(w));
+  }
+  out["identity"] = Identity(out, model, loads, o.identity);
+  if (!o.previous.is_null()) {
+    RETURN_IF_ERROR(CheckResumable(o.previous, out["identity"]));
+    out["started"] = o.previous["started"];
+    out["resumed"] = o.previous.value("resumed", json::array());
+    out["resumed"].push_back(NowUtc());
   }
   const std::vector<Experiment> exps = o.suite == Suite::kQuick  ? QuickSuite()
                                        : o.suite == Suite::kPaper ? PaperSuite()
                                                                   : std::vector<Experiment>{SystemsExperiment(kPaperSystems)};
+  const std::vector<Planned> plan = Plan(exps, loads.size());
+  out["runs_total"] = plan.size();
+  out["runs_done"] = 0;
   out["experiments"] = json::array();
   for (const Experiment& e : exps) {
-    json ej = {{"id", e.id}, {"title", e.title}, {"param", e.param}, {"runs", json::array()}};
-    const size_t nw = e.every_workload ? loads.size() : 1;
-    for (size_t w = 0; w < nw; ++w) {
-      const size_t ns = std::max<size_t>(1, e.settings.size());
-      for (size_t i = 0; i < ns; ++i) {
-        const Setting* s = e.settings.empty() ? nullptr : &e.settings[i];
-        const std::string tag = e.id + "-" + loads[w].first + (s ? "-" + s->value : "");
-        ASSIGN_OR_RETURN(json r, RunOne(model, loads[w].second, o, e, s, tag, references[w]));
-        ej["runs"].push_back({{"workload", loads[w].first}, {"value", s ? json(s->value) : json()}, {"result", r}});
+    out["experiments"].push_back({{"id", e.id}, {"title", e.title}, {"param", e.param}, {"runs", json::array()}});
+  }
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const Planned& p = plan[k];
+    const Experiment& e = exps[p.experiment];
+    const Workload& w = loads[p.workload];
+    const std::string value = p.setting ? p.setting->value : "";
+    json run = KeptRun(o.previous, e.id, w.name, value);
+    if (run.is_null()) {
+      const std::string tag = e.id + "-" + w.name + (p.setting ? "-" + value : "");
+      Progress progress;
+      if (o.progress) {
+        progress = [&o, k, n = plan.size()](const std::string& what, size_t done, size_t total) {
+          o.progress("run " + std::to_string(k + 1) + "/" + std::to_string(n) + " " + what, done, total);
+        };
       }
+      ASSIGN_OR_RETURN(json r, RunOne(model, w.requests, o, progress, e, p.setting, tag, w.reference));
+      run = {{"workload", w.name}, {"value", p.setting ? json(value) : json()}, {"result", std::move(r)},
+             {"finished", NowUtc()}};
+    } else if (o.progress) {
+      o.progress("run " + std::to_string(k + 1) + "/" + std::to_string(plan.size()) + " kept from the unfinished results",
+                 1, 1);
     }
-    out["experiments"].push_back(ej);
+    out["experiments"][p.experiment]["runs"].push_back(std::move(run));
+    out["runs_done"] = k + 1;
+    if (o.checkpoint && k + 1 < plan.size()) RETURN_IF_ERROR(o.checkpoint(out));
   }
   out["finished"] = NowUtc();
   return out;
+}
+
+Result<json> ReadUnfinishedResults(const std::string& dir) {
+  const std::string path = dir + "/results.json";
+  std::ifstream in(path);
+  if (!in) return json();
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument(path + ": not a JSON object (--fresh replaces it)");
+  if (j.contains("finished")) return json();
+  for (const char* key : {"identity", "experiments", "started"}) {
+    if (!j.contains(key)) return Status::InvalidArgument(path + ": unfinished results without '" + key + "' (--fresh replaces it)");
+  }
+  if (!j["experiments"].is_array()) return Status::InvalidArgument(path + ": 'experiments' is not an array (--fresh replaces it)");
+  return j;
 }
 
 }  // namespace tierkv::bench

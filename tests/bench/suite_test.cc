@@ -1,0 +1,157 @@
+// The suites of tierkv bench (tierkv/bench_suite.h) on the default model: a
+// suite stopped after a run resumes from what it wrote and runs only what
+// is missing; results of another suite or other workload bytes are refused.
+#include "tierkv/bench_suite.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/model_fixture.h"
+#include "testing/shared.h"
+
+namespace tierkv::bench {
+namespace {
+
+using nlohmann::json;
+
+class SuiteTest : public engine::DefaultModelTest {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir("suite");
+    std::filesystem::create_directories(dir_ + "/scratch");
+    std::ofstream f(dir_ + "/tiny.jsonl");
+    f << R"({"document": "d", "text": "Once upon a time there was a little girl who lived by the sea. She liked to walk on the sand and look for shells. One day she found a big shell that could sing."})"
+      << "\n";
+    for (int i = 0; i < 2; ++i) {
+      f << R"({"id": "q)" << i << R"(", "task": "t", "prefix_doc": "d", "query": "\nQuestion: what did she find?\nAnswer:", "choices": [" a shell", " a dog"], "label": 0})"
+        << "\n";
+    }
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  SuiteOptions Options() {
+    SuiteOptions o;
+    o.suite = Suite::kQuick;  // two runs: systems, exact
+    o.workloads = {dir_ + "/tiny.jsonl"};
+    o.base.cache_dir = dir_ + "/scratch";
+    o.warmup = 0;
+    o.rounds = 1;
+    o.identity = {{"flag", "a"}};
+    o.progress = [this](const std::string& what, size_t done, size_t total) {
+      if (done == total) stages_.push_back(what);
+    };
+    return o;
+  }
+  std::unique_ptr<Tokenizer> Tok() {
+    auto t = LoadTokenizerFor(*model_, "");
+    EXPECT_TRUE(t.ok());
+    return std::move(t).value();
+  }
+  size_t Ran() const {  // harness stages ended, not counting kept runs
+    size_t n = 0;
+    for (const std::string& s : stages_) n += s.find("kept from") == std::string::npos;
+    return n;
+  }
+
+  std::string dir_;
+  std::vector<std::string> stages_;
+};
+
+TEST_F(SuiteTest, AStoppedSuiteResumesFromItsCheckpointAndRunsOnlyWhatIsMissing) {
+  auto tok = Tok();
+  SuiteOptions o = Options();
+  json saved;
+  o.checkpoint = [&saved](const json& partial) {
+    saved = partial;
+    return Status::Cancelled("stopped here");  // as a kill after the first run's write
+  };
+  auto stopped = RunSuite(*model_, *tok, o);
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_NE(stopped.status().message().find("stopped here"), std::string::npos);
+  ASSERT_TRUE(saved.is_object());
+  EXPECT_FALSE(saved.contains("finished"));
+  EXPECT_EQ(saved["runs_total"], 2);
+  EXPECT_EQ(saved["runs_done"], 1);
+  ASSERT_EQ(saved["experiments"][0]["runs"].size(), 1u);
+  EXPECT_TRUE(saved["experiments"][1]["runs"].empty());
+  const size_t first_stages = Ran();
+
+  // The partial results go through the file, as the CLI resumes them.
+  ASSERT_TRUE(WriteReport(saved, dir_ + "/out").ok());
+  auto previous = ReadUnfinishedResults(dir_ + "/out");
+  ASSERT_TRUE(previous.ok()) << previous.status().ToString();
+  ASSERT_FALSE(previous->is_null());
+  o = Options();
+  stages_.clear();
+  o.previous = *previous;
+  auto resumed = RunSuite(*model_, *tok, o);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_TRUE(resumed->contains("finished"));
+  EXPECT_EQ((*resumed)["runs_done"], 2);
+  EXPECT_EQ((*resumed)["started"], saved["started"]);
+  EXPECT_EQ((*resumed)["resumed"].size(), 1u);
+  // The first run is the saved one, not a new measurement; the second ran.
+  EXPECT_EQ((*resumed)["experiments"][0]["runs"][0], saved["experiments"][0]["runs"][0]);
+  ASSERT_EQ((*resumed)["experiments"][1]["runs"].size(), 1u);
+  EXPECT_TRUE((*resumed)["experiments"][1]["runs"][0]["result"]["systems"].contains("impress"));
+  EXPECT_GT(first_stages, 0u);
+  for (const std::string& s : stages_) EXPECT_EQ(s.find("systems-tiny"), std::string::npos) << s;
+
+  // A finished suite is not resumed: a new one replaces it.
+  ASSERT_TRUE(WriteReport(*resumed, dir_ + "/out").ok());
+  auto again = ReadUnfinishedResults(dir_ + "/out");
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->is_null());
+}
+
+TEST_F(SuiteTest, UnfinishedResultsOfAnotherSuiteAreRefusedNamingWhatDiffers) {
+  auto tok = Tok();
+  SuiteOptions o = Options();
+  json saved;
+  o.checkpoint = [&saved](const json& partial) {
+    saved = partial;
+    return Status::Cancelled("stopped");
+  };
+  ASSERT_FALSE(RunSuite(*model_, *tok, o).ok());
+
+  o = Options();
+  o.previous = saved;
+  o.identity = {{"flag", "b"}};
+  auto r = RunSuite(*model_, *tok, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("identity.flags.flag differs"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("--fresh"), std::string::npos);
+
+  // The workload's bytes changed (same name, same requests' count).
+  std::ofstream(dir_ + "/tiny.jsonl", std::ios::app) << "\n";
+  o = Options();
+  o.previous = saved;
+  r = RunSuite(*model_, *tok, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("identity.workloads[0].xxh3 differs"), std::string::npos)
+      << r.status().ToString();
+
+  o.previous = json();
+  o.retention = 0.5;
+  EXPECT_TRUE(RunSuite(*model_, *tok, o).ok()) << "null previous: afresh";
+}
+
+TEST_F(SuiteTest, ResultsThatAreNotAnUnfinishedSuiteAreAnErrorNamingTheFile) {
+  std::filesystem::create_directories(dir_ + "/bad");
+  std::ofstream(dir_ + "/bad/results.json") << "{\"suite\": ";
+  auto r = ReadUnfinishedResults(dir_ + "/bad");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(dir_ + "/bad/results.json"), std::string::npos) << r.status().ToString();
+  std::ofstream(dir_ + "/bad/results.json") << R"({"suite": "quick", "started": "x"})";
+  r = ReadUnfinishedResults(dir_ + "/bad");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'identity'"), std::string::npos) << r.status().ToString();
+  auto none = ReadUnfinishedResults(dir_ + "/nothing-here");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->is_null());
+}
+
+}  // namespace
+}  // namespace tierkv::bench
