@@ -24,7 +24,7 @@ void AddEval(CLI::App& app, Action* run) {
                   "Model file: GGUF (llama) or llama2.c checkpoint (default: $TIERKV_MODEL, else " +
                       DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer,
-                  "SentencePiece .model or llama2.c tokenizer.bin (default: the model's own)");
+                  "SentencePiece .model, a GGUF file's tokenizer or llama2.c tokenizer.bin (default: the model's own)");
   sub->add_option("--text", a->text, "UTF-8 text file")->required()->check(CLI::ExistingFile);
   sub->add_option("--window", a->window, "Tokens per window (default: the model's context)")
       ->check(CLI::Range(2, 1 << 20));

@@ -43,19 +43,31 @@ struct ModelConfig {
   std::string ToString() const;
 };
 
-// A vocabulary with merge scores, as GGUF and llama2.c store it. Pieces use
-// U+2581 for a space, as SentencePiece does.
+// A vocabulary as GGUF and llama2.c store it: SentencePiece-style (pieces
+// with U+2581 for a space, merged by score) or byte-level BPE (GPT-2's byte
+// alphabet, merged by rank; tokenizer.ggml.model "gpt2", as Llama 3 and
+// Qwen2 ship it).
 struct Vocab {
+  enum class Kind { kSentencePiece, kByteBpe };
+  Kind kind = Kind::kSentencePiece;
   std::vector<std::string> pieces;
-  std::vector<float> scores;
-  std::vector<int32_t> types;  // SentencePiece piece types: 1 normal, 2 unknown, 3 control, 6 byte
+  std::vector<float> scores;   // SentencePiece; empty for byte BPE
+  std::vector<int32_t> types;  // piece types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
   int32_t bos_id = 1;
   int32_t eos_id = 2;
-  int32_t unk_id = 0;
+  int32_t unk_id = 0;  // -1: none (byte BPE)
+  // Whether a sequence starts with BOS (tokenizer.ggml.add_bos_token; Qwen2
+  // says no).
+  bool add_bos = true;
   // SentencePiece's normalizer option: drop leading and trailing spaces and
   // collapse runs of spaces. On by default in SentencePiece (and in the
   // stories260K tokenizer); GGUF key tokenizer.ggml.remove_extra_whitespaces.
   bool remove_extra_whitespaces = true;
+  // Byte BPE: the merges, "left right" in rank order (tokenizer.ggml.merges),
+  // and the pre-tokenizer that splits text into words first
+  // (tokenizer.ggml.pre: "llama-bpe", "qwen2", "gpt2", ...).
+  std::vector<std::string> merges;
+  std::string pre;
 };
 
 // What the engine shows the hook before layer `layer`'s attention.

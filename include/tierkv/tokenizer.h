@@ -1,7 +1,9 @@
 // Tokenizers: SentencePiece models (through libsentencepiece), llama2.c
-// tokenizer.bin files, and the vocabulary embedded in a GGUF model. The last
-// two share one score-driven BPE (merge the best-scoring adjacent pair until
-// none is in the vocabulary), which is how SentencePiece's BPE encodes.
+// tokenizer.bin files, and the vocabulary embedded in a GGUF model. llama2.c
+// files and GGUF "llama" vocabularies share one score-driven BPE (merge the
+// best-scoring adjacent pair until none is in the vocabulary), which is how
+// SentencePiece's BPE encodes; GGUF "gpt2" vocabularies (Llama 3, Qwen2) are
+// byte-level BPE with a pre-tokenizer (model/bpe_tokenizer.h).
 #pragma once
 
 #include <memory>
@@ -21,7 +23,9 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   virtual int32_t bos_id() const = 0;
   virtual int32_t eos_id() const = 0;
-  // Token ids of `text`, with BOS first if add_bos. Thread-safe.
+  // Token ids of `text`, with BOS first if add_bos and the vocabulary starts
+  // sequences with BOS (Qwen2's does not). Special tokens' text is not
+  // parsed as those tokens (user-defined tokens are). Thread-safe.
   virtual Result<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const = 0;
   // The text of `id` when it follows `prev`: byte tokens become their byte,
   // control tokens nothing, and the space SentencePiece puts before the first
@@ -35,13 +39,19 @@ Result<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string&
 // size is needed, and the file must hold exactly that many entries.
 Result<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path, int vocab_size,
                                                         FileSystem* fs = FileSystem::Default());
+// SentencePiece-style score BPE or byte-level BPE, by vocab.kind.
 Result<std::unique_ptr<Tokenizer>> NewVocabTokenizer(Vocab vocab);
+// The tokenizer in a GGUF file's metadata; the file may hold no tensors (a
+// vocabulary-only file, as llama.cpp's tokenizer tests use).
+Result<std::unique_ptr<Tokenizer>> LoadGgufTokenizer(const std::string& path,
+                                                     FileSystem* fs = FileSystem::Default());
 // Reads a llama2.c tokenizer.bin into a Vocab (pieces with U+2581 for spaces).
 Result<Vocab> ReadLlama2cVocab(const std::string& path, int vocab_size,
                                FileSystem* fs = FileSystem::Default());
 
 // The tokenizer for `model`: from `path` if given (".model" = SentencePiece,
-// else llama2.c tokenizer.bin), else the model's embedded vocabulary. Fails
+// ".gguf" = a GGUF file's tokenizer, else llama2.c tokenizer.bin), else the
+// model's embedded vocabulary. Fails
 // with InvalidArgument if the vocabulary size differs from the model's.
 Result<std::unique_ptr<Tokenizer>> LoadTokenizerFor(const Model& model, const std::string& path);
 

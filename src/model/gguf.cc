@@ -213,6 +213,8 @@ Result<GgufFile> GgufFile::Parse(const std::string& name, const std::string& dat
     infos.push_back(std::move(t));
   }
   f.data_start_ = (r.pos() + alignment - 1) / alignment * alignment;
+  // A file without tensors (vocabulary only) may end with its metadata.
+  if (infos.empty()) f.data_start_ = std::min<uint64_t>(f.data_start_, data.size());
   if (f.data_start_ > data.size()) return r.Truncated("padding before tensor data");
   const uint64_t data_size = data.size() - f.data_start_;
   for (auto& t : infos) {

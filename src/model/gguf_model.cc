@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "model/gguf.h"
+#include "model/gguf_vocab.h"
 #include "model/weights.h"
 #include "tierkv/tokenizer.h"
 
@@ -113,49 +114,7 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, const std::string& d
   RETURN_IF_ERROR(CheckFinite(name, "output_norm.weight", m.weights.output_norm));
 
   if (f.Has("tokenizer.ggml.tokens")) {
-    ASSIGN_OR_RETURN(std::string tm, f.GetString("tokenizer.ggml.model"));
-    if (tm != "llama") {
-      return Status::InvalidArgument(name + ": tokenizer.ggml.model '" + tm +
-                                     "' is not supported (only llama, SentencePiece BPE)");
-    }
-    Vocab v;
-    ASSIGN_OR_RETURN(v.pieces, f.GetStrings("tokenizer.ggml.tokens"));
-    ASSIGN_OR_RETURN(auto scores, f.GetNumbers("tokenizer.ggml.scores"));
-    if (scores.size() != v.pieces.size()) {
-      return Status::InvalidArgument(name + ": tokenizer.ggml.scores has " +
-                                     std::to_string(scores.size()) + " entries for " +
-                                     std::to_string(v.pieces.size()) + " tokens");
-    }
-    v.scores.assign(scores.begin(), scores.end());
-    if (f.Has("tokenizer.ggml.token_type")) {
-      ASSIGN_OR_RETURN(auto types, f.GetNumbers("tokenizer.ggml.token_type"));
-      if (types.size() != v.pieces.size()) {
-        return Status::InvalidArgument(name + ": tokenizer.ggml.token_type has " +
-                                       std::to_string(types.size()) + " entries for " +
-                                       std::to_string(v.pieces.size()) + " tokens");
-      }
-      v.types.assign(types.begin(), types.end());
-    }
-    auto id = [&](const std::string& key, int32_t* out) -> Status {
-      if (!f.Has(key)) return Status::Ok();
-      ASSIGN_OR_RETURN(int64_t x, f.GetInt(key));
-      if (x < 0 || x >= static_cast<int64_t>(v.pieces.size())) {
-        return Status::InvalidArgument(name + ": " + key + "=" + std::to_string(x) +
-                                       " is outside the vocabulary");
-      }
-      *out = static_cast<int32_t>(x);
-      return Status::Ok();
-    };
-    // llama.cpp's default when the key is absent is not to collapse spaces.
-    v.remove_extra_whitespaces = false;
-    if (f.Has("tokenizer.ggml.remove_extra_whitespaces")) {
-      ASSIGN_OR_RETURN(int64_t rw, f.GetInt("tokenizer.ggml.remove_extra_whitespaces"));
-      v.remove_extra_whitespaces = rw != 0;
-    }
-    RETURN_IF_ERROR(id("tokenizer.ggml.bos_token_id", &v.bos_id));
-    RETURN_IF_ERROR(id("tokenizer.ggml.eos_token_id", &v.eos_id));
-    RETURN_IF_ERROR(id("tokenizer.ggml.unknown_token_id", &v.unk_id));
-    m.vocab = std::move(v);
+    ASSIGN_OR_RETURN(m.vocab, ReadGgufVocab(f, name));
   }
   return m;
 }

@@ -6,6 +6,11 @@
 #include <queue>
 #include <unordered_map>
 
+#include "model/bpe_tokenizer.h"
+#include "model/gguf.h"
+#include "model/gguf_vocab.h"
+#include "model/utf8.h"
+
 namespace tierkv {
 namespace {
 
@@ -51,23 +56,6 @@ std::string CollapseSpaces(std::string_view text) {
   return out;
 }
 
-// Length of the valid UTF-8 sequence at the start of s, or 0 if malformed.
-size_t Utf8Len(std::string_view s) {
-  const unsigned char c = static_cast<unsigned char>(s[0]);
-  size_t n = 0;
-  if (c < 0x80) return 1;
-  if ((c >> 5) == 0x6) n = 2;
-  else if ((c >> 4) == 0xE) n = 3;
-  else if ((c >> 3) == 0x1E) n = 4;
-  else return 0;
-  if (s.size() < n) return 0;
-  for (size_t i = 1; i < n; ++i) {
-    if ((static_cast<unsigned char>(s[i]) >> 6) != 0x2) return 0;
-  }
-  return n;
-}
-
-constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
 // Score-driven BPE over a vocabulary: the algorithm of SentencePiece's BPE
 // encoder and of llama2.c: start from characters (bytes when a character is
@@ -128,9 +116,9 @@ class VocabTokenizer final : public Tokenizer {
     };
     push_text(" ");  // SentencePiece's dummy prefix
     for (size_t i = 0; i < text.size();) {
-      const size_t n = Utf8Len(text.substr(i));
+      const size_t n = model::Utf8Len(text.substr(i));
       if (n == 0) {  // as SentencePiece: each malformed byte becomes U+FFFD
-        push_text(kReplacement);
+        push_text(model::kReplacementChar);
         i += 1;
         continue;
       }
@@ -323,6 +311,7 @@ Result<Vocab> ReadLlama2cVocab(const std::string& path, int vocab_size, FileSyst
 }
 
 Result<std::unique_ptr<Tokenizer>> NewVocabTokenizer(Vocab vocab) {
+  if (vocab.kind == Vocab::Kind::kByteBpe) return model::NewByteBpeTokenizer(std::move(vocab));
   const size_t n = vocab.pieces.size();
   if (n == 0) return Status::InvalidArgument("empty vocabulary");
   if (vocab.scores.size() != n) return Status::InvalidArgument("vocabulary scores/pieces differ in size");
@@ -338,6 +327,15 @@ Result<std::unique_ptr<Tokenizer>> NewVocabTokenizer(Vocab vocab) {
   return std::unique_ptr<Tokenizer>(new VocabTokenizer(std::move(vocab)));
 }
 
+Result<std::unique_ptr<Tokenizer>> LoadGgufTokenizer(const std::string& path, FileSystem* fs) {
+  ASSIGN_OR_RETURN(std::string data, ReadFileToString(fs, path));
+  ASSIGN_OR_RETURN(model::GgufFile f, model::GgufFile::Parse(path, data));
+  ASSIGN_OR_RETURN(Vocab v, model::ReadGgufVocab(f, path));
+  auto tok = NewVocabTokenizer(std::move(v));
+  if (!tok.ok()) return tok.status().WithContext(path);
+  return tok;
+}
+
 Result<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path, int vocab_size,
                                                         FileSystem* fs) {
   ASSIGN_OR_RETURN(Vocab v, ReadLlama2cVocab(path, vocab_size, fs));
@@ -350,12 +348,14 @@ Result<std::unique_ptr<Tokenizer>> LoadTokenizerFor(const Model& model, const st
   if (path.empty()) {
     if (!model.embedded_vocab()) {
       return Status::InvalidArgument(
-          "the model file has no embedded tokenizer; pass --tokenizer (a SentencePiece .model "
-          "or a llama2.c tokenizer.bin)");
+          "the model file has no embedded tokenizer; pass --tokenizer (a SentencePiece .model, "
+          "a GGUF file with tokenizer.ggml.* metadata, or a llama2.c tokenizer.bin)");
     }
     ASSIGN_OR_RETURN(tok, NewVocabTokenizer(*model.embedded_vocab()));
   } else if (EndsWith(path, ".model")) {
     ASSIGN_OR_RETURN(tok, LoadSentencePieceTokenizer(path));
+  } else if (EndsWith(path, ".gguf")) {
+    ASSIGN_OR_RETURN(tok, LoadGgufTokenizer(path));
   } else {
     ASSIGN_OR_RETURN(tok, LoadLlama2cTokenizer(path, want));
   }
