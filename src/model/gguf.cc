@@ -103,6 +103,11 @@ uint64_t GgufTensor::n_elements() const {
   return n;
 }
 
+uint64_t GgufTensor::n_bytes() const {
+  const GgmlTypeInfo i = *TypeInfo(static_cast<uint32_t>(type));  // checked when parsed
+  return n_elements() / i.block_elems * i.block_bytes;
+}
+
 Result<GgufFile> GgufFile::Parse(const std::string& name, const std::string& data) {
   GgufFile f;
   f.name_ = name;
@@ -199,10 +204,12 @@ Result<GgufFile> GgufFile::Parse(const std::string& name, const std::string& dat
     }
     uint32_t type;
     RETURN_IF_ERROR(r.Read(&type, what.c_str()));
-    if (type != 0 && type != 1) {
-      return Status::InvalidArgument(name + ": " + what + " has ggml type " +
-                                     std::to_string(type) +
-                                     "; only F32 (0) and F16 (1) are supported");
+    auto info = TypeInfo(type);
+    if (!info.ok()) return Status::InvalidArgument(name + ": " + what + ": " + info.status().message());
+    if (t.dims[0] % info->block_elems != 0) {
+      return Status::Corruption(name + ": " + what + " of type " + std::string(info->name) + " has rows of " +
+                                std::to_string(t.dims[0]) + " elements, not a multiple of its block of " +
+                                std::to_string(info->block_elems));
     }
     t.type = static_cast<GgmlType>(type);
     RETURN_IF_ERROR(r.Read(&t.offset, what.c_str()));
@@ -218,7 +225,7 @@ Result<GgufFile> GgufFile::Parse(const std::string& name, const std::string& dat
   if (f.data_start_ > data.size()) return r.Truncated("padding before tensor data");
   const uint64_t data_size = data.size() - f.data_start_;
   for (auto& t : infos) {
-    const uint64_t bytes = t.n_elements() * (t.type == GgmlType::kF32 ? 4 : 2);
+    const uint64_t bytes = t.n_bytes();
     if (t.offset > data_size || bytes > data_size - t.offset) {
       return Status::Corruption(name + ": tensor '" + t.name + "' data [" +
                                 std::to_string(t.offset) + ", +" + std::to_string(bytes) +
@@ -237,7 +244,7 @@ Result<GgufFile> GgufFile::Parse(const std::string& name, const std::string& dat
             [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const GgufTensor& a = *by_offset[i - 1];
-    const uint64_t end = a.offset + a.n_elements() * (a.type == GgmlType::kF32 ? 4 : 2);
+    const uint64_t end = a.offset + a.n_bytes();
     if (end > by_offset[i]->offset) {
       return Status::Corruption(name + ": tensor '" + a.name + "' data overlaps tensor '" +
                                 by_offset[i]->name + "' (offsets " + std::to_string(a.offset) +
@@ -325,14 +332,8 @@ Result<std::vector<float>> GgufFile::ReadTensor(const std::string& tname,
   }
   const uint64_t n = t->n_elements();
   std::vector<float> out(n);
-  const char* src = data_->data() + data_start_ + t->offset;
-  if (t->type == GgmlType::kF32) {
-    std::memcpy(out.data(), src, n * 4);
-  } else {
-    std::vector<uint16_t> h(n);
-    std::memcpy(h.data(), src, n * 2);
-    kernels::HalfToFloatN(h.data(), out.data(), n);
-  }
+  const auto* src = reinterpret_cast<const uint8_t*>(data_->data() + data_start_ + t->offset);
+  DequantizeRow(t->type, src, out.data(), n);  // rows are whole blocks: the tensor is one long row
   return out;
 }
 
@@ -347,7 +348,42 @@ void PutString(std::string* s, const std::string& v) {
   Put<uint64_t>(s, v.size());
   s->append(v);
 }
+// One scalar of type t: integers from i (or num for array elements), floats
+// from f (or num), strings from str.
+void PutScalar(std::string* s, GgufType t, int64_t i, double f, const std::string& str) {
+  switch (t) {
+    case GgufType::kU8: case GgufType::kBool: Put<uint8_t>(s, static_cast<uint8_t>(i)); break;
+    case GgufType::kI8: Put<int8_t>(s, static_cast<int8_t>(i)); break;
+    case GgufType::kU16: Put<uint16_t>(s, static_cast<uint16_t>(i)); break;
+    case GgufType::kI16: Put<int16_t>(s, static_cast<int16_t>(i)); break;
+    case GgufType::kU32: Put<uint32_t>(s, static_cast<uint32_t>(i)); break;
+    case GgufType::kI32: Put<int32_t>(s, static_cast<int32_t>(i)); break;
+    case GgufType::kU64: Put<uint64_t>(s, static_cast<uint64_t>(i)); break;
+    case GgufType::kI64: Put<int64_t>(s, i); break;
+    case GgufType::kF32: Put<float>(s, static_cast<float>(f)); break;
+    case GgufType::kF64: Put<double>(s, f); break;
+    default: PutString(s, str); break;
+  }
+}
 }  // namespace
+
+void GgufWriter::SetValue(const std::string& key, const GgufValue& v) {
+  PutString(&kv_bytes_, key);
+  Put<uint32_t>(&kv_bytes_, static_cast<uint32_t>(v.type));
+  if (v.type != GgufType::kArray) {
+    PutScalar(&kv_bytes_, v.type, v.i, v.f, v.s);
+  } else {
+    Put<uint32_t>(&kv_bytes_, static_cast<uint32_t>(v.elem_type));
+    if (v.elem_type == GgufType::kString) {
+      Put<uint64_t>(&kv_bytes_, v.strs.size());
+      for (const auto& e : v.strs) PutString(&kv_bytes_, e);
+    } else {
+      Put<uint64_t>(&kv_bytes_, v.nums.size());
+      for (double x : v.nums) PutScalar(&kv_bytes_, v.elem_type, static_cast<int64_t>(x), x, "");
+    }
+  }
+  ++kv_count_;
+}
 
 void GgufWriter::SetU32(const std::string& key, uint32_t v) {
   PutString(&kv_bytes_, key);
@@ -407,13 +443,7 @@ void GgufWriter::SetI32s(const std::string& key, const std::vector<int32_t>& v) 
 void GgufWriter::AddTensor(const std::string& name, std::vector<uint64_t> dims, GgmlType type,
                            const std::vector<float>& values) {
   Pending p{name, std::move(dims), type, {}};
-  if (type == GgmlType::kF32) {
-    p.bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * 4);
-  } else {
-    std::vector<uint16_t> h(values.size());
-    kernels::FloatToHalfN(values.data(), h.data(), values.size());
-    p.bytes.assign(reinterpret_cast<const char*>(h.data()), h.size() * 2);
-  }
+  QuantizeRow(type, values.data(), values.size(), &p.bytes);
   tensors_.push_back(std::move(p));
 }
 

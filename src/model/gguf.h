@@ -1,4 +1,5 @@
-// GGUF (version 2 and 3) reading and writing: metadata and F32/F16 tensors.
+// GGUF (version 2 and 3) reading and writing: metadata and tensors of the
+// types model/quant.h knows (F32, F16, BF16, Q4_0..Q8_0, Q2_K..Q6_K).
 // The reader validates every count, length and offset against the file, and
 // names the key or tensor at fault.
 #pragma once
@@ -9,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "model/quant.h"
 #include "tierkv/status.h"
 
 namespace tierkv::model {
@@ -17,8 +19,6 @@ enum class GgufType : uint32_t {
   kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
   kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
 };
-
-enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1 };
 
 struct GgufValue {
   GgufType type = GgufType::kU32;
@@ -38,6 +38,7 @@ struct GgufTensor {
   GgmlType type = GgmlType::kF32;
   uint64_t offset = 0;         // from the start of the data section
   uint64_t n_elements() const;
+  uint64_t n_bytes() const;  // whole blocks of its type
 };
 
 // A parsed GGUF file; tensor data stays in the caller's buffer.
@@ -59,6 +60,8 @@ class GgufFile {
   Result<std::vector<float>> ReadTensor(const std::string& name,
                                         const std::vector<uint64_t>& dims) const;
   uint32_t version() const { return version_; }
+  // Every metadata key and value, by key.
+  const std::map<std::string, GgufValue>& metadata() const { return kv_; }
 
  private:
   std::string name_;
@@ -79,7 +82,10 @@ class GgufWriter {
   void SetStrings(const std::string& key, const std::vector<std::string>& v);
   void SetF32s(const std::string& key, const std::vector<float>& v);
   void SetI32s(const std::string& key, const std::vector<int32_t>& v);
-  // dims as GGUF ne: innermost first.
+  // A value as GgufFile read it (arrays keep their element type).
+  void SetValue(const std::string& key, const GgufValue& v);
+  // dims as GGUF ne: innermost first; values quantized to `type` (dims[0]
+  // a multiple of its block size).
   void AddTensor(const std::string& name, std::vector<uint64_t> dims, GgmlType type,
                  const std::vector<float>& values);
   std::string Serialize() const;

@@ -27,6 +27,24 @@ std::string Gguf() {
   return w.Serialize();
 }
 
+// Quantized tensors (a 32-block and a 256-block type) and a byte-level BPE
+// vocabulary with merges and a pre-tokenizer.
+std::string QuantizedBpeGguf() {
+  tierkv::model::GgufWriter w;
+  w.SetString("general.architecture", "qwen2");
+  w.SetString("tokenizer.ggml.model", "gpt2");
+  w.SetString("tokenizer.ggml.pre", "qwen2");
+  w.SetStrings("tokenizer.ggml.tokens", {"H", "e", "l", "o", "He", "ll", "Hell", "\xc4\xa0", "<|im_start|>", "[PAD1]"});
+  w.SetI32s("tokenizer.ggml.token_type", {1, 1, 1, 1, 1, 1, 1, 1, 3, 4});
+  w.SetStrings("tokenizer.ggml.merges", {"H e", "l l", "He ll"});
+  w.SetU32("tokenizer.ggml.bos_token_id", 8);
+  std::vector<float> v(256);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 17) - 8.f;
+  w.AddTensor("a.weight", {32, 8}, tierkv::model::GgmlType::kQ4_0, v);
+  w.AddTensor("b.weight", {256}, tierkv::model::GgmlType::kQ6_K, v);
+  return w.Serialize();
+}
+
 std::string Record(tierkv::store::RecordKind kind, uint32_t tokens, uint32_t row_bytes) {
   tierkv::store::RecordHeader h;
   h.fingerprint = 0x5eed;
@@ -100,6 +118,7 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   Write(dir + "/gguf/tiny.gguf", Gguf());
+  Write(dir + "/gguf/quantized-bpe.gguf", QuantizedBpeGguf());
   Write(dir + "/record/kv.rec", Record(tierkv::store::RecordKind::kKeyValue, 16, 128));
   Write(dir + "/record/probe.rec", Record(tierkv::store::RecordKind::kProbeKeys, 16, 64));
   Write(dir + "/manifest/two-chunks.manifest", Manifest());

@@ -106,14 +106,18 @@ TEST(GgufParseTest, RejectsBadMagicVersionTypeAndCounts) {
   bad = d;
   bad[8 + 7] = 0x7f;  // tensor count's top byte
   EXPECT_THAT(model::GgufFile::Parse("m", bad), StatusIs(StatusCode::kCorruption, "tensor count"));
-  // A quantised tensor type is reported by name of the tensor.
+  // A tensor type this build does not read is reported by the tensor's name.
   model::GgufWriter w;
   w.AddTensor("blk.0.attn_q.weight", {2}, model::GgmlType::kF32, {1, 2});
   std::string q = w.Serialize();
   const size_t type_at = q.find("blk.0.attn_q.weight") + 19 + 4 + 8;
-  q[type_at] = 2;  // Q4_0
+  q[type_at] = 20;  // IQ4_NL
   EXPECT_THAT(model::GgufFile::Parse("m", q),
-              StatusIs(StatusCode::kInvalidArgument, "'blk.0.attn_q.weight' has ggml type 2"));
+              StatusIs(StatusCode::kInvalidArgument, "tensor 'blk.0.attn_q.weight': tensor type 20 is not supported"));
+  // A block type whose rows are not whole blocks: the size cannot be its shape's.
+  q[type_at] = 2;  // Q4_0: blocks of 32
+  EXPECT_THAT(model::GgufFile::Parse("m", q),
+              StatusIs(StatusCode::kCorruption, "'blk.0.attn_q.weight' of type Q4_0 has rows of 2 elements"));
 }
 
 // Random byte flips: never a crash, and every refusal is a clear error

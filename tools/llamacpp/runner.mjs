@@ -12,6 +12,11 @@
 //   node runner.mjs greedy --model M --prompt P [--max-tokens N]
 //     llama.cpp's greedy continuation of BOS + P, as token ids and text
 //     (tests compare it with `tierkv run --temperature 0`).
+//   node runner.mjs oracle --model M --text-file T --prompts-file P [--max-tokens N]
+//     The oracle for a model file: the ids of BOS + T's text, the mean
+//     negative log-likelihood of each next token of it (natural log), and
+//     the greedy continuation of BOS + each line of P (token ids). Tests
+//     compare them with tierkv's on the same file.
 //
 // Request files are tierkv's (docs/workloads.md); llama.cpp tokenizes them
 // with the model's own vocabulary, prefix (with BOS) and query separately,
@@ -28,7 +33,7 @@ function fail(msg) {
 
 function parseArgs(argv) {
   const [mode, ...rest] = argv;
-  if (mode !== "bench" && mode !== "greedy") fail("usage: runner.mjs bench|greedy --model M ... (see the header)");
+  if (!["bench", "greedy", "oracle"].includes(mode)) fail("usage: runner.mjs bench|greedy|oracle --model M ... (see the header)");
   const a = {mode, requests: Infinity, threads: 2, maxTokens: 16};
   for (let i = 0; i < rest.length; i += 2) {
     const [k, v] = [rest[i], rest[i + 1]];
@@ -36,6 +41,8 @@ function parseArgs(argv) {
     if (k === "--model") a.model = v;
     else if (k === "--workload") a.workload = v;
     else if (k === "--prompt") a.prompt = v;
+    else if (k === "--text-file") a.textFile = v;
+    else if (k === "--prompts-file") a.promptsFile = v;
     else if (k === "--out") a.out = v;
     else if (k === "--requests") a.requests = Number(v);
     else if (k === "--threads") a.threads = Number(v);
@@ -45,6 +52,7 @@ function parseArgs(argv) {
   if (!a.model) fail("--model is required");
   if (mode === "bench" && !a.workload) fail("bench: --workload is required");
   if (mode === "greedy" && a.prompt === undefined) fail("greedy: --prompt is required");
+  if (mode === "oracle" && (!a.textFile || !a.promptsFile)) fail("oracle: --text-file and --prompts-file are required");
   for (const k of ["requests", "threads", "maxTokens"]) {
     if (!(a[k] >= 1)) fail(`--${k} must be a positive number`);
   }
@@ -139,17 +147,43 @@ async function bench(a, model, ctx) {
   };
 }
 
-async function greedy(a, model, ctx) {
-  const seq = ctx.getSequence();
-  let tokens = [model.tokens.bos, ...model.tokenize(a.prompt)];
+async function greedyTokens(seq, model, prompt, maxTokens) {
+  await seq.clearHistory();
+  let tokens = [model.tokens.bos, ...model.tokenize(prompt)];
   const out = [];
-  for (let i = 0; i < a.maxTokens; ++i) {
+  for (let i = 0; i < maxTokens; ++i) {
     const t = await firstToken(seq, tokens);
     if (t === undefined || t === model.tokens.eos) break;
     out.push(t);
     tokens = [t];
   }
+  return out;
+}
+
+async function greedy(a, model, ctx) {
+  const out = await greedyTokens(ctx.getSequence(), model, a.prompt, a.maxTokens);
   return {prompt: a.prompt, tokens: out, text: model.detokenize(out)};
+}
+
+// Mean NLL of each next token of `tokens` (one pass, every position's
+// distribution), and greedy continuations.
+async function oracle(a, model, ctx) {
+  const seq = ctx.getSequence();
+  const text = fs.readFileSync(a.textFile, "utf8");
+  const tokens = [model.tokens.bos, ...model.tokenize(text)];
+  if (tokens.length > ctx.contextSize) fail(`${a.textFile}: ${tokens.length} tokens exceed the context (${ctx.contextSize})`);
+  const out = await seq.controlledEvaluate(
+      tokens.map((t, i) => (i < tokens.length - 1 ? [t, {generateNext: {probabilities: true}}] : t)));
+  let nll = 0;
+  for (let i = 0; i + 1 < tokens.length; ++i) {
+    const p = out[i]?.next?.probabilities?.get(tokens[i + 1]);
+    if (!(p > 0)) fail(`no probability for token ${i + 1}`);
+    nll -= Math.log(p);
+  }
+  const prompts = fs.readFileSync(a.promptsFile, "utf8").split("\n").filter((l) => l.trim());
+  const greedyOut = [];
+  for (const p of prompts) greedyOut.push({prompt: p, tokens: await greedyTokens(seq, model, p, a.maxTokens)});
+  return {tokens, nll_mean: nll / (tokens.length - 1), greedy: greedyOut};
 }
 
 const a = parseArgs(process.argv.slice(2));
@@ -157,7 +191,8 @@ if (!fs.existsSync(a.model)) fail(`cannot read model ${a.model}`);
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 const model = await llama.loadModel({modelPath: a.model});
 const ctx = await model.createContext({contextSize: 4096, sequences: 1, threads: a.threads});
-const result = a.mode === "bench" ? await bench(a, model, ctx) : await greedy(a, model, ctx);
+const result = a.mode === "bench" ? await bench(a, model, ctx)
+    : a.mode === "oracle" ? await oracle(a, model, ctx) : await greedy(a, model, ctx);
 const text = JSON.stringify(result, null, 1) + "\n";
 if (a.out) fs.writeFileSync(a.out, text);
 else process.stdout.write(text);
