@@ -34,6 +34,9 @@ struct ModelConfig {
   int context_length = 0;
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
+  // RoPE's pairs: adjacent dimensions (2i, 2i+1: llama.cpp's "normal" mode,
+  // llama's) or halves (i, i + head_dim/2: "neox", Qwen2's).
+  bool rope_neox = false;
 
   int head_dim() const { return n_heads > 0 ? dim / n_heads : 0; }
   int kv_dim() const { return head_dim() * n_kv_heads; }

@@ -21,9 +21,9 @@ Status ModelConfig::Validate() const {
     return Status::InvalidArgument("model config field " + field + "=" + std::to_string(v) + " " +
                                    why);
   };
-  if (architecture != "llama") {
+  if (architecture != "llama" && architecture != "mistral" && architecture != "qwen2") {
     return Status::InvalidArgument("model architecture '" + architecture +
-                                   "' is not supported (only llama)");
+                                   "' is not supported (llama, mistral, qwen2)");
   }
   if (dim <= 0 || dim > (1 << 16)) return bad("dim", dim, "must be in [1, 65536]");
   if (hidden_dim <= 0 || hidden_dim > (1 << 18)) return bad("hidden_dim", hidden_dim, "must be in [1, 262144]");
@@ -51,7 +51,8 @@ std::string ModelConfig::ToString() const {
   return architecture + " dim=" + std::to_string(dim) + " hidden=" + std::to_string(hidden_dim) +
          " layers=" + std::to_string(n_layers) + " heads=" + std::to_string(n_heads) +
          " kv_heads=" + std::to_string(n_kv_heads) + " head_dim=" + std::to_string(head_dim()) +
-         " vocab=" + std::to_string(vocab_size) + " context=" + std::to_string(context_length);
+         " vocab=" + std::to_string(vocab_size) + " context=" + std::to_string(context_length) +
+         (rope_neox ? " rope=neox" : "");
 }
 
 namespace model {
@@ -92,7 +93,8 @@ class Transformer final : public Model {
   Transformer(LoadedModel m, uint64_t hash)
       : config_(m.config), w_(std::move(m.weights)), vocab_(std::move(m.vocab)),
         format_(std::move(m.format)), hash_(hash) {
-    // RoPE table as llama2.c computes it (float arithmetic), pairs (2i, 2i+1).
+    // RoPE table as llama2.c computes it (float arithmetic); Llama 3.1's
+    // frequency factors divide the frequencies, as llama.cpp applies them.
     const int half = config_.head_dim() / 2;
     rope_cos_.resize(static_cast<size_t>(config_.context_length) * half);
     rope_sin_.resize(rope_cos_.size());
@@ -100,6 +102,7 @@ class Transformer final : public Model {
       for (int i = 0; i < half; ++i) {
         float freq = 1.0f / std::pow(config_.rope_theta,
                                      static_cast<float>(2 * i) / static_cast<float>(config_.head_dim()));
+        if (!w_.rope_freq_factors.empty()) freq /= w_.rope_freq_factors[i];
         float val = static_cast<float>(pos) * freq;
         rope_cos_[static_cast<size_t>(pos) * half + i] = std::cos(val);
         rope_sin_[static_cast<size_t>(pos) * half + i] = std::sin(val);
@@ -148,12 +151,15 @@ class Transformer final : public Model {
     const int half = hd / 2;
     const float* c = rope_cos_.data() + static_cast<size_t>(pos) * half;
     const float* s = rope_sin_.data() + static_cast<size_t>(pos) * half;
+    // Pair i: dimensions (2i, 2i+1), or (i, i + half) for neox.
+    const int stride = config_.rope_neox ? 1 : 2, other = config_.rope_neox ? half : 1;
     for (int h = 0; h < n_heads_here; ++h) {
       float* v = x + static_cast<size_t>(h) * hd;
       for (int i = 0; i < half; ++i) {
-        const float v0 = v[2 * i], v1 = v[2 * i + 1];
-        v[2 * i] = v0 * c[i] - v1 * s[i];
-        v[2 * i + 1] = v0 * s[i] + v1 * c[i];
+        float* a = v + stride * i;
+        const float v0 = a[0], v1 = a[other];
+        a[0] = v0 * c[i] - v1 * s[i];
+        a[other] = v0 * s[i] + v1 * c[i];
       }
     }
   }
@@ -291,6 +297,7 @@ Status Transformer::AttentionBlock(int l, Batch& b, std::vector<Part>& parts) co
                             b.qkv.data(), qkv_w);
   ForRows(pool, b.rows, [&](int i) {
     float* row = &b.qkv[i * static_cast<size_t>(qkv_w)];
+    for (size_t j = 0; j < L.bqkv.size(); ++j) row[j] += L.bqkv[j];
     Rope(row, c.n_heads, b.pos[i]);
     Rope(row + dim, c.n_kv_heads, b.pos[i]);
   });
@@ -459,6 +466,9 @@ Result<std::unique_ptr<Model>> MakeTransformer(LoadedModel m, uint64_t content_h
   };
   RETURN_IF_ERROR(check("token_embd", m.weights.tok_embd, V * dim));
   RETURN_IF_ERROR(check("output_norm", m.weights.output_norm, dim));
+  if (!m.weights.rope_freq_factors.empty()) {
+    RETURN_IF_ERROR(check("rope_freqs", m.weights.rope_freq_factors, static_cast<size_t>(c.head_dim() / 2)));
+  }
   if (!m.weights.output.empty()) RETURN_IF_ERROR(check("output", m.weights.output, V * dim));
   if (m.weights.layers.size() != static_cast<size_t>(c.n_layers)) {
     return Status::InvalidArgument("model has " + std::to_string(m.weights.layers.size()) +
@@ -470,6 +480,7 @@ Result<std::unique_ptr<Model>> MakeTransformer(LoadedModel m, uint64_t content_h
     const std::string p = "blk." + std::to_string(l) + ".";
     RETURN_IF_ERROR(check(p + "attn_norm", L.attn_norm, dim));
     RETURN_IF_ERROR(check(p + "attn_qkv", L.wqkv, (dim + 2 * kvd) * dim));
+    if (!L.bqkv.empty()) RETURN_IF_ERROR(check(p + "attn_qkv.bias", L.bqkv, dim + 2 * kvd));
     RETURN_IF_ERROR(check(p + "attn_output", L.wo, dim * dim));
     RETURN_IF_ERROR(check(p + "ffn_norm", L.ffn_norm, dim));
     RETURN_IF_ERROR(check(p + "ffn_gate_up", L.w13, 2 * hid * dim));

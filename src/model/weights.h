@@ -13,6 +13,7 @@ namespace tierkv::model {
 struct LayerWeights {
   std::vector<float> attn_norm;  // [dim]
   std::vector<float> wqkv;       // [(dim + 2*kv_dim) × dim]: wq rows, then wk, then wv
+  std::vector<float> bqkv;       // [dim + 2*kv_dim]: Q, K, V biases (Qwen2); empty: none
   std::vector<float> wo;         // [dim × dim]
   std::vector<float> ffn_norm;   // [dim]
   std::vector<float> w13;        // [2*hidden × dim]: w1 (gate) rows, then w3 (up)
@@ -23,6 +24,9 @@ struct ModelWeights {
   std::vector<float> tok_embd;     // [vocab × dim]
   std::vector<float> output_norm;  // [dim]
   std::vector<float> output;       // [vocab × dim]; empty when tied to tok_embd
+  // [head_dim/2]: RoPE frequency divisors (Llama 3.1's rope scaling, GGUF
+  // rope_freqs.weight); empty: none.
+  std::vector<float> rope_freq_factors;
   std::vector<LayerWeights> layers;
 };
 

@@ -21,6 +21,7 @@
 #include "store/chunk_store.h"
 #include "store/kv_fixture.h"
 #include "engine/model_fixture.h"
+#include "testing/random_model.h"
 #include "testing/shared.h"
 #include "testing/status_matchers.h"
 #include "kernels/fp16.h"
@@ -293,6 +294,31 @@ TEST_F(EngineTest, RetentionOneGivesTheSameLogitsOnStories260K) {
   auto ids = [&](size_t n) {
     std::vector<int32_t> t(n);
     for (auto& x : t) x = 3 + static_cast<int32_t>(rng() % (model->config().vocab_size - 3));
+    return t;
+  };
+  const size_t P = 256;
+  std::vector<int32_t> a = ids(P), b = a;
+  const std::vector<int32_t> qa = ids(30), qb = ids(40);
+  a.insert(a.end(), qa.begin(), qa.end());
+  b.insert(b.end(), qb.begin(), qb.end());
+  ExpectRetentionOneEqualsReference(*model, a, b, P);
+}
+
+// Must-show 5 of issue #19: the same on a Qwen2 model (Q/K/V biases, RoPE in
+// halves, GQA, tied output) with random weights.
+TEST_F(EngineTest, RetentionOneGivesTheSameLogitsOnARandomQwen2) {
+  store::testing::TempDir dir;
+  testing::RandomModelSpec spec;
+  spec.arch = "qwen2";
+  spec.biases = spec.tied = true;
+  const std::string path = dir.path() + "/qwen2.gguf";
+  testing::WriteRandomModel(path, spec);
+  ASSERT_OK_AND_ASSIGN(auto model, Model::Load(path));
+  ASSERT_TRUE(model->config().rope_neox);
+  std::mt19937 rng(11);
+  auto ids = [&](size_t n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(rng() % model->config().vocab_size);
     return t;
   };
   const size_t P = 256;

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/gguf.h"
+#include "testing/random_model.h"
 #include "testing/shared.h"
 #include "testing/shell.h"
 #include "tierkv/convert.h"
@@ -68,6 +70,9 @@ class QuantOracleTest : public ::testing::Test {
     text.resize(static_cast<size_t>(val.gcount()));
     text.resize(text.rfind(' '));  // whole words
     std::ofstream(dir_ + "/text.txt") << text;
+    // For the random models (150k-token vocabularies: every position's
+    // probabilities cross from llama.cpp to node).
+    std::ofstream(dir_ + "/short.txt") << text.substr(0, text.rfind(' ', 400));
     std::ofstream prompts(dir_ + "/prompts.txt");
     for (const char* p : kPrompts) prompts << p << "\n";
   }
@@ -156,6 +161,82 @@ class QuantOracleTest : public ::testing::Test {
     std::filesystem::remove(file);
   }
 
+  // A random-weight model of `arch` with the tokenizer of a vocabulary-only
+  // file of ../shared/reference (testing/random_model.h).
+  static std::string RandomModel(const std::string& arch, const std::string& vocab_file, bool biases,
+                                 bool rope_factors, bool tied) {
+    std::ifstream in(testing::SharedPath("reference/tokenizers/" + vocab_file), std::ios::binary);
+    const std::string vdata((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto vf = model::GgufFile::Parse(vocab_file, vdata);
+    EXPECT_TRUE(vf.ok()) << vf.status().ToString();
+    testing::RandomModelSpec spec;
+    spec.arch = arch;
+    spec.vocab = &*vf;
+    spec.biases = biases;
+    spec.rope_factors = rope_factors;
+    spec.tied = tied;
+    const std::string path = dir_ + "/" + arch + "-random.gguf";
+    testing::WriteRandomModel(path, spec);
+    return path;
+  }
+
+  // The random model against llama.cpp: same token ids (BOS, then the
+  // text), mean NLL and the last position's 20 likeliest probabilities
+  // within 1e-3 relative, greedy continuations equal.
+  static void CheckRandom(const std::string& file) {
+    auto m = Model::Load(file);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    auto tok = LoadTokenizerFor(**m, "");
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    std::string out;
+    ASSERT_EQ(Shell("node " + std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/runner.mjs oracle --model " + file +
+                        " --text-file " + dir_ + "/short.txt --prompts-file " + dir_ + "/prompts.txt --max-tokens 8",
+                    &out),
+              0)
+        << out;
+    const nlohmann::json lc = nlohmann::json::parse(out);
+    std::ifstream in(dir_ + "/short.txt");
+    std::stringstream text;
+    text << in.rdbuf();
+    auto ids = (*tok)->Encode(text.str(), false);
+    ASSERT_TRUE(ids.ok());
+    ids->insert(ids->begin(), (*tok)->bos_id());  // the runner starts every sequence with BOS
+    ASSERT_EQ(*ids, lc["tokens"].get<std::vector<int32_t>>()) << file << ": llama.cpp tokenizes the text otherwise";
+    const double ours = OurNll(**m, *ids), theirs = lc["nll_mean"].get<double>();
+    EXPECT_LT(std::fabs(ours - theirs) / theirs, 1e-3) << file << ": mean NLL " << ours << " against " << theirs;
+    // Our probabilities after all but the last token.
+    std::vector<int32_t> head(ids->begin(), ids->end() - 1);
+    auto p = (*m)->Prefill(head, PrefillOptions{});
+    ASSERT_TRUE(p.ok());
+    double mx = p->logits[0], z = 0, worst = 0;
+    for (float x : p->logits) mx = std::max<double>(mx, x);
+    for (float x : p->logits) z += std::exp(x - mx);
+    for (const nlohmann::json& e : lc["last_top"]) {
+      const double q = std::exp(p->logits[e[0].get<int32_t>()] - mx) / z, want = e[1].get<double>();
+      worst = std::max(worst, std::fabs(q - want) / want);
+    }
+    EXPECT_LT(worst, 1e-3) << file << ": next-token probabilities differ by " << worst << " relative";
+    int equal = 0;
+    for (const nlohmann::json& g : lc["greedy"]) {
+      auto prompt = (*tok)->Encode(g["prompt"].get<std::string>(), false);
+      ASSERT_TRUE(prompt.ok());
+      std::vector<int32_t> t = *prompt, got;
+      t.insert(t.begin(), (*tok)->bos_id());
+      const auto want = g["tokens"].get<std::vector<int32_t>>();
+      for (size_t i = 0; i < want.size(); ++i) {
+        auto r = (*m)->Prefill(t, PrefillOptions{});
+        ASSERT_TRUE(r.ok());
+        const int32_t next = static_cast<int32_t>(std::max_element(r->logits.begin(), r->logits.end()) - r->logits.begin());
+        got.push_back(next);
+        t.push_back(next);
+      }
+      EXPECT_EQ(got, want) << file << ": greedy continuation of '" << g["prompt"].get<std::string>() << "'";
+      equal += got == want;
+    }
+    std::printf("%s: NLL ours %.6f llama.cpp %.6f; top-20 probabilities within %.2e relative; greedy equal %d of %zu\n",
+                file.c_str(), ours, theirs, worst, equal, lc["greedy"].size());
+  }
+
   static inline std::string dir_, skip_;
 };
 
@@ -172,6 +253,16 @@ TEST_F(QuantOracleTest, Q3_K) { Check("Q3_K"); }
 TEST_F(QuantOracleTest, Q4_K) { Check("Q4_K"); }
 TEST_F(QuantOracleTest, Q5_K) { Check("Q5_K"); }
 TEST_F(QuantOracleTest, Q6_K) { Check("Q6_K"); }
+
+TEST_F(QuantOracleTest, RandomLlama3WithGqaAndRopeFactors) {
+  if (!testing::SharedExists("reference/tokenizers/ggml-vocab-llama-bpe.gguf")) GTEST_SKIP() << "needs ../shared/reference";
+  CheckRandom(RandomModel("llama", "ggml-vocab-llama-bpe.gguf", false, true, false));
+}
+
+TEST_F(QuantOracleTest, RandomQwen2WithBiasesAndTiedOutput) {
+  if (!testing::SharedExists("reference/tokenizers/ggml-vocab-qwen2.gguf")) GTEST_SKIP() << "needs ../shared/reference";
+  CheckRandom(RandomModel("qwen2", "ggml-vocab-qwen2.gguf", true, false, true));
+}
 
 }  // namespace
 }  // namespace tierkv

@@ -15,7 +15,9 @@
 //   node runner.mjs oracle --model M --text-file T --prompts-file P [--max-tokens N]
 //     The oracle for a model file: the ids of BOS + T's text, the mean
 //     negative log-likelihood of each next token of it (natural log), and
-//     the greedy continuation of BOS + each line of P (token ids). Tests
+//     the probabilities of the 20 likeliest tokens after all of it but its
+//     last token, and the greedy continuation of BOS + each line of P
+//     (token ids). Tests
 //     compare them with tierkv's on the same file.
 //
 // Request files are tierkv's (docs/workloads.md); llama.cpp tokenizes them
@@ -183,14 +185,19 @@ async function oracle(a, model, ctx) {
   const prompts = fs.readFileSync(a.promptsFile, "utf8").split("\n").filter((l) => l.trim());
   const greedyOut = [];
   for (const p of prompts) greedyOut.push({prompt: p, tokens: await greedyTokens(seq, model, p, a.maxTokens)});
-  return {tokens, nll_mean: nll / (tokens.length - 1), greedy: greedyOut};
+  // The last position's most probable next tokens, [token, probability].
+  const last = [...(out[tokens.length - 2]?.next?.probabilities ?? new Map()).entries()].slice(0, 20);
+  return {tokens, nll_mean: nll / (tokens.length - 1), last_top: last, greedy: greedyOut};
 }
 
 const a = parseArgs(process.argv.slice(2));
 if (!fs.existsSync(a.model)) fail(`cannot read model ${a.model}`);
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 const model = await llama.loadModel({modelPath: a.model});
-const ctx = await model.createContext({contextSize: 4096, sequences: 1, threads: a.threads});
+// The oracle keeps its K/V cache in fp32, as tierkv computes a prefill (the
+// default fp16 cache rounds K and V); bench measures llama.cpp as users run it.
+const kv = a.mode === "oracle" ? {experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", flashAttention: false} : {};
+const ctx = await model.createContext({contextSize: 4096, sequences: 1, threads: a.threads, ...kv});
 const result = a.mode === "bench" ? await bench(a, model, ctx)
     : a.mode === "oracle" ? await oracle(a, model, ctx) : await greedy(a, model, ctx);
 const text = JSON.stringify(result, null, 1) + "\n";

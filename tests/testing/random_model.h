@@ -1,0 +1,85 @@
+// Random-weight Llama-family models written as GGUF for tests: GQA (4
+// heads, 2 KV heads, head size 16), 2 layers, F32 weights, optionally Q/K/V
+// biases (Qwen2), Llama 3.1's rope_freqs, a tied output; the tokenizer of a
+// vocabulary-only GGUF file, or none (a vocabulary of 512 ids).
+#pragma once
+
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+
+namespace tierkv::testing {
+
+struct RandomModelSpec {
+  std::string arch = "llama";                 // llama, mistral or qwen2
+  const model::GgufFile* vocab = nullptr;     // its tokenizer.* keys are copied
+  bool biases = false, rope_factors = false, tied = false;
+  uint32_t seed = 1;
+};
+
+inline void WriteRandomModel(const std::string& path, const RandomModelSpec& s) {
+  const uint64_t dim = 64, heads = 4, kv = 2, hd = dim / heads, hid = 128, layers = 2;
+  uint64_t V = 512;
+  model::GgufWriter w;
+  if (s.vocab != nullptr) {
+    V = s.vocab->GetStrings("tokenizer.ggml.tokens")->size();
+    for (const auto& [k, v] : s.vocab->metadata()) {
+      if (k.rfind("tokenizer.", 0) == 0) w.SetValue(k, v);
+    }
+  }
+  const std::string a = s.arch;
+  w.SetString("general.architecture", a);
+  w.SetU32(a + ".embedding_length", dim);
+  w.SetU32(a + ".feed_forward_length", hid);
+  w.SetU32(a + ".block_count", layers);
+  w.SetU32(a + ".attention.head_count", heads);
+  w.SetU32(a + ".attention.head_count_kv", kv);
+  w.SetU32(a + ".context_length", 2048);
+  w.SetU32(a + ".rope.dimension_count", hd);
+  w.SetF32(a + ".rope.freq_base", a == "qwen2" ? 1000000.f : 500000.f);
+  w.SetF32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
+  std::mt19937 rng(s.seed);
+  auto rnd = [&](size_t n, float scale) {
+    std::normal_distribution<float> d(0.f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+  };
+  auto ones = [&](size_t n) {
+    std::vector<float> v = rnd(n, 0.1f);
+    for (float& x : v) x += 1.f;
+    return v;
+  };
+  const auto F32 = model::GgmlType::kF32;
+  w.AddTensor("token_embd.weight", {dim, V}, F32, rnd(dim * V, 1.f));
+  w.AddTensor("output_norm.weight", {dim}, F32, ones(dim));
+  if (!s.tied) w.AddTensor("output.weight", {dim, V}, F32, rnd(dim * V, 0.3f));
+  if (s.rope_factors) {
+    std::vector<float> f(hd / 2);
+    for (size_t i = 0; i < f.size(); ++i) f[i] = i < f.size() / 2 ? 1.f : 1.f + 3.f * static_cast<float>(i) / f.size();
+    w.AddTensor("rope_freqs.weight", {hd / 2}, F32, f);
+  }
+  for (uint64_t l = 0; l < layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    w.AddTensor(p + "attn_norm.weight", {dim}, F32, ones(dim));
+    w.AddTensor(p + "attn_q.weight", {dim, dim}, F32, rnd(dim * dim, 0.2f));
+    w.AddTensor(p + "attn_k.weight", {dim, kv * hd}, F32, rnd(dim * kv * hd, 0.2f));
+    w.AddTensor(p + "attn_v.weight", {dim, kv * hd}, F32, rnd(dim * kv * hd, 0.2f));
+    if (s.biases) {
+      w.AddTensor(p + "attn_q.bias", {dim}, F32, rnd(dim, 0.5f));
+      w.AddTensor(p + "attn_k.bias", {kv * hd}, F32, rnd(kv * hd, 0.5f));
+      w.AddTensor(p + "attn_v.bias", {kv * hd}, F32, rnd(kv * hd, 0.5f));
+    }
+    w.AddTensor(p + "attn_output.weight", {dim, dim}, F32, rnd(dim * dim, 0.2f));
+    w.AddTensor(p + "ffn_norm.weight", {dim}, F32, ones(dim));
+    w.AddTensor(p + "ffn_gate.weight", {dim, hid}, F32, rnd(dim * hid, 0.2f));
+    w.AddTensor(p + "ffn_up.weight", {dim, hid}, F32, rnd(dim * hid, 0.2f));
+    w.AddTensor(p + "ffn_down.weight", {hid, dim}, F32, rnd(hid * dim, 0.2f));
+  }
+  std::ofstream(path, std::ios::binary) << w.Serialize();
+}
+
+}  // namespace tierkv::testing
