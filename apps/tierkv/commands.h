@@ -17,6 +17,7 @@ using Action = std::function<int()>;
 void AddRun(CLI::App& app, Action* run);
 void AddConvert(CLI::App& app, Action* run);
 void AddQuantize(CLI::App& app, Action* run);
+void AddInfo(CLI::App& app, Action* run);
 void AddBenchEngine(CLI::App& app, Action* run);
 void AddEval(CLI::App& app, Action* run);
 void AddAnalyze(CLI::App& app, Action* run);

@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddRun(app, &action);
   tierkv::app::AddConvert(app, &action);
   tierkv::app::AddQuantize(app, &action);
+  tierkv::app::AddInfo(app, &action);
   tierkv::app::AddBenchEngine(app, &action);
   tierkv::app::AddEval(app, &action);
   tierkv::app::AddAnalyze(app, &action);

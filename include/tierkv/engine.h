@@ -177,6 +177,11 @@ struct EngineOptions {
   Status Validate() const;
 };
 
+// The namespace of the K/V a store holds for `model` under `options`: the
+// model's weights and shape, the tokenizer, the KV dtype (fp16) and
+// chunk_tokens. A store of another fingerprint is never read.
+uint64_t StoreFingerprint(const Model& model, const EngineOptions& options);
+
 // When one layer's load was issued, finished and consumed, in ms from the
 // request's start: the proof of overlap.
 struct LayerTrace {

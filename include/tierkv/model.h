@@ -136,13 +136,28 @@ struct BatchItem {
   PrefillOptions options;
 };
 
+// What a model file holds, read without building the model: its format,
+// size, and (GGUF) each tensor's name, type and shape.
+struct ModelFileInfo {
+  struct Tensor {
+    std::string name, type;  // type as llama.cpp names it: "Q4_K"
+    std::vector<uint64_t> dims;
+    uint64_t bytes = 0;
+  };
+  std::string format;  // "gguf" or "llama2c" (all F32)
+  uint64_t file_bytes = 0;
+  std::vector<Tensor> tensors;  // GGUF only, by name
+};
+Result<ModelFileInfo> DescribeModelFile(const std::string& path, FileSystem* fs = FileSystem::Default());
+
 class Model {
  public:
   virtual ~Model() = default;
 
-  // Loads a GGUF file (llama architecture, F32/F16 tensors) or a llama2.c
-  // checkpoint (legacy format), detected by content. Every header field is
-  // validated; errors name the file and the field.
+  // Loads a GGUF file (llama, mistral or qwen2; tensors of any type
+  // model/quant.h reads, dequantized to fp32) or a llama2.c checkpoint
+  // (legacy format), detected by content. Every header field is validated;
+  // errors name the file and the field.
   static Result<std::unique_ptr<Model>> Load(const std::string& path,
                                              FileSystem* fs = FileSystem::Default());
   // A model with random weights of the given shape (benchmarks and tests).

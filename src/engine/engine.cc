@@ -44,6 +44,11 @@ class ScoreEvents {
 
 std::vector<std::string> OwnerFiles() { return {CarProfile::kFileName, ProbeProfile::kFileName}; }
 
+uint64_t StoreFingerprint(const Model& model, const EngineOptions& o) {
+  return store::Fingerprint(store::FingerprintInput{model.content_hash(), model.config().ToString(), o.tokenizer_hash,
+                                                    store::KvDtype::kF16, o.chunk_tokens});
+}
+
 
 namespace {
 
@@ -71,8 +76,7 @@ Status Engine::Impl::OpenStore() {
   so.on_chunk_removed = [this](uint64_t prefix_hash) {
     if (pools) ErasePoolEntries(pools.get(), prefix_hash, c.n_layers);  // null during recovery
   };
-  so.fingerprint = store::Fingerprint(store::FingerprintInput{
-      model.content_hash(), c.ToString(), opts.tokenizer_hash, store::KvDtype::kF16, opts.chunk_tokens});
+  so.fingerprint = StoreFingerprint(model, opts);
   fingerprint = so.fingerprint;
   so.model_description = c.ToString();
   so.chunk_tokens = opts.chunk_tokens;

@@ -251,17 +251,25 @@ void QuantQ2_K(const float* x, std::string* out) {
   PutF16(dmin, out);
 }
 
-void QuantQ3_K(const float* x, std::string* out) {
-  float s[16], smax = 0, sabs = 0;
+// The sixteen 16-element sub-blocks' signed scales, s[j] = (the element of
+// largest magnitude) / -levels, as ggml's symmetric k-quants take them;
+// returns the scale of largest magnitude, with its sign.
+float SignedSubScales(const float* x, float levels, float* s) {
+  float smax = 0, sabs = 0;
   for (int j = 0; j < 16; ++j) {
     float amax = 0, max = 0;
     for (int i = 0; i < 16; ++i) {
       if (std::fabs(x[16 * j + i]) > amax) amax = std::fabs(x[16 * j + i]), max = x[16 * j + i];
     }
-    s[j] = max / -4;
+    s[j] = max / -levels;
     if (std::fabs(s[j]) > sabs) sabs = std::fabs(s[j]), smax = s[j];
   }
-  const float d = AsF16(smax / -32);
+  return smax;
+}
+
+void QuantQ3_K(const float* x, std::string* out) {
+  float s[16];
+  const float d = AsF16(SignedSubScales(x, 4, s) / -32);
   uint8_t sb[12] = {}, L[kQKK], hmask[32] = {};
   for (int j = 0; j < 16; ++j) {
     const int l = d ? std::clamp(Nearest(s[j] / d), -32, 31) + 32 : 32;
@@ -325,16 +333,8 @@ void QuantQ45_K(const float* x, int bits, std::string* out) {
 }
 
 void QuantQ6_K(const float* x, std::string* out) {
-  float s[16], smax = 0, sabs = 0;
-  for (int j = 0; j < 16; ++j) {
-    float amax = 0, max = 0;
-    for (int i = 0; i < 16; ++i) {
-      if (std::fabs(x[16 * j + i]) > amax) amax = std::fabs(x[16 * j + i]), max = x[16 * j + i];
-    }
-    s[j] = max / -32;
-    if (std::fabs(s[j]) > sabs) sabs = std::fabs(s[j]), smax = s[j];
-  }
-  const float d = AsF16(smax / -128);
+  float s[16];
+  const float d = AsF16(SignedSubScales(x, 32, s) / -128);
   int8_t sc[16];
   uint8_t L[kQKK], ql[128], qh[64] = {};
   for (int j = 0; j < 16; ++j) {

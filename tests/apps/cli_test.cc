@@ -55,7 +55,8 @@ TEST(CliTest, HelpDocumentsEverySubcommand) {
   CliRun r = Tierkv("--help");
   EXPECT_EQ(r.code, 0);
   for (const char* sub : {"run", "convert", "bench-engine", "eval", "analyze", "bench-io",
-                          "bench-index", "sim-cache", "inspect", "verify", "check", "compare"}) {
+                          "bench-index", "sim-cache", "inspect", "verify", "check", "compare", "quantize",
+                          "info"}) {
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub << " missing from:\n" << r.out;
   }
   r = Tierkv("run --help");
@@ -64,6 +65,33 @@ TEST(CliTest, HelpDocumentsEverySubcommand) {
                            "--top-p", "--seed", "--kv-dtype"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
+}
+
+// tierkv quantize writes a model in another tensor type; tierkv info
+// describes both as tierkv reads them.
+TEST(CliTest, QuantizeAndInfoDescribeTheModelAsRead) {
+  const std::string dir = testing::MakeTempDir("quantize");
+  const std::string q = dir + "/q6k.gguf";
+  CliRun r = Tierkv("quantize --model " + std::string(TIERKV_DEFAULT_MODEL) + " --type q6_k --output " + q);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = Tierkv("info --model " + q);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* want : {"architecture  llama: dim 256", "Q6_K x57", "F32 x17", "SentencePiece-style BPE, 4096 tokens",
+                           "KV per token  8192 bytes", "fingerprint ", "resident "}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << " missing from:\n" << r.out;
+  }
+  // Another file is another store namespace; the same file at another chunk size too.
+  CliRun d = Tierkv("info --json");
+  ASSERT_EQ(d.code, 0) << d.out;
+  EXPECT_NE(d.out.find("\"F16\""), std::string::npos) << d.out;
+  auto fp = [](const std::string& out) { return out.substr(out.find("\"value\""), 30); };
+  EXPECT_NE(fp(d.out), fp(Tierkv("info --json --model " + q).out));
+  EXPECT_NE(fp(d.out), fp(Tierkv("info --json --chunk-tokens 32").out));
+  r = Tierkv("quantize --model " + std::string(TIERKV_DEFAULT_MODEL) + " --type IQ2_XXS --output " + dir + "/x.gguf");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("unknown tensor type 'IQ2_XXS'"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.gguf"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CliTest, UnknownFlagAndMissingArgumentsFail) {

@@ -55,21 +55,28 @@ class SuiteTest : public engine::DefaultModelTest {
     return n;
   }
 
+  // Runs the suite until its first checkpoint, which stops it as a kill
+  // after that write would: *saved is what the checkpoint was given.
+  void StopAfterTheFirstRun(const Tokenizer& tok, json* saved) {
+    SuiteOptions o = Options();
+    o.checkpoint = [saved](const json& partial) {
+      *saved = partial;
+      return Status::Cancelled("stopped here");
+    };
+    auto stopped = RunSuite(*model_, tok, o);
+    ASSERT_FALSE(stopped.ok());
+    EXPECT_NE(stopped.status().message().find("stopped here"), std::string::npos);
+  }
+
   std::string dir_;
   std::vector<std::string> stages_;
 };
 
 TEST_F(SuiteTest, AStoppedSuiteResumesFromItsCheckpointAndRunsOnlyWhatIsMissing) {
   auto tok = Tok();
-  SuiteOptions o = Options();
   json saved;
-  o.checkpoint = [&saved](const json& partial) {
-    saved = partial;
-    return Status::Cancelled("stopped here");  // as a kill after the first run's write
-  };
-  auto stopped = RunSuite(*model_, *tok, o);
-  ASSERT_FALSE(stopped.ok());
-  EXPECT_NE(stopped.status().message().find("stopped here"), std::string::npos);
+  ASSERT_NO_FATAL_FAILURE(StopAfterTheFirstRun(*tok, &saved));
+  SuiteOptions o;
   ASSERT_TRUE(saved.is_object());
   EXPECT_FALSE(saved.contains("finished"));
   EXPECT_EQ(saved["runs_total"], 2);
@@ -108,15 +115,9 @@ TEST_F(SuiteTest, AStoppedSuiteResumesFromItsCheckpointAndRunsOnlyWhatIsMissing)
 
 TEST_F(SuiteTest, UnfinishedResultsOfAnotherSuiteAreRefusedNamingWhatDiffers) {
   auto tok = Tok();
-  SuiteOptions o = Options();
   json saved;
-  o.checkpoint = [&saved](const json& partial) {
-    saved = partial;
-    return Status::Cancelled("stopped");
-  };
-  ASSERT_FALSE(RunSuite(*model_, *tok, o).ok());
-
-  o = Options();
+  ASSERT_NO_FATAL_FAILURE(StopAfterTheFirstRun(*tok, &saved));
+  SuiteOptions o = Options();
   o.previous = saved;
   o.identity = {{"flag", "b"}};
   auto r = RunSuite(*model_, *tok, o);

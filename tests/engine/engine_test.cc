@@ -98,6 +98,23 @@ class EngineTest : public DefaultModelTest {
   void ExpectRetentionOneEqualsReference(const Model& model, const std::vector<int32_t>& a,
                                          const std::vector<int32_t>& b, size_t P);
 
+  // Two prompts sharing a prefix of P token ids in [lo, vocab) from a fixed
+  // generator (the equality needs no text), with queries of 30 and 40 ids.
+  static std::pair<std::vector<int32_t>, std::vector<int32_t>> RandomPromptPair(size_t P, int lo, int vocab,
+                                                                                uint32_t seed) {
+    std::mt19937 rng(seed);
+    auto ids = [&](size_t n) {
+      std::vector<int32_t> t(n);
+      for (auto& x : t) x = lo + static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab - lo));
+      return t;
+    };
+    std::vector<int32_t> a = ids(P), b = a;
+    const std::vector<int32_t> qa = ids(30), qb = ids(40);
+    a.insert(a.end(), qa.begin(), qa.end());
+    b.insert(b.end(), qb.begin(), qb.end());
+    return {a, b};
+  }
+
 };
 
 TEST_F(EngineTest, AsLikeReuseEqualsTheSameComputationInMemoryColdAndWarm) {
@@ -289,18 +306,8 @@ TEST_F(EngineTest, RetentionOneGivesTheSameLogitsOnStories260K) {
   TIERKV_REQUIRE_SHARED("models/stories260K/stories260K.bin");
   ASSERT_OK_AND_ASSIGN(auto model, Model::Load(testing::Stories("stories260K.bin")));
   ASSERT_LT(model->config().n_kv_heads, model->config().n_heads);  // GQA
-  // Token ids from a fixed generator: the equality does not need text.
-  std::mt19937 rng(7);
-  auto ids = [&](size_t n) {
-    std::vector<int32_t> t(n);
-    for (auto& x : t) x = 3 + static_cast<int32_t>(rng() % (model->config().vocab_size - 3));
-    return t;
-  };
   const size_t P = 256;
-  std::vector<int32_t> a = ids(P), b = a;
-  const std::vector<int32_t> qa = ids(30), qb = ids(40);
-  a.insert(a.end(), qa.begin(), qa.end());
-  b.insert(b.end(), qb.begin(), qb.end());
+  const auto [a, b] = RandomPromptPair(P, 3, model->config().vocab_size, 7);
   ExpectRetentionOneEqualsReference(*model, a, b, P);
 }
 
@@ -315,17 +322,8 @@ TEST_F(EngineTest, RetentionOneGivesTheSameLogitsOnARandomQwen2) {
   testing::WriteRandomModel(path, spec);
   ASSERT_OK_AND_ASSIGN(auto model, Model::Load(path));
   ASSERT_TRUE(model->config().rope_neox);
-  std::mt19937 rng(11);
-  auto ids = [&](size_t n) {
-    std::vector<int32_t> t(n);
-    for (auto& x : t) x = static_cast<int32_t>(rng() % model->config().vocab_size);
-    return t;
-  };
   const size_t P = 256;
-  std::vector<int32_t> a = ids(P), b = a;
-  const std::vector<int32_t> qa = ids(30), qb = ids(40);
-  a.insert(a.end(), qa.begin(), qa.end());
-  b.insert(b.end(), qb.begin(), qb.end());
+  const auto [a, b] = RandomPromptPair(P, 0, model->config().vocab_size, 11);
   ExpectRetentionOneEqualsReference(*model, a, b, P);
 }
 

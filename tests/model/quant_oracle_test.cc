@@ -83,7 +83,26 @@ class QuantOracleTest : public ::testing::Test {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
   }
 
-  // Our mean NLL over the tokens, and the greedy continuation of each prompt.
+  // llama.cpp's oracle on `file`: the ids and NLL of dir_/`text`, the
+  // greedy continuations of the prompts.
+  static void RunOracle(const std::string& file, const std::string& text, int max_tokens, nlohmann::json* out) {
+    std::string raw;
+    ASSERT_EQ(Shell("node " + std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/runner.mjs oracle --model " + file +
+                        " --text-file " + dir_ + "/" + text + " --prompts-file " + dir_ + "/prompts.txt --max-tokens " +
+                        std::to_string(max_tokens),
+                    &raw),
+              0)
+        << raw;
+    *out = nlohmann::json::parse(raw);
+  }
+  static std::string ReadText(const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  // Our mean NLL over the tokens.
   static double OurNll(const Model& m, const std::vector<int32_t>& tokens) {
     PrefillOptions po;
     po.logits = LogitsMode::kAll;
@@ -108,17 +127,9 @@ class QuantOracleTest : public ::testing::Test {
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     auto tok = LoadTokenizerFor(**m, "");
     ASSERT_TRUE(tok.ok());
-    std::string out;
-    ASSERT_EQ(Shell("node " + std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/runner.mjs oracle --model " + file +
-                        " --text-file " + dir_ + "/text.txt --prompts-file " + dir_ + "/prompts.txt --max-tokens 16",
-                    &out),
-              0)
-        << out;
-    const nlohmann::json lc = nlohmann::json::parse(out);
-    std::ifstream in(dir_ + "/text.txt");
-    std::stringstream text;
-    text << in.rdbuf();
-    auto ids = (*tok)->Encode(text.str(), true);
+    nlohmann::json lc;
+    ASSERT_NO_FATAL_FAILURE(RunOracle(file, "text.txt", 16, &lc));
+    auto ids = (*tok)->Encode(ReadText("text.txt"), true);
     ASSERT_TRUE(ids.ok());
     ASSERT_EQ(*ids, lc["tokens"].get<std::vector<int32_t>>()) << type << ": llama.cpp tokenizes the text otherwise";
     const double ours = OurNll(**m, *ids), theirs = lc["nll_mean"].get<double>();
@@ -188,17 +199,9 @@ class QuantOracleTest : public ::testing::Test {
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     auto tok = LoadTokenizerFor(**m, "");
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-    std::string out;
-    ASSERT_EQ(Shell("node " + std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/runner.mjs oracle --model " + file +
-                        " --text-file " + dir_ + "/short.txt --prompts-file " + dir_ + "/prompts.txt --max-tokens 8",
-                    &out),
-              0)
-        << out;
-    const nlohmann::json lc = nlohmann::json::parse(out);
-    std::ifstream in(dir_ + "/short.txt");
-    std::stringstream text;
-    text << in.rdbuf();
-    auto ids = (*tok)->Encode(text.str(), false);
+    nlohmann::json lc;
+    ASSERT_NO_FATAL_FAILURE(RunOracle(file, "short.txt", 8, &lc));
+    auto ids = (*tok)->Encode(ReadText("short.txt"), false);
     ASSERT_TRUE(ids.ok());
     ids->insert(ids->begin(), (*tok)->bos_id());  // the runner starts every sequence with BOS
     ASSERT_EQ(*ids, lc["tokens"].get<std::vector<int32_t>>()) << file << ": llama.cpp tokenizes the text otherwise";
