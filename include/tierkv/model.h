@@ -43,6 +43,9 @@ struct ModelConfig {
   int group() const { return n_kv_heads > 0 ? n_heads / n_kv_heads : 0; }
   // InvalidArgument naming the first bad field.
   Status Validate() const;
+  // InvalidArgument unless `arch` is one the forward pass runs (llama,
+  // mistral, qwen2), naming it.
+  static Status CheckArchitecture(const std::string& arch);
   std::string ToString() const;
 };
 

@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "tierkv/bench_suite.h"
+#include "tierkv/filesystem.h"
 #include "tierkv/harness.h"
 #include "tierkv/task_workload.h"
 
@@ -186,8 +187,7 @@ Result<Workload> LoadWorkload(const std::string& path, const Tokenizer& tok, con
   Workload w;
   w.name = Stem(path);
   ASSIGN_OR_RETURN(w.requests, ReadTaskWorkload(path, tok, static_cast<size_t>(model.config().context_length)));
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSIGN_OR_RETURN(const std::string bytes, ReadFileToString(FileSystem::Default(), path));
   w.digest = Hex(XXH3_64bits(bytes.data(), bytes.size()));
   size_t prefix = 0, choices = 0;
   for (const TaskRequest& r : w.requests) {

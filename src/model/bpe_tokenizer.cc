@@ -96,7 +96,9 @@ class ByteBpeTokenizer final : public Tokenizer {
     // Longest first, as llama.cpp partitions: a longer token wins over one it contains.
     std::stable_sort(specials_.begin(), specials_.end(),
                      [&](int32_t a, int32_t b) { return v_.pieces[a].size() > v_.pieces[b].size(); });
-    for (size_t r = 0; r < v_.merges.size(); ++r) ranks_.emplace(v_.merges[r], static_cast<int>(r));
+    // The merges live on as the rank table's keys only.
+    for (size_t r = 0; r < v_.merges.size(); ++r) ranks_.emplace(std::move(v_.merges[r]), static_cast<int>(r));
+    v_.merges = {};
   }
 
   int vocab_size() const override { return static_cast<int>(v_.pieces.size()); }

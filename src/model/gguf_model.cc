@@ -119,10 +119,7 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, const std::string& d
   LoadedModel m;
   m.format = "gguf";
   ASSIGN_OR_RETURN(std::string arch, f.GetString("general.architecture"));
-  if (arch != "llama" && arch != "mistral" && arch != "qwen2") {
-    return Status::InvalidArgument(name + ": general.architecture '" + arch +
-                                   "' is not supported (llama, mistral, qwen2)");
-  }
+  if (Status s = ModelConfig::CheckArchitecture(arch); !s.ok()) return s.WithContext(name + ": general.architecture");
   ModelConfig& c = m.config;
   RETURN_IF_ERROR(ReadConfig(f, name, arch, &c));
   const uint64_t dim = c.dim, V = c.vocab_size;

@@ -16,15 +16,17 @@
 
 namespace tierkv {
 
+Status ModelConfig::CheckArchitecture(const std::string& arch) {
+  if (arch == "llama" || arch == "mistral" || arch == "qwen2") return Status::Ok();
+  return Status::InvalidArgument("model architecture '" + arch + "' is not supported (llama, mistral, qwen2)");
+}
+
 Status ModelConfig::Validate() const {
   auto bad = [](const std::string& field, long v, const std::string& why) {
     return Status::InvalidArgument("model config field " + field + "=" + std::to_string(v) + " " +
                                    why);
   };
-  if (architecture != "llama" && architecture != "mistral" && architecture != "qwen2") {
-    return Status::InvalidArgument("model architecture '" + architecture +
-                                   "' is not supported (llama, mistral, qwen2)");
-  }
+  RETURN_IF_ERROR(CheckArchitecture(architecture));
   if (dim <= 0 || dim > (1 << 16)) return bad("dim", dim, "must be in [1, 65536]");
   if (hidden_dim <= 0 || hidden_dim > (1 << 18)) return bad("hidden_dim", hidden_dim, "must be in [1, 262144]");
   if (n_layers <= 0 || n_layers > 1024) return bad("n_layers", n_layers, "must be in [1, 1024]");
