@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "prompt_file.h"
+#include "tierkv/chat.h"
 #include "tierkv/commands.h"
 #include "tierkv/engine.h"
 
@@ -57,6 +58,12 @@ nlohmann::json Describe(const ModelAndTokenizer& m, const ModelFileInfo& file, u
     if (!v->pre.empty()) j["tokenizer"]["pre"] = v->pre;
     j["tokenizer"]["adds_bos"] = v->add_bos;
   }
+  // What serve's --chat-template auto picks.
+  auto chat = ChooseChatTemplate(v, "auto");
+  j["chat_template"] = chat.ok() ? nlohmann::json{{"format", ChatFormatName(chat->format)},
+                                                  {"in_file", v && !v->chat_template.empty()}}
+                                 : nlohmann::json{{"error", chat.status().message()}};
+  if (chat.ok() && !chat->default_system.empty()) j["chat_template"]["default_system"] = chat->default_system;
   // fp16 K and V rows of every layer, as the store keeps them.
   j["kv_bytes_per_token"] = 2 * 2 * static_cast<uint64_t>(c.n_layers) * static_cast<uint64_t>(c.kv_dim());
   engine::EngineOptions o;
@@ -97,6 +104,13 @@ void PrintText(const nlohmann::json& j) {
               t["tokens"].get<int>(), t["bos"].get<int>(), t["eos"].get<int>(),
               t.contains("pre") ? (", pre-tokenizer " + t["pre"].get<std::string>()).c_str() : "",
               t.contains("adds_bos") ? (t["adds_bos"].get<bool>() ? ", adds BOS" : ", no BOS") : "");
+  const auto& ct = j["chat_template"];
+  if (ct.contains("error")) {
+    std::printf("chat          %s\n", ct["error"].get<std::string>().c_str());
+  } else {
+    std::printf("chat          %s (%s)\n", ct["format"].get<std::string>().c_str(),
+                ct["in_file"].get<bool>() ? "recognised from tokenizer.chat_template" : "the file has no template");
+  }
   std::printf("KV per token  %llu bytes (fp16 K and V of every layer)\n",
               static_cast<unsigned long long>(j["kv_bytes_per_token"].get<uint64_t>()));
   std::printf("fingerprint   %s (chunks of %d tokens)\n", j["fingerprint"]["value"].get<std::string>().c_str(),

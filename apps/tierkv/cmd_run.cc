@@ -77,10 +77,10 @@ void AddRun(CLI::App& app, Action* run) {
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("run", "Generate a continuation of a prompt");
   sub->add_option("--model", a->model,
-                  "Model file: GGUF (llama) or llama2.c checkpoint (default: $TIERKV_MODEL, else " +
+                  "Model file: GGUF (llama, qwen2, mistral; F32/F16/BF16 or quantized) or llama2.c checkpoint (default: $TIERKV_MODEL, else " +
                       DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer,
-                  "SentencePiece .model or llama2.c tokenizer.bin (default: the model's own)");
+                  "SentencePiece .model, a GGUF file's tokenizer or llama2.c tokenizer.bin (default: the model's own)");
   sub->add_option("--prompt", a->prompt, "Prompt text")->required();
   sub->add_option("--max-tokens", a->max_tokens, "Tokens to generate at most")
       ->capture_default_str()

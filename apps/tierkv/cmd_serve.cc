@@ -14,7 +14,7 @@ namespace tierkv::app {
 namespace {
 
 struct ServeArgs {
-  std::string model, tokenizer, cache_dir, system = "as-like";
+  std::string model, tokenizer, cache_dir, system = "as-like", chat_template = "auto";
   double retention = 1.0;
   uint64_t device_mib = 64, host_mib = 256;
   server::ServerOptions server;
@@ -48,6 +48,9 @@ Result<int> Serve(const ServeArgs& a) {
   o.remote = a.remote;
   ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(*loaded.model, o));
   server::ServerOptions so = a.server;
+  auto chat = ChooseChatTemplate(loaded.model->embedded_vocab(), a.chat_template);
+  if (!chat.ok()) return chat.status().WithContext(a.model);
+  so.chat = *chat;
   so.grace_ms = static_cast<int>(a.grace_seconds * 1000);
   if (so.admin_token.empty()) {
     if (const char* t = std::getenv("TIERKV_ADMIN_TOKEN"); t) so.admin_token = t;
@@ -59,8 +62,10 @@ Result<int> Serve(const ServeArgs& a) {
     std::fprintf(stderr, "tierkv: shutting down (running requests may finish; a second signal exits now)\n");
     s->Shutdown();
   });
-  std::printf("tierkv: serving %s as %s on http://%s:%d (cache %s, scheduler %s)\n", so.model_id.c_str(),
-              a.system.c_str(), so.host.c_str(), port, o.cache_dir.c_str(), so.scheduler.c_str());
+  std::printf("tierkv: serving %s as %s on http://%s:%d (cache %s, scheduler %s, chat template %s%s)\n",
+              so.model_id.c_str(), a.system.c_str(), so.host.c_str(), port, o.cache_dir.c_str(),
+              so.scheduler.c_str(), std::string(ChatFormatName(so.chat.format)).c_str(),
+              so.chat.detected ? "" : ", chosen by --chat-template");
   std::fflush(stdout);
   Status run = srv->Run();
   SetShutdownHandler(nullptr);
@@ -80,10 +85,16 @@ void AddServe(CLI::App& app, Action* run) {
       "Serve the model over an OpenAI-compatible HTTP API (POST /v1/completions, /v1/chat/completions; "
       "GET /v1/models, /health, /metrics, /v1/cache), reusing stored prompt prefixes");
   sub->add_option("--model", a->model,
-                  "Model file: GGUF (llama) or llama2.c checkpoint (default: $TIERKV_MODEL, else " +
+                  "Model file: GGUF (llama, qwen2, mistral; F32/F16/BF16 or quantized) or llama2.c checkpoint (default: $TIERKV_MODEL, else " +
                       DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer,
-                  "SentencePiece .model or llama2.c tokenizer.bin (default: the model's own)");
+                  "SentencePiece .model, a GGUF file's tokenizer or llama2.c tokenizer.bin (default: the model's own)");
+  sub->add_option("--chat-template", a->chat_template,
+                  "How /v1/chat/completions writes a conversation: auto (recognise the model's "
+                  "tokenizer.chat_template: Llama 3.1-3.3, ChatML/Qwen2, Mistral Nemo; the tierkv format "
+                  "for a model without one), or llama3, chatml, mistral, tierkv")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "llama3", "chatml", "mistral", "tierkv"}));
   sub->add_option("--cache-dir", a->cache_dir,
                   "Where prompt K/V is stored and found again across restarts (default: "
                   "$XDG_CACHE_HOME/tierkv, else ~/.cache/tierkv); each model has its own namespace in it");

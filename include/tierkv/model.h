@@ -74,6 +74,10 @@ struct Vocab {
   // (tokenizer.ggml.pre: "llama-bpe", "qwen2", "gpt2", ...).
   std::vector<std::string> merges;
   std::string pre;
+  // tokenizer.chat_template: the Jinja source of how the model's
+  // conversations are written ("" if the file has none); tierkv/chat.h
+  // recognises the common families.
+  std::string chat_template;
 };
 
 // What the engine shows the hook before layer `layer`'s attention.

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "tierkv/chat.h"
 #include "tierkv/engine.h"
 #include "tierkv/model.h"
 #include "tierkv/status.h"
@@ -34,6 +35,9 @@ struct ServerOptions {
   // DELETE /v1/cache (drop every stored prefix) needs "Authorization:
   // Bearer <admin_token>"; empty: the flush is refused (403).
   std::string admin_token;
+  // How /v1/chat/completions writes a conversation (tierkv/chat.h);
+  // ChooseChatTemplate picks it from the model.
+  ChatTemplate chat;
   Status Validate() const;
 };
 

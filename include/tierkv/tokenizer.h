@@ -7,7 +7,9 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -32,7 +34,28 @@ class Tokenizer {
   // word is dropped after BOS.
   virtual std::string DecodePiece(int32_t prev, int32_t id) const = 0;
   std::string Decode(std::span<const int32_t> ids) const;
+
+  // As Encode(text, false), except that the text of a control token (BOS,
+  // EOS, "<|im_start|>", "[INST]", ...) becomes that token, the longest
+  // first, as llama.cpp's parse_special: for the text a chat template
+  // writes, never for what a user sends. Thread-safe.
+  Result<std::vector<int32_t>> EncodeSpecial(std::string_view text) const;
+  // The vocabulary's control tokens (and BOS/EOS) by their text, longest first.
+  virtual std::span<const std::pair<std::string, int32_t>> ControlTokens() const = 0;
+  // The text of control token `id` ("" if it is not one).
+  std::string ControlText(int32_t id) const;
 };
+
+// `text` cut where a control token's text is (the longest at each place):
+// runs of plain text (token -1) and control tokens, in order.
+struct TextOrToken {
+  std::string_view text;
+  int32_t token = -1;
+};
+std::vector<TextOrToken> SplitAtControlTokens(const Tokenizer& tok, std::string_view text);
+
+// The control tokens of a vocabulary (piece type 3, BOS, EOS), longest text first.
+std::vector<std::pair<std::string, int32_t>> VocabControlTokens(const Vocab& v);
 
 Result<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path);
 // llama2.c tokenizer.bin; it does not record its size, so the model's vocab
@@ -45,6 +68,8 @@ Result<std::unique_ptr<Tokenizer>> NewVocabTokenizer(Vocab vocab);
 // vocabulary-only file, as llama.cpp's tokenizer tests use).
 Result<std::unique_ptr<Tokenizer>> LoadGgufTokenizer(const std::string& path,
                                                      FileSystem* fs = FileSystem::Default());
+// The vocabulary (and chat template) in a GGUF file's metadata.
+Result<Vocab> LoadGgufVocab(const std::string& path, FileSystem* fs = FileSystem::Default());
 // Reads a llama2.c tokenizer.bin into a Vocab (pieces with U+2581 for spaces).
 Result<Vocab> ReadLlama2cVocab(const std::string& path, int vocab_size,
                                FileSystem* fs = FileSystem::Default());

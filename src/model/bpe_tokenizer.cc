@@ -83,7 +83,7 @@ struct MatchDataDeleter {
 class ByteBpeTokenizer final : public Tokenizer {
  public:
   ByteBpeTokenizer(Vocab v, std::unique_ptr<pcre2_code, RegexDeleter> re, bool ignore_merges)
-      : v_(std::move(v)), re_(std::move(re)), ignore_merges_(ignore_merges) {
+      : v_(std::move(v)), controls_(VocabControlTokens(v_)), re_(std::move(re)), ignore_merges_(ignore_merges) {
     const std::array<uint32_t, 256> cp = ByteAlphabet();
     for (int b = 0; b < 256; ++b) {
       AppendUtf8(cp[b], &byte_char_[b]);
@@ -104,6 +104,7 @@ class ByteBpeTokenizer final : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(v_.pieces.size()); }
   int32_t bos_id() const override { return v_.bos_id; }
   int32_t eos_id() const override { return v_.eos_id; }
+  std::span<const std::pair<std::string, int32_t>> ControlTokens() const override { return controls_; }
 
   Result<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override {
     std::vector<int32_t> out;
@@ -275,6 +276,7 @@ class ByteBpeTokenizer final : public Tokenizer {
   }
 
   Vocab v_;
+  std::vector<std::pair<std::string, int32_t>> controls_;
   std::unique_ptr<pcre2_code, RegexDeleter> re_;  // read-only after construction: shared by threads
   bool ignore_merges_;
   std::unordered_map<std::string, int32_t> index_;

@@ -104,6 +104,9 @@ Result<Vocab> ReadGgufVocab(const GgufFile& f, const std::string& name) {
   if (v.add_bos && v.bos_id < 0) {
     return Status::InvalidArgument(name + ": tokenizer.ggml.add_bos_token is set but tokenizer.ggml.bos_token_id is not");
   }
+  if (f.Has("tokenizer.chat_template")) {
+    ASSIGN_OR_RETURN(v.chat_template, f.GetString("tokenizer.chat_template"));
+  }
   return v;
 }
 

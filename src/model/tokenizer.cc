@@ -2,6 +2,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <cstring>
 #include <queue>
 #include <unordered_map>
@@ -63,7 +64,7 @@ std::string CollapseSpaces(std::string_view text) {
 // concatenation is in the vocabulary with the highest score, leftmost first.
 class VocabTokenizer final : public Tokenizer {
  public:
-  explicit VocabTokenizer(Vocab v) : v_(std::move(v)) {
+  explicit VocabTokenizer(Vocab v) : v_(std::move(v)), controls_(VocabControlTokens(v_)) {
     std::fill(std::begin(byte_id_), std::end(byte_id_), -1);
     for (size_t i = 0; i < v_.pieces.size(); ++i) {
       std::string text = ReplaceAll(v_.pieces[i], kSpace, " ");
@@ -85,6 +86,7 @@ class VocabTokenizer final : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(v_.pieces.size()); }
   int32_t bos_id() const override { return v_.bos_id; }
   int32_t eos_id() const override { return v_.eos_id; }
+  std::span<const std::pair<std::string, int32_t>> ControlTokens() const override { return controls_; }
 
   Result<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override {
     std::vector<int32_t> out;
@@ -186,6 +188,7 @@ class VocabTokenizer final : public Tokenizer {
 
  private:
   Vocab v_;
+  std::vector<std::pair<std::string, int32_t>> controls_;
   std::unordered_map<std::string, int32_t> index_;
   int32_t byte_id_[256];
 };
@@ -193,11 +196,18 @@ class VocabTokenizer final : public Tokenizer {
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp)
-      : sp_(std::move(sp)) {}
+      : sp_(std::move(sp)) {
+    for (int id = 0; id < sp_->GetPieceSize(); ++id) {
+      if (sp_->IsControl(id)) controls_.emplace_back(sp_->IdToPiece(id), id);
+    }
+    std::stable_sort(controls_.begin(), controls_.end(),
+                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  }
 
   int vocab_size() const override { return sp_->GetPieceSize(); }
   int32_t bos_id() const override { return sp_->bos_id(); }
   int32_t eos_id() const override { return sp_->eos_id(); }
+  std::span<const std::pair<std::string, int32_t>> ControlTokens() const override { return controls_; }
 
   Result<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override {
     std::vector<int> ids;
@@ -224,6 +234,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::vector<std::pair<std::string, int32_t>> controls_;
 };
 
 bool EndsWith(const std::string& s, std::string_view suffix) {
@@ -231,6 +242,62 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, int32_t>> VocabControlTokens(const Vocab& v) {
+  std::vector<std::pair<std::string, int32_t>> out;
+  for (size_t i = 0; i < v.pieces.size(); ++i) {
+    const auto id = static_cast<int32_t>(i);
+    const bool control = !v.types.empty() && v.types[i] == 3;
+    if ((control || id == v.bos_id || id == v.eos_id) && !v.pieces[i].empty()) out.emplace_back(v.pieces[i], id);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  return out;
+}
+
+std::vector<TextOrToken> SplitAtControlTokens(const Tokenizer& tok, std::string_view text) {
+  std::vector<TextOrToken> out;
+  const auto controls = tok.ControlTokens();
+  size_t plain = 0;  // start of the text not yet in `out`
+  for (size_t at = 0; at < text.size();) {
+    const std::pair<std::string, int32_t>* hit = nullptr;
+    for (const auto& c : controls) {
+      if (text.compare(at, c.first.size(), c.first) == 0) {
+        hit = &c;  // the longest, as the list is sorted
+        break;
+      }
+    }
+    if (hit == nullptr) {
+      ++at;
+      continue;
+    }
+    if (at > plain) out.push_back({text.substr(plain, at - plain), -1});
+    out.push_back({{}, hit->second});
+    at += hit->first.size();
+    plain = at;
+  }
+  if (plain < text.size()) out.push_back({text.substr(plain), -1});
+  return out;
+}
+
+Result<std::vector<int32_t>> Tokenizer::EncodeSpecial(std::string_view text) const {
+  std::vector<int32_t> out;
+  for (const TextOrToken& p : SplitAtControlTokens(*this, text)) {
+    if (p.token >= 0) {
+      out.push_back(p.token);
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::vector<int32_t> t, Encode(p.text, /*add_bos=*/false));
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  return out;
+}
+
+std::string Tokenizer::ControlText(int32_t id) const {
+  for (const auto& c : ControlTokens()) {
+    if (c.second == id) return c.first;
+  }
+  return "";
+}
 
 std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
   std::string out;
@@ -327,10 +394,14 @@ Result<std::unique_ptr<Tokenizer>> NewVocabTokenizer(Vocab vocab) {
   return std::unique_ptr<Tokenizer>(new VocabTokenizer(std::move(vocab)));
 }
 
-Result<std::unique_ptr<Tokenizer>> LoadGgufTokenizer(const std::string& path, FileSystem* fs) {
+Result<Vocab> LoadGgufVocab(const std::string& path, FileSystem* fs) {
   ASSIGN_OR_RETURN(std::string data, ReadFileToString(fs, path));
   ASSIGN_OR_RETURN(model::GgufFile f, model::GgufFile::Parse(path, data));
-  ASSIGN_OR_RETURN(Vocab v, model::ReadGgufVocab(f, path));
+  return model::ReadGgufVocab(f, path);
+}
+
+Result<std::unique_ptr<Tokenizer>> LoadGgufTokenizer(const std::string& path, FileSystem* fs) {
+  ASSIGN_OR_RETURN(Vocab v, LoadGgufVocab(path, fs));
   auto tok = NewVocabTokenizer(std::move(v));
   if (!tok.ok()) return tok.status().WithContext(path);
   return tok;

@@ -32,6 +32,8 @@ struct GenerationParams {
   // included in the text).
   std::vector<std::string> stop;
   bool ignore_eos = false;  // EOS and BOS do not end the generation
+  // More tokens that end it as EOS does (a chat format's end of turn).
+  std::vector<int32_t> stop_tokens;
   double retention = -1;    // the request's share of prefix rows (< 0: the engine's)
 };
 

@@ -334,7 +334,8 @@ bool Scheduler::Decide(Running& r) {
     r.first_token = Clock::now();
     r.out.ttft_ms = MsBetween(r.job->arrival(), r.first_token);
   }
-  if (!p.ignore_eos && (next == tok_.eos_id() || next == tok_.bos_id())) {
+  if (!p.ignore_eos && (next == tok_.eos_id() || next == tok_.bos_id() ||
+                       std::find(p.stop_tokens.begin(), p.stop_tokens.end(), next) != p.stop_tokens.end())) {
     End(r, FinishReason::kStop);
     return false;
   }

@@ -10,15 +10,13 @@
 #include <string_view>
 #include <vector>
 
+#include "tierkv/chat.h"
 #include "tierkv/generate.h"
 #include "tierkv/status.h"
 
 namespace tierkv::server {
 
-struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
-  std::string content;
-};
+using tierkv::ChatMessage;
 
 struct CompletionRequest {
   bool chat = false;

@@ -9,7 +9,7 @@
 
 #include "sched/scheduler.h"
 #include "server/api.h"
-#include "server/chat_template.h"
+#include "tierkv/chat.h"
 #include "server/metrics.h"
 #include "server/openai_format.h"
 #include "server/peer_watch.h"
@@ -163,7 +163,8 @@ Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r
   sched::GenerationParams p;
   p.retention = r.retention.value_or(-1);
   if (r.chat) {
-    ASSIGN_OR_RETURN(p.prompt, ChatPromptTokens(tok, r.messages));
+    ASSIGN_OR_RETURN(p.prompt, ChatPromptTokens(tok, opts.chat, r.messages));
+    if (auto eot = ChatEndOfTurnToken(tok, opts.chat)) p.stop_tokens.push_back(*eot);
   } else if (!r.prompt_tokens.empty()) {
     for (int32_t t : r.prompt_tokens) {
       if (t < 0 || t >= model.config().vocab_size) {

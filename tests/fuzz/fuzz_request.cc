@@ -1,8 +1,8 @@
 // libFuzzer target: the server's request bodies. The first byte picks the
 // endpoint (completions or chat); the rest is the body. A refusal must come
 // as InvalidArgument with an OpenAI error body that is valid JSON; a chat
-// body that parses is rendered with the chat template and the default
-// model's tokenizer.
+// body that parses is rendered with the chat format bits 1-2 pick and the
+// default model's tokenizer.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -10,7 +10,7 @@
 
 #include "default_model.h"
 #include "server/api.h"
-#include "server/chat_template.h"
+#include "tierkv/chat.h"
 #include "server/openai_format.h"
 
 namespace {
@@ -33,6 +33,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!nlohmann::json::accept(e)) __builtin_trap();
     return 0;
   }
-  if (chat) tierkv::server::ChatPromptTokens(*loaded.tokenizer, r->messages).status().IgnoreError();
+  if (chat) {
+    tierkv::ChatTemplate t;
+    t.format = static_cast<tierkv::ChatFormat>((data[0] >> 1) & 3);
+    t.date = "26 Jul 2024";
+    tierkv::ChatPromptTokens(*loaded.tokenizer, t, r->messages).status().IgnoreError();
+  }
   return 0;
 }

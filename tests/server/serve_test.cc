@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -21,7 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include "testing/random_model.h"
 #include "testing/redis_server.h"
+#include "testing/shared.h"
+#include "testing/shell.h"
+#include "tierkv/chat.h"
+#include "tierkv/tokenizer.h"
 
 namespace tierkv {
 namespace {
@@ -247,6 +253,75 @@ TEST(ServeTest, CompletionChatStreamingMetricsAndReuse) {
   EXPECT_EQ(m.at("tierkv_completion_tokens_total"), 8 + 4 + 8 + 6 + 8);
   EXPECT_EQ(m.at("tierkv_running_requests"), 0);
   EXPECT_EQ(srv.Stop(), 0);
+}
+
+// A model that brings its chat template: a random-weight qwen2 with Qwen2's
+// vocabulary and template (ChatML, a default system message). The chat
+// endpoint writes the conversation as the template does, the next turn
+// reuses this one's prompt, and an unknown template stops the server at
+// start, naming the flag.
+TEST(ServeTest, ChatUsesTheModelsOwnTemplate) {
+  const std::string vocab_path = testing::SharedPath("reference/tokenizers/ggml-vocab-qwen2.gguf");
+  if (!testing::SharedExists("reference/tokenizers/ggml-vocab-qwen2.gguf")) {
+    GTEST_SKIP() << "needs ../shared/reference (CI has it; a fresh clone without ../shared skips this test)";
+  }
+  TempDir dir;
+  std::ifstream in(vocab_path, std::ios::binary);
+  const std::string vocab_bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto vocab_file = model::GgufFile::Parse(vocab_path, vocab_bytes);
+  ASSERT_TRUE(vocab_file.ok()) << vocab_file.status().ToString();
+  testing::RandomModelSpec spec;
+  spec.arch = "qwen2";
+  spec.vocab = &*vocab_file;
+  spec.biases = true;
+  const std::string model_path = dir.path + "/qwen2.gguf";
+  testing::WriteRandomModel(model_path, spec);
+
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path + "/cache", "--model", model_path});
+  ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+  EXPECT_NE(srv.first_line().find("chat template chatml"), std::string::npos) << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  const json turn1 = {{{"role", "user"}, {"content", "Tell me about the sea."}}};
+  int status = 0;
+  const json first = Post(c, "/v1/chat/completions", {{"messages", turn1}, {"max_tokens", 4}, {"temperature", 0}},
+                          &status);
+  ASSERT_EQ(status, 200) << first.dump();
+  // The prompt is the template's: default system turn, the user's, the assistant's header.
+  auto tok = LoadGgufTokenizer(vocab_path);
+  ASSERT_TRUE(tok.ok());
+  auto vocab = LoadGgufVocab(vocab_path);
+  ASSERT_TRUE(vocab.ok());
+  auto t = ChooseChatTemplate(*vocab, "auto");
+  ASSERT_TRUE(t.ok());
+  auto ids = ChatPromptTokens(**tok, *t, std::vector<ChatMessage>{{"user", "Tell me about the sea."}});
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(first["usage"]["prompt_tokens"].get<size_t>(), ids->size());
+  // The next turn starts with this one's prompt: all of it is reused.
+  json turn2 = turn1;
+  turn2.push_back({{"role", "assistant"}, {"content", first["choices"][0]["message"]["content"]}});
+  turn2.push_back({{"role", "user"}, {"content", "And the rivers?"}});
+  const json second = Post(c, "/v1/chat/completions", {{"messages", turn2}, {"max_tokens", 4}, {"temperature", 0}},
+                           &status);
+  ASSERT_EQ(status, 200) << second.dump();
+  EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<size_t>(), ids->size() - 1);
+  EXPECT_EQ(srv.Stop(), 0);
+
+  // A template tierkv does not know: the server does not start, and says which flag chooses one.
+  const std::string odd_path = dir.path + "/odd.gguf";
+  spec.chat_template = "{% for m in messages %}<<{{ m.content }}>>{% endfor %}";
+  testing::WriteRandomModel(odd_path, spec);
+  std::string out;
+  const int rc = testing::Shell(std::string(TIERKV_BINARY) + " serve --port 0 --cache-dir " + dir.path +
+                                    "/cache2 --model " + odd_path + " 2>&1",
+                                &out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--chat-template"), std::string::npos) << out;
+  // ... and runs with the flag.
+  ServerProcess named({"--port", "0", "--cache-dir", dir.path + "/cache3", "--model", odd_path,
+                       "--chat-template", "chatml"});
+  ASSERT_GT(named.port(), 0) << "first line: " << named.first_line();
+  EXPECT_NE(named.first_line().find("chosen by --chat-template"), std::string::npos) << named.first_line();
 }
 
 TEST(ServeTest, BadRequestsGetOpenAIErrorsNamingTheField) {

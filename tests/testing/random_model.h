@@ -18,6 +18,7 @@ struct RandomModelSpec {
   const model::GgufFile* vocab = nullptr;     // its tokenizer.* keys are copied
   bool biases = false, rope_factors = false, tied = false;
   uint32_t seed = 1;
+  std::string chat_template;  // replaces the vocabulary's tokenizer.chat_template if set
 };
 
 inline void WriteRandomModel(const std::string& path, const RandomModelSpec& s) {
@@ -27,9 +28,12 @@ inline void WriteRandomModel(const std::string& path, const RandomModelSpec& s) 
   if (s.vocab != nullptr) {
     V = s.vocab->GetStrings("tokenizer.ggml.tokens")->size();
     for (const auto& [k, v] : s.vocab->metadata()) {
-      if (k.rfind("tokenizer.", 0) == 0) w.SetValue(k, v);
+      if (k.rfind("tokenizer.", 0) == 0 && !(k == "tokenizer.chat_template" && !s.chat_template.empty())) {
+        w.SetValue(k, v);
+      }
     }
   }
+  if (!s.chat_template.empty()) w.SetString("tokenizer.chat_template", s.chat_template);
   const std::string a = s.arch;
   w.SetString("general.architecture", a);
   w.SetU32(a + ".embedding_length", dim);

@@ -19,6 +19,11 @@
 //     last token, and the greedy continuation of BOS + each line of P
 //     (token ids). Tests
 //     compare them with tierkv's on the same file.
+//   node runner.mjs tokenize --model M --texts-file T
+//     The ids of each text in T (a JSON array of strings) as llama.cpp
+//     tokenizes a rendered chat prompt: control tokens' text parsed as those
+//     tokens, no BOS added; a JSON array of arrays. M may be a
+//     vocabulary-only file.
 //
 // Request files are tierkv's (docs/workloads.md); llama.cpp tokenizes them
 // with the model's own vocabulary, prefix (with BOS) and query separately,
@@ -35,7 +40,7 @@ function fail(msg) {
 
 function parseArgs(argv) {
   const [mode, ...rest] = argv;
-  if (!["bench", "greedy", "oracle"].includes(mode)) fail("usage: runner.mjs bench|greedy|oracle --model M ... (see the header)");
+  if (!["bench", "greedy", "oracle", "tokenize"].includes(mode)) fail("usage: runner.mjs bench|greedy|oracle|tokenize --model M ... (see the header)");
   const a = {mode, requests: Infinity, threads: 2, maxTokens: 16};
   for (let i = 0; i < rest.length; i += 2) {
     const [k, v] = [rest[i], rest[i + 1]];
@@ -44,6 +49,7 @@ function parseArgs(argv) {
     else if (k === "--workload") a.workload = v;
     else if (k === "--prompt") a.prompt = v;
     else if (k === "--text-file") a.textFile = v;
+    else if (k === "--texts-file") a.textsFile = v;
     else if (k === "--prompts-file") a.promptsFile = v;
     else if (k === "--out") a.out = v;
     else if (k === "--requests") a.requests = Number(v);
@@ -55,6 +61,7 @@ function parseArgs(argv) {
   if (mode === "bench" && !a.workload) fail("bench: --workload is required");
   if (mode === "greedy" && a.prompt === undefined) fail("greedy: --prompt is required");
   if (mode === "oracle" && (!a.textFile || !a.promptsFile)) fail("oracle: --text-file and --prompts-file are required");
+  if (mode === "tokenize" && !a.textsFile) fail("tokenize: --texts-file is required");
   for (const k of ["requests", "threads", "maxTokens"]) {
     if (!(a[k] >= 1)) fail(`--${k} must be a positive number`);
   }
@@ -193,6 +200,14 @@ async function oracle(a, model, ctx) {
 const a = parseArgs(process.argv.slice(2));
 if (!fs.existsSync(a.model)) fail(`cannot read model ${a.model}`);
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
+if (a.mode === "tokenize") {
+  const vocab = await llama.loadModel({modelPath: a.model, vocabOnly: true});
+  const texts = JSON.parse(fs.readFileSync(a.textsFile, "utf8"));
+  process.stdout.write(JSON.stringify(texts.map((t) => vocab.tokenize(t, true))) + "\n");
+  await vocab.dispose();
+  await llama.dispose();
+  process.exit(0);
+}
 const model = await llama.loadModel({modelPath: a.model});
 // The oracle keeps its K/V cache in fp32, as tierkv computes a prefill (the
 // default fp16 cache rounds K and V); bench measures llama.cpp as users run it.
