@@ -22,7 +22,7 @@ TS_PACKAGES := clang libomp-dev
 FUZZ_PACKAGES := clang libomp-dev libclang-rt-14-dev
 FUZZ_SECONDS ?= 30
 
-.PHONY: demo test build deps train-deps thread-safety fuzz bench-quick bench-paper clean
+.PHONY: demo test build deps train-deps thread-safety fuzz bench-quick bench-paper bench-model clean
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \
@@ -81,6 +81,13 @@ bench-quick: build
 # llama.cpp's results kept while their workload is unchanged).
 # BENCH_ARGS=--fresh starts over.
 LLAMACPP_RUNNER := tools/llamacpp/runner.mjs
+
+# Prefill tokens/s and resident size beside llama.cpp's on one model file,
+# back to back (BENCH_MODEL=path; docs/models.md). Needs tools/llamacpp/setup.sh.
+BENCH_MODEL ?= models/tierkv-default.gguf
+bench-model: build
+	node $(LLAMACPP_RUNNER) prefill --model $(BENCH_MODEL) --out $(BUILD)/llamacpp-prefill.json
+	$(BUILD)/apps/tierkv bench-engine --model $(BENCH_MODEL) --llamacpp $(BUILD)/llamacpp-prefill.json
 PAPER := build/workloads/paper
 BENCH_ARGS ?=
 bench-paper: build

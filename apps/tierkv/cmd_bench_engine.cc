@@ -2,6 +2,7 @@
 
 #include "tierkv/commands.h"
 #include "tierkv/engine_bench.h"
+#include "tierkv/process.h"
 
 namespace tierkv::app {
 
@@ -12,6 +13,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
     std::vector<int> tokens = {64, 256, 512, 1024, 2048};
     int repeats = 5;
     bool json = false;
+    std::string llamacpp;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -30,10 +32,21 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_flag("--json", a->json, "Print JSON instead of a table");
+  sub->add_option("--llamacpp", a->llamacpp,
+                  "llama.cpp's prefill on the same --model (node tools/llamacpp/runner.mjs prefill --model M --out "
+                  "R.json, run just before): its tokens/s and resident size beside ours, with the ratio");
   sub->callback([a, run] {
     *run = [a]() -> int {
       std::unique_ptr<Model> model;
       std::string name;
+      std::optional<bench::LlamaCppPrefill> llamacpp;
+      if (!a->llamacpp.empty()) {
+        if (a->model.empty()) return Fail("--llamacpp compares on a model file: give --model too");
+        auto l = bench::ReadLlamaCppPrefill(a->llamacpp);
+        if (!l.ok()) return Fail(l.status().ToString());
+        llamacpp = std::move(*l);
+      }
+      const ResidentSize before = ReadResidentSize();
       if (!a->model.empty()) {
         auto m = Model::Load(a->model);
         if (!m.ok()) return Fail(m.status().ToString());
@@ -56,8 +69,12 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       bench::EngineBenchOptions o;
       o.batch_sizes = a->tokens;
       o.repeats = a->repeats;
+      const ResidentSize loaded = ReadResidentSize();
       auto r = bench::RunEngineBench(*model, name, o);
       if (!r.ok()) return Fail(r.status().ToString());
+      r->resident_before_load = before.current;
+      r->resident_after_load = loaded.current;
+      r->llamacpp = std::move(llamacpp);
       std::printf("%s\n", a->json ? bench::ReportToJson(*r).c_str() : bench::ReportToText(*r).c_str());
       return 0;
     };

@@ -1,8 +1,6 @@
 // tierkv info: what a model file is, as tierkv reads it.
 #include <cstdio>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -10,24 +8,12 @@
 #include "tierkv/chat.h"
 #include "tierkv/commands.h"
 #include "tierkv/engine.h"
+#include "tierkv/process.h"
 
 namespace tierkv::app {
 
 namespace {
 
-// VmRSS and VmHWM of this process, in bytes (0 where /proc does not say).
-std::pair<uint64_t, uint64_t> ResidentBytes() {
-  std::ifstream in("/proc/self/status");
-  uint64_t rss = 0, hwm = 0;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream s(line.substr(line.find(':') + 1));
-    uint64_t kb = 0;
-    s >> kb;
-    if (line.rfind("VmRSS:", 0) == 0) rss = kb * 1024;
-    if (line.rfind("VmHWM:", 0) == 0) hwm = kb * 1024;
-  }
-  return {rss, hwm};
-}
 
 nlohmann::json Describe(const ModelAndTokenizer& m, const ModelFileInfo& file, uint32_t chunk_tokens,
                         const std::string& tokenizer_flag) {
@@ -72,8 +58,8 @@ nlohmann::json Describe(const ModelAndTokenizer& m, const ModelFileInfo& file, u
   char fp[24];
   std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(engine::StoreFingerprint(*m.model, o)));
   j["fingerprint"] = {{"value", fp}, {"chunk_tokens", chunk_tokens}};
-  const auto [rss, hwm] = ResidentBytes();
-  j["resident_bytes"] = {{"after_load", rss}, {"peak", hwm}, {"weights", "fp32 (quantized types dequantized at load)"}};
+  const ResidentSize rs = ReadResidentSize();
+  j["resident_bytes"] = {{"after_load", rs.current}, {"peak", rs.peak}, {"weights", "fp32 (quantized types dequantized at load)"}};
   return j;
 }
 

@@ -2,11 +2,14 @@
 // measured in the same run ("bench-engine").
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tierkv/model.h"
+#include "tierkv/status.h"
 
 namespace tierkv::bench {
 
@@ -48,8 +51,24 @@ struct KernelPoint {
   double fraction_of_peak = 0;
 };
 
+// llama.cpp's prefill on the same file (tools/llamacpp/runner.mjs prefill):
+// its throughput per batch size and its process's resident size.
+struct LlamaCppPrefill {
+  std::string tool;
+  int threads = 0;
+  int batch_size = 0;  // llama.cpp's ubatch: a longer prefill runs in batches of it
+  std::vector<PrefillPoint> prefill;  // tokens, ms, tokens_per_s
+  uint64_t resident_before_model = 0, resident_after_load = 0, resident_after_context = 0, resident_after_prefill = 0;
+};
+// InvalidArgument naming the field that is missing or of the wrong type.
+Result<LlamaCppPrefill> ReadLlamaCppPrefill(const std::string& path);
+
 struct EngineBenchReport {
   std::string model;
+  // This process's resident size (bytes) before the model was loaded, after,
+  // and after the first prefill of each size; 0 where not measured.
+  uint64_t resident_before_load = 0, resident_after_load = 0, resident_after_prefill = 0;
+  std::optional<LlamaCppPrefill> llamacpp;
   std::string blas;
   int blas_threads = 0;
   double peak_gflops = 0;  // best sgemm of sgemm_sizes

@@ -6,8 +6,12 @@
 #include <random>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "tierkv/filesystem.h"
+#include "tierkv/process.h"
 #include "util/thread_pool.h"
 
 namespace tierkv::bench {
@@ -87,6 +91,78 @@ double KernelSeconds(const ModelConfig& c, int q, int rows, bool values, int rep
   return best;
 }
 
+double Mb(uint64_t bytes) { return static_cast<double>(bytes) / 1e6; }
+
+// llama.cpp's tokens/s for a batch of `tokens`, 0 if it did not run it.
+double LlamaCppTokensPerS(const LlamaCppPrefill& l, int tokens) {
+  for (const auto& p : l.prefill) {
+    if (p.tokens == tokens) return p.tokens_per_s;
+  }
+  return 0;
+}
+
+// The prefill ratio and resident sizes beside llama.cpp's, when it ran.
+std::string LlamaCppText(const EngineBenchReport& r) {
+  std::string s;
+  char buf[512];
+  if (r.resident_after_load > 0) {
+    std::snprintf(buf, sizeof buf, "resident: %.1f MB before the model, %.1f MB after loading it, %.1f MB after the prefills\n",
+                  Mb(r.resident_before_load), Mb(r.resident_after_load), Mb(r.resident_after_prefill));
+    s += buf;
+  }
+  if (!r.llamacpp) return s;
+  const LlamaCppPrefill& l = *r.llamacpp;
+  std::snprintf(buf, sizeof buf, "beside %s (%d threads, batches of %d) on the same file:\n", l.tool.c_str(), l.threads,
+                l.batch_size);
+  s += buf;
+  s += "  tokens  tierkv tok/s  llama.cpp tok/s  tierkv/llama.cpp\n";
+  for (const auto& p : r.prefill) {
+    const double theirs = LlamaCppTokensPerS(l, p.tokens);
+    if (theirs <= 0) continue;
+    std::snprintf(buf, sizeof buf, "  %6d %13.0f %16.0f %17.2fx\n", p.tokens, p.tokens_per_s, theirs,
+                  p.tokens_per_s / theirs);
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "  resident (MB)  before model  after load  after prefill  added by the model\n"
+                "  tierkv         %12.1f %11.1f %14.1f %19.1f\n"
+                "  llama.cpp      %12.1f %11.1f %14.1f %19.1f  (node's runtime is in 'before model')\n",
+                Mb(r.resident_before_load), Mb(r.resident_after_load), Mb(r.resident_after_prefill),
+                Mb(r.resident_after_prefill - r.resident_before_load), Mb(l.resident_before_model), Mb(l.resident_after_load),
+                Mb(l.resident_after_prefill), Mb(l.resident_after_prefill - l.resident_before_model));
+  s += buf;
+  return s;
+}
+
+std::string LlamaCppJson(const EngineBenchReport& r) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, ", \"resident_bytes\": {\"before_load\": %llu, \"after_load\": %llu, \"after_prefill\": %llu}",
+                static_cast<unsigned long long>(r.resident_before_load),
+                static_cast<unsigned long long>(r.resident_after_load), static_cast<unsigned long long>(r.resident_after_prefill));
+  std::string s = buf;
+  if (!r.llamacpp) return s;
+  const LlamaCppPrefill& l = *r.llamacpp;
+  std::snprintf(buf, sizeof buf,
+                ", \"llamacpp\": {\"threads\": %d, \"batch_size\": %d, \"resident_bytes\": {\"before_model\": %llu, "
+                "\"after_load\": %llu, \"after_context\": %llu, \"after_prefill\": %llu}, \"prefill\": [",
+                l.threads, l.batch_size, static_cast<unsigned long long>(l.resident_before_model),
+                static_cast<unsigned long long>(l.resident_after_load),
+                static_cast<unsigned long long>(l.resident_after_context),
+                static_cast<unsigned long long>(l.resident_after_prefill));
+  s += buf;
+  bool first = true;
+  for (const auto& p : r.prefill) {
+    const double theirs = LlamaCppTokensPerS(l, p.tokens);
+    if (theirs <= 0) continue;
+    std::snprintf(buf, sizeof buf, "%s{\"tokens\": %d, \"tokens_per_s\": %.1f, \"tierkv_over_llamacpp\": %.4f}",
+                  first ? "" : ", ", p.tokens, theirs, p.tokens_per_s / theirs);
+    s += buf;
+    first = false;
+  }
+  s += "]}";
+  return s;
+}
+
 }  // namespace
 
 double PrefillMatmulFlops(const ModelConfig& c, int T) {
@@ -112,13 +188,16 @@ Result<EngineBenchReport> RunEngineBench(const Model& model, const std::string& 
   std::vector<std::vector<int32_t>> inputs;
   for (int T : o.batch_sizes) {
     if (T > c.context_length) continue;
+    // The ids tools/llamacpp/runner.mjs prefill uses too.
     std::vector<int32_t> tokens(T);
-    for (auto& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
+    for (int i = 0; i < T; ++i) tokens[i] = static_cast<int32_t>((static_cast<int64_t>(i) * 7919) % c.vocab_size);
     PrefillOptions po;
     ASSIGN_OR_RETURN(PrefillResult warm, model.Prefill(tokens, po));
     inputs.push_back(std::move(tokens));
     r.prefill.push_back({});
   }
+  // After the warm-up prefills, before the sgemm timings allocate their own matrices.
+  r.resident_after_prefill = ReadResidentSize().current;
   r.sgemm.resize(o.sgemm_sizes.size());
   // Rounds alternate the two measurements so that both see the same machine
   // (it is shared and noisy); each keeps its best time over the rounds.
@@ -168,6 +247,40 @@ Result<EngineBenchReport> RunEngineBench(const Model& model, const std::string& 
   return r;
 }
 
+Result<LlamaCppPrefill> ReadLlamaCppPrefill(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(FileSystem::Default(), path));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument(path + ": not a JSON object");
+  auto bad = [&](const std::string& field) {
+    return Status::InvalidArgument(path + ": field '" + field + "' is missing or not a number (runner.mjs prefill's output?)");
+  };
+  auto number = [&](const nlohmann::json& o, const std::string& key, const std::string& field, auto* out) -> Status {
+    if (!o.is_object() || !o.contains(key) || !o[key].is_number()) return bad(field);
+    *out = o[key].get<std::remove_pointer_t<decltype(out)>>();
+    return Status::Ok();
+  };
+  LlamaCppPrefill r;
+  r.tool = j.value("tool", "llama.cpp");
+  RETURN_IF_ERROR(number(j, "threads", "threads", &r.threads));
+  RETURN_IF_ERROR(number(j, "batch_size", "batch_size", &r.batch_size));
+  if (!j.contains("prefill") || !j["prefill"].is_array() || j["prefill"].empty()) return bad("prefill");
+  for (size_t i = 0; i < j["prefill"].size(); ++i) {
+    const auto& e = j["prefill"][i];
+    const std::string at = "prefill[" + std::to_string(i) + "].";
+    PrefillPoint p;
+    RETURN_IF_ERROR(number(e, "tokens", at + "tokens", &p.tokens));
+    RETURN_IF_ERROR(number(e, "ms", at + "ms", &p.ms));
+    RETURN_IF_ERROR(number(e, "tokens_per_s", at + "tokens_per_s", &p.tokens_per_s));
+    r.prefill.push_back(p);
+  }
+  const nlohmann::json rb = j.value("resident_bytes", nlohmann::json());
+  RETURN_IF_ERROR(number(rb, "before_model", "resident_bytes.before_model", &r.resident_before_model));
+  RETURN_IF_ERROR(number(rb, "after_load", "resident_bytes.after_load", &r.resident_after_load));
+  RETURN_IF_ERROR(number(rb, "after_context", "resident_bytes.after_context", &r.resident_after_context));
+  RETURN_IF_ERROR(number(rb, "after_prefill", "resident_bytes.after_prefill", &r.resident_after_prefill));
+  return r;
+}
+
 std::string ReportToText(const EngineBenchReport& r) {
   std::string s;
   char buf[256];
@@ -187,6 +300,7 @@ std::string ReportToText(const EngineBenchReport& r) {
                   p.tokens_per_s, p.gflop, p.gflops, 100 * p.fraction_of_peak);
     s += buf;
   }
+  s += LlamaCppText(r);
   s += "side kernels (one layer, every KV head, fp16 prefix rows):\n"
        "  kernel      queries  rows       ms  GFLOP/s  of peak\n";
   for (const auto& k : r.kernels) {
@@ -236,7 +350,9 @@ std::string ReportToJson(const EngineBenchReport& r) {
                   i ? ", " : "", k.kernel.c_str(), k.queries, k.rows, k.ms, k.gflops, k.fraction_of_peak);
     s += buf;
   }
-  s += "]}";
+  s += "]";
+  s += LlamaCppJson(r);
+  s += "}";
   return s;
 }
 

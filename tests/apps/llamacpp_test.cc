@@ -51,6 +51,42 @@ TEST(LlamaCppTest, GreedyContinuationEqualsOurs) {
       << "llama.cpp: " << text << "\nours: " << ours;
 }
 
+// Prefill throughput and resident size beside llama.cpp's on the same file
+// (issue #19's comparison; no speed is asserted, the numbers go to docs).
+TEST(LlamaCppTest, BenchEnginePutsLlamaCppsPrefillBesideOurs) {
+  REQUIRE_LLAMACPP();
+  const std::string dir = testing::MakeTempDir("llamacpp_prefill");
+  std::string out;
+  ASSERT_EQ(Shell("node " + kRunner + " prefill --model " + TIERKV_DEFAULT_MODEL + " --tokens 64,128 --repeats 1 --out " +
+                      dir + "/lc.json 2>&1",
+                  &out),
+            0)
+      << out;
+  out.clear();
+  ASSERT_EQ(Shell(std::string(TIERKV_BINARY) + " bench-engine --model " + TIERKV_DEFAULT_MODEL +
+                      " --tokens 64 128 --repeats 1 --json --llamacpp " + dir + "/lc.json",
+                  &out),
+            0)
+      << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["llamacpp"]["prefill"].size(), 2u) << out;
+  for (const auto& p : j["llamacpp"]["prefill"]) {
+    EXPECT_GT(p["tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(p["tierkv_over_llamacpp"].get<double>(), 0);
+  }
+  EXPECT_GT(j["resident_bytes"]["after_load"].get<double>(), j["resident_bytes"]["before_load"].get<double>());
+  EXPECT_GT(j["llamacpp"]["resident_bytes"]["after_load"].get<double>(), 0);
+  // A file that is not the runner's: the field named.
+  std::ofstream(dir + "/bad.json") << R"({"threads": 2, "batch_size": 512, "prefill": [{"tokens": 64, "ms": "x"}]})";
+  out.clear();
+  EXPECT_NE(Shell(std::string(TIERKV_BINARY) + " bench-engine --model " + TIERKV_DEFAULT_MODEL +
+                      " --tokens 64 --repeats 1 --llamacpp " + dir + "/bad.json 2>&1",
+                  &out),
+            0);
+  EXPECT_NE(out.find("prefill[0].ms"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LlamaCppTest, BenchResultsGoIntoTheReport) {
   REQUIRE_LLAMACPP();
   TIERKV_REQUIRE_SHARED("data/piqa/valid.jsonl");

@@ -19,6 +19,13 @@
 //     last token, and the greedy continuation of BOS + each line of P
 //     (token ids). Tests
 //     compare them with tierkv's on the same file.
+//   node runner.mjs prefill --model M [--tokens 64,256,...] [--repeats R] [--threads T] [--out R.json]
+//     llama.cpp's prefill throughput on M: each batch of token ids (the
+//     same ids as `tierkv bench-engine`'s, i*7919 mod the vocabulary) from an
+//     empty sequence to the first token, best of R; and the process's
+//     resident size before the model, after loading it, after creating
+//     the context and after the prefills. `tierkv bench-engine --model M --llamacpp R.json` puts it
+//     beside tierkv's (docs/models.md).
 //   node runner.mjs tokenize --model M --texts-file T
 //     The ids of each text in T (a JSON array of strings) as llama.cpp
 //     tokenizes a rendered chat prompt: control tokens' text parsed as those
@@ -40,8 +47,8 @@ function fail(msg) {
 
 function parseArgs(argv) {
   const [mode, ...rest] = argv;
-  if (!["bench", "greedy", "oracle", "tokenize"].includes(mode)) fail("usage: runner.mjs bench|greedy|oracle|tokenize --model M ... (see the header)");
-  const a = {mode, requests: Infinity, threads: 2, maxTokens: 16};
+  if (!["bench", "greedy", "oracle", "tokenize", "prefill"].includes(mode)) fail("usage: runner.mjs bench|greedy|oracle|tokenize|prefill --model M ... (see the header)");
+  const a = {mode, requests: Infinity, threads: 2, maxTokens: 16, repeats: 3, tokens: [64, 256, 512, 1024, 2048]};
   for (let i = 0; i < rest.length; i += 2) {
     const [k, v] = [rest[i], rest[i + 1]];
     if (v === undefined) fail(`${k} needs a value`);
@@ -55,6 +62,8 @@ function parseArgs(argv) {
     else if (k === "--requests") a.requests = Number(v);
     else if (k === "--threads") a.threads = Number(v);
     else if (k === "--max-tokens") a.maxTokens = Number(v);
+    else if (k === "--repeats") a.repeats = Number(v);
+    else if (k === "--tokens") a.tokens = v.split(",").map(Number);
     else fail(`unknown flag ${k}`);
   }
   if (!a.model) fail("--model is required");
@@ -62,7 +71,8 @@ function parseArgs(argv) {
   if (mode === "greedy" && a.prompt === undefined) fail("greedy: --prompt is required");
   if (mode === "oracle" && (!a.textFile || !a.promptsFile)) fail("oracle: --text-file and --prompts-file are required");
   if (mode === "tokenize" && !a.textsFile) fail("tokenize: --texts-file is required");
-  for (const k of ["requests", "threads", "maxTokens"]) {
+  if (!a.tokens.every((t) => Number.isInteger(t) && t >= 1)) fail("--tokens must be positive integers, comma-separated");
+  for (const k of ["requests", "threads", "maxTokens", "repeats"]) {
     if (!(a[k] >= 1)) fail(`--${k} must be a positive number`);
   }
   return a;
@@ -156,6 +166,33 @@ async function bench(a, model, ctx) {
   };
 }
 
+// Prefill throughput: each batch from an empty sequence to its first token,
+// the best of a.repeats rounds (rounds alternate the sizes, as tierkv's do).
+async function prefill(a, model, ctx, resident) {
+  const seq = ctx.getSequence();
+  const vocab = model.fileInfo.metadata?.tokenizer?.ggml?.tokens?.length;
+  if (!(vocab > 0)) fail("prefill: the model's tokenizer.ggml.tokens is missing");
+  const sizes = a.tokens.filter((t) => t <= ctx.contextSize);
+  const best = sizes.map(() => Infinity);
+  for (let round = 0; round <= a.repeats; ++round) {  // round 0 warms up
+    for (let k = 0; k < sizes.length; ++k) {
+      const ids = Array.from({length: sizes[k]}, (_, i) => (i * 7919) % vocab);
+      await seq.clearHistory();
+      const t0 = performance.now();
+      await firstToken(seq, ids);
+      if (round > 0) best[k] = Math.min(best[k], performance.now() - t0);
+    }
+  }
+  return {
+    tool: "llama.cpp via node-llama-cpp",
+    model: a.model,
+    threads: a.threads,
+    batch_size: ctx.batchSize,
+    prefill: sizes.map((t, k) => ({tokens: t, ms: best[k], tokens_per_s: t / (best[k] / 1000)})),
+    resident_bytes: {...resident, after_prefill: process.memoryUsage().rss, peak: process.resourceUsage().maxRSS * 1024},
+  };
+}
+
 async function greedyTokens(seq, model, prompt, maxTokens) {
   await seq.clearHistory();
   let tokens = [model.tokens.bos, ...model.tokenize(prompt)];
@@ -208,13 +245,18 @@ if (a.mode === "tokenize") {
   await llama.dispose();
   process.exit(0);
 }
+const rssBeforeModel = process.memoryUsage().rss;
 const model = await llama.loadModel({modelPath: a.model});
+const rssAfterLoad = process.memoryUsage().rss;
 // The oracle keeps its K/V cache in fp32, as tierkv computes a prefill (the
 // default fp16 cache rounds K and V); bench measures llama.cpp as users run it.
 const kv = a.mode === "oracle" ? {experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", flashAttention: false} : {};
 const ctx = await model.createContext({contextSize: 4096, sequences: 1, threads: a.threads, ...kv});
 const result = a.mode === "bench" ? await bench(a, model, ctx)
-    : a.mode === "oracle" ? await oracle(a, model, ctx) : await greedy(a, model, ctx);
+    : a.mode === "oracle" ? await oracle(a, model, ctx)
+    : a.mode === "prefill" ? await prefill(a, model, ctx, {before_model: rssBeforeModel, after_load: rssAfterLoad,
+                                                           after_context: process.memoryUsage().rss})
+    : await greedy(a, model, ctx);
 const text = JSON.stringify(result, null, 1) + "\n";
 if (a.out) fs.writeFileSync(a.out, text);
 else process.stdout.write(text);
