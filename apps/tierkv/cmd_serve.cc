@@ -32,6 +32,9 @@ Result<std::string> DefaultCacheDir() {
 
 Result<int> Serve(const ServeArgs& a) {
   ASSIGN_OR_RETURN(auto loaded, LoadModelAndTokenizer(a.model, a.tokenizer));
+  // Before the engine opens the store: a template this build cannot render stops here.
+  auto chat = ChooseChatTemplate(loaded.model->embedded_vocab(), a.chat_template);
+  if (!chat.ok()) return chat.status().WithContext(a.model);
   auto system = engine::ParseSystem(a.system);
   if (!system.ok()) return system.status().WithContext("--system");
   engine::EngineOptions o;
@@ -48,8 +51,6 @@ Result<int> Serve(const ServeArgs& a) {
   o.remote = a.remote;
   ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(*loaded.model, o));
   server::ServerOptions so = a.server;
-  auto chat = ChooseChatTemplate(loaded.model->embedded_vocab(), a.chat_template);
-  if (!chat.ok()) return chat.status().WithContext(a.model);
   so.chat = *chat;
   so.grace_ms = static_cast<int>(a.grace_seconds * 1000);
   if (so.admin_token.empty()) {

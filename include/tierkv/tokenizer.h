@@ -46,14 +46,20 @@ class Tokenizer {
   std::string ControlText(int32_t id) const;
 };
 
-// `text` cut where a control token's text is (the longest at each place):
-// runs of plain text (token -1) and control tokens, in order.
+// A run of plain text (token -1, a view into the text partitioned) or a token.
 struct TextOrToken {
   std::string_view text;
   int32_t token = -1;
 };
+// `text` cut where the tokens' texts are, as llama.cpp partitions: each
+// token in turn (`tokens` longest first) is cut out of the plain runs left.
+std::vector<TextOrToken> PartitionAtTokens(std::string_view text,
+                                           std::span<const std::pair<std::string, int32_t>> tokens);
+// PartitionAtTokens at the tokenizer's control tokens.
 std::vector<TextOrToken> SplitAtControlTokens(const Tokenizer& tok, std::string_view text);
 
+// Token texts and ids, longest text first (stable), as PartitionAtTokens wants them.
+void SortLongestFirst(std::vector<std::pair<std::string, int32_t>>* tokens);
 // The control tokens of a vocabulary (piece type 3, BOS, EOS), longest text first.
 std::vector<std::pair<std::string, int32_t>> VocabControlTokens(const Vocab& v);
 

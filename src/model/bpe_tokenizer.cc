@@ -91,11 +91,10 @@ class ByteBpeTokenizer final : public Tokenizer {
     }
     for (size_t i = 0; i < v_.pieces.size(); ++i) {
       index_.emplace(v_.pieces[i], static_cast<int32_t>(i));
-      if (!v_.types.empty() && v_.types[i] == 4) specials_.push_back(static_cast<int32_t>(i));
+      if (!v_.types.empty() && v_.types[i] == 4) user_defined_.emplace_back(v_.pieces[i], static_cast<int32_t>(i));
     }
     // Longest first, as llama.cpp partitions: a longer token wins over one it contains.
-    std::stable_sort(specials_.begin(), specials_.end(),
-                     [&](int32_t a, int32_t b) { return v_.pieces[a].size() > v_.pieces[b].size(); });
+    SortLongestFirst(&user_defined_);
     // The merges live on as the rank table's keys only.
     for (size_t r = 0; r < v_.merges.size(); ++r) ranks_.emplace(std::move(v_.merges[r]), static_cast<int>(r));
     v_.merges = {};
@@ -110,11 +109,11 @@ class ByteBpeTokenizer final : public Tokenizer {
     std::vector<int32_t> out;
     if (add_bos && v_.add_bos) out.push_back(v_.bos_id);
     const std::string clean = Sanitize(text);
-    for (const Fragment& f : Partition(clean)) {
+    for (const TextOrToken& f : PartitionAtTokens(clean, user_defined_)) {
       if (f.token >= 0) {
         out.push_back(f.token);
       } else {
-        RETURN_IF_ERROR(EncodeText(std::string_view(clean).substr(f.begin, f.end - f.begin), &out));
+        RETURN_IF_ERROR(EncodeText(f.text, &out));
       }
     }
     return out;
@@ -146,34 +145,6 @@ class ByteBpeTokenizer final : public Tokenizer {
   }
 
  private:
-  // A piece of the text: a user-defined token (token >= 0) or text [begin, end).
-  struct Fragment {
-    int32_t token;
-    size_t begin, end;
-  };
-
-  std::vector<Fragment> Partition(const std::string& text) const {
-    std::vector<Fragment> frags = {{-1, 0, text.size()}};
-    for (int32_t id : specials_) {
-      const std::string& s = v_.pieces[id];
-      std::vector<Fragment> next;
-      for (const Fragment& f : frags) {
-        if (f.token >= 0) {
-          next.push_back(f);
-          continue;
-        }
-        size_t at = f.begin;
-        for (size_t hit; (hit = text.find(s, at)) != std::string::npos && hit + s.size() <= f.end; at = hit + s.size()) {
-          if (hit > at) next.push_back({-1, at, hit});
-          next.push_back({id, 0, 0});
-        }
-        if (at < f.end) next.push_back({-1, at, f.end});
-      }
-      frags = std::move(next);
-    }
-    return frags;
-  }
-
   // Splits by the pre-tokenizer and appends each word's tokens.
   Status EncodeText(std::string_view text, std::vector<int32_t>* out) const {
     std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(pcre2_match_data_create_from_pattern(re_.get(), nullptr));
@@ -281,7 +252,7 @@ class ByteBpeTokenizer final : public Tokenizer {
   bool ignore_merges_;
   std::unordered_map<std::string, int32_t> index_;
   std::unordered_map<std::string, int> ranks_;  // "left right" -> rank
-  std::vector<int32_t> specials_;               // user-defined tokens, longest first
+  std::vector<std::pair<std::string, int32_t>> user_defined_;  // text in the text stays these tokens; longest first
   std::array<std::string, 256> byte_char_;
   std::unordered_map<uint32_t, uint8_t> char_byte_;
 };

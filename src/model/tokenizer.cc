@@ -200,8 +200,7 @@ class SentencePieceTokenizer final : public Tokenizer {
     for (int id = 0; id < sp_->GetPieceSize(); ++id) {
       if (sp_->IsControl(id)) controls_.emplace_back(sp_->IdToPiece(id), id);
     }
-    std::stable_sort(controls_.begin(), controls_.end(),
-                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    SortLongestFirst(&controls_);
   }
 
   int vocab_size() const override { return sp_->GetPieceSize(); }
@@ -243,6 +242,11 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
 
 }  // namespace
 
+void SortLongestFirst(std::vector<std::pair<std::string, int32_t>>* tokens) {
+  std::stable_sort(tokens->begin(), tokens->end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+}
+
 std::vector<std::pair<std::string, int32_t>> VocabControlTokens(const Vocab& v) {
   std::vector<std::pair<std::string, int32_t>> out;
   for (size_t i = 0; i < v.pieces.size(); ++i) {
@@ -250,33 +254,36 @@ std::vector<std::pair<std::string, int32_t>> VocabControlTokens(const Vocab& v) 
     const bool control = !v.types.empty() && v.types[i] == 3;
     if ((control || id == v.bos_id || id == v.eos_id) && !v.pieces[i].empty()) out.emplace_back(v.pieces[i], id);
   }
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  SortLongestFirst(&out);
   return out;
 }
 
-std::vector<TextOrToken> SplitAtControlTokens(const Tokenizer& tok, std::string_view text) {
-  std::vector<TextOrToken> out;
-  const auto controls = tok.ControlTokens();
-  size_t plain = 0;  // start of the text not yet in `out`
-  for (size_t at = 0; at < text.size();) {
-    const std::pair<std::string, int32_t>* hit = nullptr;
-    for (const auto& c : controls) {
-      if (text.compare(at, c.first.size(), c.first) == 0) {
-        hit = &c;  // the longest, as the list is sorted
-        break;
+std::vector<TextOrToken> PartitionAtTokens(std::string_view text,
+                                           std::span<const std::pair<std::string, int32_t>> tokens) {
+  std::vector<TextOrToken> runs;
+  if (!text.empty()) runs.push_back({text, -1});
+  for (const auto& [piece, id] : tokens) {
+    if (piece.empty()) continue;
+    std::vector<TextOrToken> next;
+    for (const TextOrToken& r : runs) {
+      if (r.token >= 0) {
+        next.push_back(r);
+        continue;
       }
+      size_t at = 0;
+      for (size_t hit; (hit = r.text.find(piece, at)) != std::string_view::npos; at = hit + piece.size()) {
+        if (hit > at) next.push_back({r.text.substr(at, hit - at), -1});
+        next.push_back({{}, id});
+      }
+      if (at < r.text.size()) next.push_back({r.text.substr(at), -1});
     }
-    if (hit == nullptr) {
-      ++at;
-      continue;
-    }
-    if (at > plain) out.push_back({text.substr(plain, at - plain), -1});
-    out.push_back({{}, hit->second});
-    at += hit->first.size();
-    plain = at;
+    runs = std::move(next);
   }
-  if (plain < text.size()) out.push_back({text.substr(plain), -1});
-  return out;
+  return runs;
+}
+
+std::vector<TextOrToken> SplitAtControlTokens(const Tokenizer& tok, std::string_view text) {
+  return PartitionAtTokens(text, tok.ControlTokens());
 }
 
 Result<std::vector<int32_t>> Tokenizer::EncodeSpecial(std::string_view text) const {

@@ -176,13 +176,9 @@ class QuantOracleTest : public ::testing::Test {
   // file of ../shared/reference (testing/random_model.h).
   static std::string RandomModel(const std::string& arch, const std::string& vocab_file, bool biases,
                                  bool rope_factors, bool tied) {
-    std::ifstream in(testing::SharedPath("reference/tokenizers/" + vocab_file), std::ios::binary);
-    const std::string vdata((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto vf = model::GgufFile::Parse(vocab_file, vdata);
-    EXPECT_TRUE(vf.ok()) << vf.status().ToString();
     testing::RandomModelSpec spec;
     spec.arch = arch;
-    spec.vocab = &*vf;
+    spec.vocab_file = testing::SharedPath("reference/tokenizers/" + vocab_file);
     spec.biases = biases;
     spec.rope_factors = rope_factors;
     spec.tied = tied;

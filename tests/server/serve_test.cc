@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -266,13 +265,9 @@ TEST(ServeTest, ChatUsesTheModelsOwnTemplate) {
     GTEST_SKIP() << "needs ../shared/reference (CI has it; a fresh clone without ../shared skips this test)";
   }
   TempDir dir;
-  std::ifstream in(vocab_path, std::ios::binary);
-  const std::string vocab_bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto vocab_file = model::GgufFile::Parse(vocab_path, vocab_bytes);
-  ASSERT_TRUE(vocab_file.ok()) << vocab_file.status().ToString();
   testing::RandomModelSpec spec;
   spec.arch = "qwen2";
-  spec.vocab = &*vocab_file;
+  spec.vocab_file = vocab_path;
   spec.biases = true;
   const std::string model_path = dir.path + "/qwen2.gguf";
   testing::WriteRandomModel(model_path, spec);

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <fstream>
+#include <iterator>
+#include <optional>
+#include <stdexcept>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,12 +19,23 @@ namespace tierkv::testing {
 struct RandomModelSpec {
   std::string arch = "llama";                 // llama, mistral or qwen2
   const model::GgufFile* vocab = nullptr;     // its tokenizer.* keys are copied
+  std::string vocab_file;                     // else: a vocabulary-only GGUF file to read them from
   bool biases = false, rope_factors = false, tied = false;
   uint32_t seed = 1;
   std::string chat_template;  // replaces the vocabulary's tokenizer.chat_template if set
 };
 
-inline void WriteRandomModel(const std::string& path, const RandomModelSpec& s) {
+inline void WriteRandomModel(const std::string& path, RandomModelSpec s) {
+  std::string vocab_bytes;  // the parsed file points into it
+  std::optional<model::GgufFile> vocab;
+  if (s.vocab == nullptr && !s.vocab_file.empty()) {
+    std::ifstream in(s.vocab_file, std::ios::binary);
+    vocab_bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    auto parsed = model::GgufFile::Parse(s.vocab_file, vocab_bytes);
+    if (!parsed.ok()) throw std::runtime_error(parsed.status().ToString());
+    vocab = std::move(*parsed);
+    s.vocab = &*vocab;
+  }
   const uint64_t dim = 64, heads = 4, kv = 2, hd = dim / heads, hid = 128, layers = 2;
   uint64_t V = 512;
   model::GgufWriter w;
