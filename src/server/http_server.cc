@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "sched/scheduler.h"
 #include "server/api.h"
@@ -14,6 +15,7 @@
 #include "server/openai_format.h"
 #include "server/peer_watch.h"
 #include "tierkv/logging.h"
+#include "tierkv/mutex.h"
 #include "tierkv/server.h"
 
 namespace tierkv::server {
@@ -108,6 +110,13 @@ struct Server::Impl {
   sched::Scheduler sched;
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_id{1};
+  // cpp-httplib 0.11's stop() does nothing until listen_after_bind has begun
+  // its loop (cpp-httplib #1645), so a Shutdown between Bind and that moment
+  // would be lost and Run would never return. Run and Shutdown meet here.
+  enum class Listen { kNotYet, kEntered, kDone };
+  Mutex listen_mu;
+  Listen listen TIERKV_GUARDED_BY(listen_mu) = Listen::kNotYet;
+  bool stop_asked TIERKV_GUARDED_BY(listen_mu) = false;
   const uint64_t id_salt = std::random_device{}();
 
   Impl(const Model& m, const Tokenizer& t, engine::Engine* e, ServerOptions o)
@@ -356,9 +365,18 @@ Result<int> Server::Bind() {
 }
 
 Status Server::Run() {
-  if (!impl_->http.listen_after_bind()) {
-    if (!impl_->draining) return Status::IOError("the server stopped listening");
+  Impl& im = *impl_;
+  {
+    MutexLock l(&im.listen_mu);
+    if (im.stop_asked) return Status::Ok();
+    im.listen = Impl::Listen::kEntered;
   }
+  const bool listened = im.http.listen_after_bind();
+  {
+    MutexLock l(&im.listen_mu);
+    im.listen = Impl::Listen::kDone;
+  }
+  if (!listened && !im.draining) return Status::IOError("the server stopped listening");
   return Status::Ok();
 }
 
@@ -366,7 +384,24 @@ void Server::Shutdown() {
   Impl& im = *impl_;
   im.draining = true;
   im.sched.Drain(std::chrono::milliseconds(im.opts.grace_ms));
-  im.http.stop();
+  {
+    MutexLock l(&im.listen_mu);
+    im.stop_asked = true;
+    // Not entered yet: Run sees stop_asked and returns. Done: nothing to stop.
+    if (im.listen != Impl::Listen::kEntered) return;
+  }
+  // Run is in, or about to enter, httplib's loop: stop it once it is there.
+  for (;;) {
+    {
+      MutexLock l(&im.listen_mu);
+      if (im.listen == Impl::Listen::kDone) return;
+    }
+    if (im.http.is_running()) {
+      im.http.stop();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace tierkv::server
