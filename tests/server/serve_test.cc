@@ -69,11 +69,22 @@ class ServerProcess {
   }
   int port() const { return port_; }
   const std::string& first_line() const { return first_line_; }
-  // SIGTERM, then the exit code (128 + signal if killed).
+  // SIGTERM, then the exit code (128 + signal if killed). A server that has
+  // not ended two minutes later fails the test and is killed (SIGKILL: 137),
+  // rather than holding the test until ctest's timeout.
   int Stop() {
     ::kill(pid_, SIGTERM);
     int st = 0;
-    ::waitpid(pid_, &st, 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+    while (::waitpid(pid_, &st, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "tierkv serve (pid " << pid_ << ") did not end within 2 minutes of SIGTERM";
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &st, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     reaped_ = true;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   }
