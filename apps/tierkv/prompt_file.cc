@@ -80,10 +80,11 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   AddParsedOption(sub, "--aggregation", &f->aggregation, engine::ParseAggregation,
                   "How the probe heads' sets combine: sum (default) or vote", "sum or vote");
   AddParsedOption(sub, "--granularity", &f->unit, engine::ParseSelectionUnit,
-                  "Selective systems choose or skip as one: page (the default: the consecutive "
-                  "tokens whose rows share a 4 KiB page of a chunk's record, 8 for the default "
-                  "model), token (single rows) or block:N (N consecutive tokens)",
-                  "token, page or block:N");
+                  "Selective systems choose or skip as one: auto (the default: block:64 at "
+                  "retention 0.25 or below, page above), page (the consecutive tokens whose rows "
+                  "share a 4 KiB page of a chunk's record, 8 for the default model), token "
+                  "(single rows) or block:N (N consecutive tokens)",
+                  "auto, token, page or block:N");
   AddParsedOption(sub, "--store-order", &f->store_order, engine::ParseStoreOrder,
                   "Write stored rows once more in the storing request's importance order (twice "
                   "the bytes written; single-row selection, --granularity token, then touches few "

@@ -92,13 +92,20 @@ Result<PoolPolicy> ParsePoolPolicy(std::string_view name);
 // packed by importance, those are rows of like importance), or blocks of
 // consecutive tokens (block:N, ContiguousKV's unit). Coarser units read
 // whole pages: fewer bytes per selected row, rows chosen less finely.
-enum class Granularity { kToken, kPage, kBlock };
+// auto (the default): by the request's retention, block:64 up to
+// kAutoBlockRetention, page above (ResolveUnit; docs/systems.md has the
+// measurements behind it).
+enum class Granularity { kToken, kPage, kBlock, kAuto };
 struct SelectionUnit {
-  Granularity granularity = Granularity::kPage;
+  Granularity granularity = Granularity::kAuto;
   uint32_t block_tokens = 16;  // kBlock only
   bool operator==(const SelectionUnit&) const = default;
 };
-// "token", "page" or "block:N".
+inline constexpr double kAutoBlockRetention = 0.25;
+inline constexpr uint32_t kAutoBlockTokens = 64;
+// The unit a request at `retention` selects by: u itself unless auto.
+SelectionUnit ResolveUnit(SelectionUnit u, double retention);
+// "token", "page", "block:N" or "auto".
 std::string SelectionUnitName(SelectionUnit u);
 // InvalidArgument naming the accepted forms (N in 1..4096).
 Result<SelectionUnit> ParseSelectionUnit(std::string_view name);

@@ -25,11 +25,12 @@ std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps) {
 }
 
 const std::vector<uint32_t>& RowGroups(const SourceDeps& deps, Request& rq) {
-  const SelectionUnit& u = deps.options->unit;
+  const SelectionUnit u = ResolveUnit(deps.options->unit, rq.retention);
   std::vector<uint32_t>& groups = rq.unit_groups;
   if (u.granularity == Granularity::kToken || groups.size() == rq.R) return groups;
   switch (u.granularity) {
-    case Granularity::kToken: break;
+    case Granularity::kToken:
+    case Granularity::kAuto: break;
     case Granularity::kPage:
     case Granularity::kBlock: {
       // A page of a chunk's own record holds consecutive tokens (chunks

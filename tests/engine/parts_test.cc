@@ -96,13 +96,20 @@ TEST(EngineOptionsTest, NamesParseAndBadOnesNameTheField) {
   EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "cache_dir"));
   o.system = System::kRecompute;
   EXPECT_OK(o.Validate());  // recompute stores nothing
-  for (const char* name : {"token", "page", "block:16", "block:1", "block:4096"}) {
+  for (const char* name : {"auto", "token", "page", "block:16", "block:1", "block:4096"}) {
     ASSERT_OK_AND_ASSIGN(SelectionUnit u, ParseSelectionUnit(name));
     EXPECT_EQ(SelectionUnitName(u), name);
   }
   for (const char* bad : {"", "pages", "block:", "block:0", "block:4097", "block:-3", "block:1x"}) {
     EXPECT_THAT(ParseSelectionUnit(bad).status(), StatusIs(StatusCode::kInvalidArgument, "block:N")) << bad;
   }
+  // auto: blocks of 64 tokens at retention 0.25 and below, pages above; the
+  // others are themselves at any retention.
+  EXPECT_EQ(EngineOptions{}.unit, SelectionUnit{Granularity::kAuto});
+  EXPECT_EQ(ResolveUnit(SelectionUnit{Granularity::kAuto}, 0.1), (SelectionUnit{Granularity::kBlock, 64}));
+  EXPECT_EQ(ResolveUnit(SelectionUnit{Granularity::kAuto}, 0.25), (SelectionUnit{Granularity::kBlock, 64}));
+  EXPECT_EQ(ResolveUnit(SelectionUnit{Granularity::kAuto}, 0.5), SelectionUnit{Granularity::kPage});
+  EXPECT_EQ(ResolveUnit(SelectionUnit{Granularity::kToken}, 0.1), SelectionUnit{Granularity::kToken});
   o.unit = SelectionUnit{Granularity::kBlock, 0};
   EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "block_tokens"));
   for (StoreOrder so : {StoreOrder::kSystem, StoreOrder::kOn, StoreOrder::kOff}) {
