@@ -92,9 +92,10 @@ Result<PoolPolicy> ParsePoolPolicy(std::string_view name);
 // packed by importance, those are rows of like importance), or blocks of
 // consecutive tokens (block:N, ContiguousKV's unit). Coarser units read
 // whole pages: fewer bytes per selected row, rows chosen less finely.
-// auto (the default): by the request's retention, block:64 up to
-// kAutoBlockRetention, page above (ResolveUnit; docs/systems.md has the
-// measurements behind it).
+// auto (the default): at retention kAutoBlockRetention and below, blocks of
+// up to 64 tokens, as large as keep a layer's selection at 8 units or more
+// (a unit's rounding then adds at most an eighth); pages otherwise
+// (ResolveUnit; docs/systems.md has the measurements behind it).
 enum class Granularity { kToken, kPage, kBlock, kAuto };
 struct SelectionUnit {
   Granularity granularity = Granularity::kAuto;
@@ -103,8 +104,10 @@ struct SelectionUnit {
 };
 inline constexpr double kAutoBlockRetention = 0.25;
 inline constexpr uint32_t kAutoBlockTokens = 64;
-// The unit a request at `retention` selects by: u itself unless auto.
-SelectionUnit ResolveUnit(SelectionUnit u, double retention);
+inline constexpr uint32_t kAutoMinUnits = 8;
+// The unit a request at `retention` over `reused_rows` rows selects by, on
+// a model whose 4 KiB page holds `page_rows` rows: u itself unless auto.
+SelectionUnit ResolveUnit(SelectionUnit u, double retention, size_t reused_rows, size_t page_rows);
 // "token", "page", "block:N" or "auto".
 std::string SelectionUnitName(SelectionUnit u);
 // InvalidArgument naming the accepted forms (N in 1..4096).

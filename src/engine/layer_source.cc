@@ -25,7 +25,9 @@ std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps) {
 }
 
 const std::vector<uint32_t>& RowGroups(const SourceDeps& deps, Request& rq) {
-  const SelectionUnit u = ResolveUnit(deps.options->unit, rq.retention);
+  const uint32_t row_bytes = deps.reader->geometry().row_bytes;
+  const SelectionUnit u = ResolveUnit(deps.options->unit, rq.retention, rq.R,
+                                      RowsPerUnit(SelectionUnit{Granularity::kPage}, row_bytes));
   std::vector<uint32_t>& groups = rq.unit_groups;
   if (u.granularity == Granularity::kToken || groups.size() == rq.R) return groups;
   switch (u.granularity) {
@@ -35,7 +37,7 @@ const std::vector<uint32_t>& RowGroups(const SourceDeps& deps, Request& rq) {
     case Granularity::kBlock: {
       // A page of a chunk's own record holds consecutive tokens (chunks
       // start on page boundaries); a block is any run of tokens.
-      const size_t per = RowsPerUnit(u, deps.reader->geometry().row_bytes);
+      const size_t per = RowsPerUnit(u, row_bytes);
       groups.resize(rq.R);
       for (size_t j = 0; j < rq.R; ++j) groups[j] = static_cast<uint32_t>(j / per);
       break;

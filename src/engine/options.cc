@@ -61,14 +61,21 @@ std::string SelectionUnitName(SelectionUnit u) {
   return "?";
 }
 
-SelectionUnit ResolveUnit(SelectionUnit u, double retention) {
+SelectionUnit ResolveUnit(SelectionUnit u, double retention, size_t reused_rows, size_t page_rows) {
   if (u.granularity != Granularity::kAuto) return u;
   // At retention 0.25 blocks of 64 tokens agree with recompute as well as
-  // pages (top-1 0.927 / 0.925) and are read in a third fewer, larger I/Os
-  // (TTFT 0.65× as-like's against 0.82× mostly on disk); at 0.5 they lose
-  // 0.7 points to pages (0.949 / 0.956). docs/systems.md, "Selection units".
-  if (retention <= kAutoBlockRetention) return SelectionUnit{Granularity::kBlock, kAutoBlockTokens};
-  return SelectionUnit{Granularity::kPage};
+  // pages (top-1 0.927 / 0.925 on 2,700-token prefixes) and are read in
+  // fewer, larger I/Os (TTFT 0.68× as-like's against 0.82× mostly on disk);
+  // at 0.5 they lose 0.7 points to pages (0.949 / 0.956). docs/systems.md,
+  // "Selection units". A layer keeps at most one unit more than asked: on a
+  // short prefix smaller blocks keep that within an eighth.
+  const SelectionUnit page{Granularity::kPage};
+  if (retention > kAutoBlockRetention) return page;
+  const double keep = retention * static_cast<double>(reused_rows);
+  uint32_t b = kAutoBlockTokens;
+  while (b > page_rows && keep < static_cast<double>(kAutoMinUnits) * b) b /= 2;
+  if (b <= page_rows) return page;
+  return SelectionUnit{Granularity::kBlock, b};
 }
 
 size_t RowsPerUnit(const SelectionUnit& u, uint32_t row_bytes) {
