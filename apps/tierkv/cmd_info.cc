@@ -8,6 +8,7 @@
 #include "tierkv/chat.h"
 #include "tierkv/commands.h"
 #include "tierkv/engine.h"
+#include "tierkv/hex.h"
 #include "tierkv/process.h"
 
 namespace tierkv::app {
@@ -55,9 +56,7 @@ nlohmann::json Describe(const ModelAndTokenizer& m, const ModelFileInfo& file, u
   engine::EngineOptions o;
   o.chunk_tokens = chunk_tokens;
   o.tokenizer_hash = TokenizerHash(tokenizer_flag);
-  char fp[24];
-  std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(engine::StoreFingerprint(*m.model, o)));
-  j["fingerprint"] = {{"value", fp}, {"chunk_tokens", chunk_tokens}};
+  j["fingerprint"] = {{"value", Hex64(engine::StoreFingerprint(*m.model, o))}, {"chunk_tokens", chunk_tokens}};
   const ResidentSize rs = ReadResidentSize();
   j["resident_bytes"] = {{"after_load", rs.current}, {"peak", rs.peak}, {"weights", "fp32 (quantized types dequantized at load)"}};
   return j;

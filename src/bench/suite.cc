@@ -16,6 +16,7 @@
 #include "tierkv/filesystem.h"
 #include "tierkv/harness.h"
 #include "tierkv/task_workload.h"
+#include "tierkv/hex.h"
 
 namespace tierkv::bench {
 
@@ -188,18 +189,12 @@ struct Workload {
   std::string digest;
 };
 
-std::string Hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 Result<Workload> LoadWorkload(const std::string& path, const Tokenizer& tok, const Model& model) {
   Workload w;
   w.name = Stem(path);
   ASSIGN_OR_RETURN(w.requests, ReadTaskWorkload(path, tok, static_cast<size_t>(model.config().context_length)));
   ASSIGN_OR_RETURN(const std::string bytes, ReadFileToString(FileSystem::Default(), path));
-  w.digest = Hex(XXH3_64bits(bytes.data(), bytes.size()));
+  w.digest = Hex64(XXH3_64bits(bytes.data(), bytes.size()));
   size_t prefix = 0, choices = 0;
   for (const TaskRequest& r : w.requests) {
     prefix += r.prefix.size();
@@ -213,7 +208,7 @@ Result<Workload> LoadWorkload(const std::string& path, const Tokenizer& tok, con
 
 // What must be equal for a kept run to belong to this suite.
 json Identity(const json& out, const Model& model, const std::vector<Workload>& loads, const json& extra) {
-  json id = {{"suite", out["suite"]}, {"settings", out["settings"]}, {"model", Hex(model.content_hash())},
+  json id = {{"suite", out["suite"]}, {"settings", out["settings"]}, {"model", Hex64(model.content_hash())},
              {"flags", extra}};
   for (const Workload& w : loads) id["workloads"].push_back({{"name", w.name}, {"xxh3", w.digest}});
   return id;

@@ -8,6 +8,7 @@
 
 #include "store/format.h"
 #include "store/io_model.h"
+#include "tierkv/hex.h"
 
 namespace tierkv::store {
 namespace {
@@ -20,12 +21,6 @@ bool IsOwnerFile(const StoreOptions& o, const std::string& name) {
 }
 
 constexpr const char* kStoreMagic = "tierkv-store";
-
-std::string Hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
-  return buf;
-}
 
 }  // namespace
 
@@ -46,7 +41,7 @@ namespace {
 std::string StoreIdentity(const StoreOptions& o) {
   std::ostringstream s;
   s << kStoreMagic << " " << kFormatVersion << "\n"
-    << "fingerprint " << Hex(o.fingerprint) << "\n"
+    << "fingerprint " << Hex64(o.fingerprint) << "\n"
     << "chunk_tokens " << o.chunk_tokens << "\n"
     << "layers " << o.layers << "\n"
     << "row_bytes " << o.row_bytes << "\n"
@@ -207,9 +202,9 @@ Status CheckIdentity(const StoreOptions& o, const std::string& text) {
   if (text.compare(0, std::strlen(kStoreMagic), kStoreMagic) != 0) {
     return Status::InvalidArgument(path + ": not a tierkv store identity file");
   }
-  if (ValueOf(text, "fingerprint") != Hex(o.fingerprint)) {
+  if (ValueOf(text, "fingerprint") != Hex64(o.fingerprint)) {
     return Status::InvalidArgument("cache directory " + o.dir + " belongs to another model (fingerprint " +
-                                   ValueOf(text, "fingerprint") + ", this model " + Hex(o.fingerprint) +
+                                   ValueOf(text, "fingerprint") + ", this model " + Hex64(o.fingerprint) +
                                    "); use another cache directory");
   }
   if (IdentityPart(text) != StoreIdentity(o)) {
