@@ -19,7 +19,9 @@ void AddBenchEngine(CLI::App& app, Action* run) {
   CLI::App* sub = app.add_subcommand(
       "bench-engine",
       "Prefill throughput and GFLOP/s of the model's matrix work next to the BLAS sgemm peak "
-      "measured in the same run");
+      "measured in the same run, the side kernels' (attention over stored rows, scoring) share of "
+      "that peak, and the resident size before and after loading; with --llamacpp, llama.cpp's "
+      "prefill and resident size beside ours");
   sub->add_option("--model", a->model,
                   "Model file; without it, random weights of --shape are used");
   sub->add_option("--shape", a->shape,
