@@ -68,7 +68,7 @@ fuzz:
 
 # tierkv bench on workloads generated from $(SHARED)/data (docs/bench.md):
 # bench-quick is CI's suite (minutes; report in build/bench-quick),
-# bench-paper the papers' experiments (under an hour here; resumable; report in docs/results).
+# bench-paper the papers' experiments (about an hour here; resumable; report in docs/results).
 BENCH_WORKLOADS = $(foreach w,fewshot docqa chat,--workload build/workloads/$(1)/$(w).jsonl)
 bench-quick: build
 	python3 tools/prompts/make_tasks.py suite --size quick --out build/workloads/quick --shared $(SHARED)
