@@ -8,11 +8,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <future>
 #include <thread>
 
 #include "engine/model_fixture.h"
+#include "store/kv_fixture.h"
 #include "tierkv/engine.h"
 #include "tierkv/server.h"
 
@@ -24,24 +24,17 @@ using namespace std::chrono_literals;
 class ServerLifecycleTest : public engine::DefaultModelTest {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tierkv-lifecycle-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
     auto tok = LoadTokenizerFor(*model_, "");
     ASSERT_TRUE(tok.ok());
     tok_ = std::move(tok).value();
     engine::EngineOptions o;
-    o.cache_dir = dir_.string();
+    o.cache_dir = dir_.path();
     o.calibrate_io = false;
     auto e = engine::Engine::Open(*model_, o);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e).value();
   }
-  void TearDown() override {
-    engine_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { engine_.reset(); }  // the store closes before dir_ goes
 
   std::unique_ptr<Server> NewBoundServer() {
     ServerOptions so;
@@ -77,7 +70,7 @@ class ServerLifecycleTest : public engine::DefaultModelTest {
     EXPECT_TRUE(s.ok()) << "round " << round << ": " << s.ToString();
   }
 
-  std::filesystem::path dir_;
+  store::testing::TempDir dir_;
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<engine::Engine> engine_;
 };
