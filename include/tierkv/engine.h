@@ -105,9 +105,9 @@ struct SelectionUnit {
 inline constexpr double kAutoBlockRetention = 0.25;
 inline constexpr uint32_t kAutoBlockTokens = 64;
 inline constexpr uint32_t kAutoMinUnits = 8;
-// The unit a request at `retention` over `reused_rows` rows selects by, on
-// a model whose 4 KiB page holds `page_rows` rows: u itself unless auto.
-SelectionUnit ResolveUnit(SelectionUnit u, double retention, size_t reused_rows, size_t page_rows);
+// The unit a request at `retention` over `reused_rows` rows of `row_bytes`
+// each selects by: u itself unless auto.
+SelectionUnit ResolveUnit(SelectionUnit u, double retention, size_t reused_rows, uint32_t row_bytes);
 // "token", "page", "block:N" or "auto".
 std::string SelectionUnitName(SelectionUnit u);
 // InvalidArgument naming the accepted forms (N in 1..4096).

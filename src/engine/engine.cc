@@ -95,9 +95,9 @@ Status Engine::Impl::OpenStore() {
                                  opts.remote,
                                  remote::RemoteGeometry{fingerprint, so.layers, row_bytes, opts.chunk_tokens,
                                                         store::KvDtype::kF16,
-                                                        static_cast<uint32_t>(RowsPerUnit(ResolveUnit(opts.unit, opts.retention, SIZE_MAX,
-                                                                                     RowsPerUnit(SelectionUnit{Granularity::kPage}, row_bytes)),
-                                                                         row_bytes))},
+                                                        static_cast<uint32_t>(RowsPerUnit(
+                                                            ResolveUnit(opts.unit, opts.retention, SIZE_MAX, row_bytes),
+                                                            row_bytes))},
                                  store.get()));
   }
   cache::CacheOptions co;

@@ -61,7 +61,7 @@ std::string SelectionUnitName(SelectionUnit u) {
   return "?";
 }
 
-SelectionUnit ResolveUnit(SelectionUnit u, double retention, size_t reused_rows, size_t page_rows) {
+SelectionUnit ResolveUnit(SelectionUnit u, double retention, size_t reused_rows, uint32_t row_bytes) {
   if (u.granularity != Granularity::kAuto) return u;
   // At retention 0.25 blocks of 64 tokens agree with recompute as well as
   // pages (top-1 0.927 / 0.925 on 2,700-token prefixes) and are read in
@@ -71,6 +71,7 @@ SelectionUnit ResolveUnit(SelectionUnit u, double retention, size_t reused_rows,
   // short prefix smaller blocks keep that within an eighth.
   const SelectionUnit page{Granularity::kPage};
   if (retention > kAutoBlockRetention) return page;
+  const size_t page_rows = RowsPerUnit(page, row_bytes);
   const double keep = retention * static_cast<double>(reused_rows);
   uint32_t b = kAutoBlockTokens;
   while (b > page_rows && keep < static_cast<double>(kAutoMinUnits) * b) b /= 2;

@@ -387,14 +387,13 @@ void Server::Shutdown() {
   {
     MutexLock l(&im.listen_mu);
     im.stop_asked = true;
-    // Not entered yet: Run sees stop_asked and returns. Done: nothing to stop.
-    if (im.listen != Impl::Listen::kEntered) return;
   }
-  // Run is in, or about to enter, httplib's loop: stop it once it is there.
+  // While Run is in, or about to enter, httplib's loop: stop it once it is
+  // there. Not entered: Run sees stop_asked and returns. Done: nothing to stop.
   for (;;) {
     {
       MutexLock l(&im.listen_mu);
-      if (im.listen == Impl::Listen::kDone) return;
+      if (im.listen != Impl::Listen::kEntered) return;
     }
     if (im.http.is_running()) {
       im.http.stop();

@@ -104,17 +104,17 @@ TEST(EngineOptionsTest, NamesParseAndBadOnesNameTheField) {
     EXPECT_THAT(ParseSelectionUnit(bad).status(), StatusIs(StatusCode::kInvalidArgument, "block:N")) << bad;
   }
   // auto: at retention 0.25 and below, blocks of up to 64 tokens while a
-  // layer keeps 8 of them (8 rows per page here), pages above 0.25 or when
+  // layer keeps 8 of them (512-byte rows: 8 per page), pages above 0.25 or when
   // blocks would be no larger; the others are themselves anywhere.
   const SelectionUnit automatic{Granularity::kAuto};
   EXPECT_EQ(EngineOptions{}.unit, automatic);
-  EXPECT_EQ(ResolveUnit(automatic, 0.25, 2560, 8), (SelectionUnit{Granularity::kBlock, 64}));  // keeps 640
-  EXPECT_EQ(ResolveUnit(automatic, 0.1, 2560, 8), (SelectionUnit{Granularity::kBlock, 32}));   // keeps 256
-  EXPECT_EQ(ResolveUnit(automatic, 0.25, 640, 8), (SelectionUnit{Granularity::kBlock, 16}));   // keeps 160
-  EXPECT_EQ(ResolveUnit(automatic, 0.25, 320, 8), SelectionUnit{Granularity::kPage});          // keeps 80
-  EXPECT_EQ(ResolveUnit(automatic, 0.25, 2560, 64), SelectionUnit{Granularity::kPage});        // 64 rows a page
-  EXPECT_EQ(ResolveUnit(automatic, 0.5, 2560, 8), SelectionUnit{Granularity::kPage});
-  EXPECT_EQ(ResolveUnit(SelectionUnit{Granularity::kToken}, 0.1, 2560, 8), SelectionUnit{Granularity::kToken});
+  EXPECT_EQ(ResolveUnit(automatic, 0.25, 2560, 512), (SelectionUnit{Granularity::kBlock, 64}));  // keeps 640
+  EXPECT_EQ(ResolveUnit(automatic, 0.1, 2560, 512), (SelectionUnit{Granularity::kBlock, 32}));   // keeps 256
+  EXPECT_EQ(ResolveUnit(automatic, 0.25, 640, 512), (SelectionUnit{Granularity::kBlock, 16}));   // keeps 160
+  EXPECT_EQ(ResolveUnit(automatic, 0.25, 320, 512), SelectionUnit{Granularity::kPage});          // keeps 80
+  EXPECT_EQ(ResolveUnit(automatic, 0.25, 2560, 64), SelectionUnit{Granularity::kPage});        // 64-byte rows: 64 a page
+  EXPECT_EQ(ResolveUnit(automatic, 0.5, 2560, 512), SelectionUnit{Granularity::kPage});
+  EXPECT_EQ(ResolveUnit(SelectionUnit{Granularity::kToken}, 0.1, 2560, 512), SelectionUnit{Granularity::kToken});
   o.unit = SelectionUnit{Granularity::kBlock, 0};
   EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "block_tokens"));
   for (StoreOrder so : {StoreOrder::kSystem, StoreOrder::kOn, StoreOrder::kOff}) {
