@@ -80,8 +80,9 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   AddParsedOption(sub, "--aggregation", &f->aggregation, engine::ParseAggregation,
                   "How the probe heads' sets combine: sum (default) or vote", "sum or vote");
   AddParsedOption(sub, "--granularity", &f->unit, engine::ParseSelectionUnit,
-                  "Selective systems choose or skip as one: auto (the default: block:64 at "
-                  "retention 0.25 or below, page above), page (the consecutive tokens whose rows "
+                  "Selective systems choose or skip as one: auto (the default: blocks of up to 64 "
+                  "tokens at retention 0.25 or below, smaller while a layer would keep fewer than 8, "
+                  "page above), page (the consecutive tokens whose rows "
                   "share a 4 KiB page of a chunk's record, 8 for the default model), token "
                   "(single rows) or block:N (N consecutive tokens)",
                   "auto, token, page or block:N");
