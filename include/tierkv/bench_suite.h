@@ -65,6 +65,12 @@ Result<nlohmann::json> RunSuite(const Model& model, const Tokenizer& tok, const 
 // it). A file that is not such JSON is an error naming it.
 Result<nlohmann::json> ReadUnfinishedResults(const std::string& dir);
 
+// The scratch directory name of one run (its tag, `experiment-workload` or
+// `experiment-workload-setting`): characters other than letters, digits,
+// '.', '_' and '-' become '_', so that a setting such as "2%/5%" or a
+// workload file's stem is one path component.
+std::string RunDirName(std::string_view tag);
+
 // Reads a result of tools/llamacpp/runner.mjs bench; InvalidArgument naming
 // the missing or mistyped field.
 Result<nlohmann::json> ReadLlamaCppResults(const std::string& path);

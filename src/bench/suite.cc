@@ -3,6 +3,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -158,7 +159,7 @@ Result<json> RunOne(const Model& model, const std::vector<TaskRequest>& reqs, co
   h.systems = e.systems;
   h.base = o.base;
   h.base.retention = o.retention;
-  h.base.cache_dir = o.base.cache_dir + "/" + tag;
+  h.base.cache_dir = o.base.cache_dir + "/" + RunDirName(tag);
   h.device_share = o.device_share;
   h.host_share = o.host_share;
   h.warmup = o.warmup;
@@ -280,6 +281,15 @@ std::vector<Planned> Plan(const std::vector<Experiment>& exps, size_t workloads)
 }
 
 }  // namespace
+
+std::string RunDirName(std::string_view tag) {
+  std::string out(tag);
+  for (char& ch : out) {
+    const bool keep = std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+    if (!keep) ch = '_';
+  }
+  return out;
+}
 
 std::string_view SuiteName(Suite s) {
   switch (s) {

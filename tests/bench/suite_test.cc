@@ -154,5 +154,14 @@ TEST_F(SuiteTest, ResultsThatAreNotAnUnfinishedSuiteAreAnErrorNamingTheFile) {
   EXPECT_TRUE(none->is_null());
 }
 
+// The paper suite's `disk` setting is "2%/5%": as a directory name it was
+// two levels, and the run failed to create its store.
+TEST(RunDirNameTest, ASettingOrWorkloadNameIsOnePathComponent) {
+  EXPECT_EQ(RunDirName("disk-fewshot-2%/5%"), "disk-fewshot-2__5_");
+  EXPECT_EQ(RunDirName("pool-my docs-0.02"), "pool-my_docs-0.02");
+  EXPECT_EQ(RunDirName("systems-chat"), "systems-chat");
+  EXPECT_EQ(std::filesystem::path(RunDirName("a/../b")).filename().string(), RunDirName("a/../b"));
+}
+
 }  // namespace
 }  // namespace tierkv::bench
