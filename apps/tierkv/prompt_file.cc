@@ -120,6 +120,11 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
                   "slower here, docs/systems.md)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  AddParsedOption(sub, "--spec-predictor", &f->spec_predictor, engine::ParseSpecPredictor,
+                  "spec: how layer l+1's rows are predicted while layer l computes: set (layer l's "
+                  "own set, as SPEC publishes; the default) or queries (layer l+1's probe heads "
+                  "scored with the queries it would compute from layer l's input)",
+                  "set or queries");
   sub->add_flag("--exact-store", f->exact_store,
                 "Selective systems: store NR's K/V computed again over all of R (after the first "
                 "token) instead of over the rows they selected");
@@ -141,6 +146,7 @@ engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string&
   o.maintain_interval_ms = f.maintain_interval_ms;
   o.exact_store = f.exact_store;
   o.spec_min_recall = f.spec_min_recall;
+  o.spec_predictor = f.spec_predictor;
   o.unit = f.unit;
   o.store_order = f.store_order;
   o.merge_read_gaps = f.read_planner == "model";

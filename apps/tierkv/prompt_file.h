@@ -64,6 +64,7 @@ struct EngineFlags {
   uint32_t maintain_interval_ms = 0;
   bool exact_store = false;
   double spec_min_recall = 0.9;
+  engine::SpecPredictor spec_predictor = engine::SpecPredictor::kLayerSet;
   engine::SelectionUnit unit;
   engine::StoreOrder store_order = engine::StoreOrder::kOff;
   std::string read_planner = "pages";

@@ -118,6 +118,17 @@ enum class StoreOrder { kSystem, kOn, kOff };
 std::string_view StoreOrderName(StoreOrder o);
 Result<StoreOrder> ParseStoreOrder(std::string_view name);
 
+// spec: how layer l+1's rows are predicted while layer l computes.
+// kLayerSet: layer l's own set (SPEC IV-C). kQueries: layer l+1's probe
+// heads decide over its probe keys (read at the request's start) with the
+// queries layer l+1 would compute from layer l's input: its norm and
+// projections applied to the residual stream one layer early, which
+// changes little from one layer to the next (as InfiniGen observes).
+enum class SpecPredictor { kLayerSet, kQueries };
+// "set" or "queries".
+std::string_view SpecPredictorName(SpecPredictor p);
+Result<SpecPredictor> ParseSpecPredictor(std::string_view name);
+
 struct EngineOptions {
   System system = System::kAsLike;
   double retention = 1.0;          // share of R's rows used per layer (selective systems)
@@ -157,6 +168,7 @@ struct EngineOptions {
   // ahead made cold requests slower (docs/systems.md, "Read efficiency,
   // part 2"); layers that predict better still are read ahead.
   double spec_min_recall = 0.9;
+  SpecPredictor spec_predictor = SpecPredictor::kLayerSet;
   // Whether stored rows are written once more in the storing request's
   // importance order (twice the bytes written), so that a store is packed
   // before any maintenance round: kSystem for the systems whose row says so

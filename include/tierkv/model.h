@@ -92,6 +92,10 @@ struct LayerView {
   const float* k = nullptr;
   const float* v = nullptr;
   size_t kv_stride = 0;
+  // Row i of the residual stream at the layer's input (before its attention
+  // norm): x + i*x_stride (dim floats). Null where the caller has none.
+  const float* x = nullptr;
+  size_t x_stride = 0;
 };
 
 // Prefix rows for one layer: either empty (no prefix) or one KvRows per KV head.
@@ -189,6 +193,17 @@ class Model {
   // new rows. Results in order, as Prefill gives each to rounding. Any
   // item's error fails the batch (nothing is returned).
   virtual Result<std::vector<PrefillResult>> PrefillBatch(std::span<const BatchItem> items) const = 0;
+
+  // Layer `layer`'s queries and keys of its first `kv_heads` KV heads (and
+  // their query groups) for n residual-stream rows x (x_stride floats
+  // apart) at positions start_pos.., as the layer would compute them from
+  // that input: its attention norm, projection, biases and RoPE. q gets n ×
+  // (kv_heads × group × head_dim) floats, k n × (kv_heads × head_dim). What
+  // a prediction of a later layer's attention needs (spec's query
+  // predictor: layer l's input stands in for layer l+1's). On the calling
+  // thread. InvalidArgument for a layer, head count or position out of range.
+  virtual Status ProjectQk(int layer, const float* x, size_t x_stride, int n, int start_pos,
+                           int kv_heads, std::vector<float>* q, std::vector<float>* k) const = 0;
 };
 
 }  // namespace tierkv

@@ -116,7 +116,7 @@ void Engine::Impl::StartParts() {
     probe_profile->Load();
   }
   source = MakeLayerSource(
-      SourceDeps{&c, &opts, &row, reader.get(), &queue, store.get(), probe_profile.get()});
+      SourceDeps{&c, &opts, &row, reader.get(), &queue, store.get(), probe_profile.get(), &model});
   writer = std::make_unique<PromptWriter>(model, store.get(), reader.get(), row.selective(),
                                           opts.exact_store);
   if (row.retention == RetentionFrom::kProfile) {

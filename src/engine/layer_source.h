@@ -33,6 +33,7 @@ struct SourceDeps {
   LoadQueue* queue = nullptr;
   store::ChunkStore* store = nullptr;
   const ProbeProfile* probe_profile = nullptr;  // alpha_auto: the fitted thresholds
+  const Model* model = nullptr;                 // spec's query predictor projects with it
 };
 
 // Submits one read per layer to the load thread, each into into[layer]:

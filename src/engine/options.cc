@@ -121,6 +121,21 @@ Result<StoreOrder> ParseStoreOrder(std::string_view name) {
   return Status::InvalidArgument("store order '" + std::string(name) + "' (known: system, on, off)");
 }
 
+std::string_view SpecPredictorName(SpecPredictor p) {
+  switch (p) {
+    case SpecPredictor::kLayerSet: return "set";
+    case SpecPredictor::kQueries: return "queries";
+  }
+  return "?";
+}
+
+Result<SpecPredictor> ParseSpecPredictor(std::string_view name) {
+  for (SpecPredictor p : {SpecPredictor::kLayerSet, SpecPredictor::kQueries}) {
+    if (name == SpecPredictorName(p)) return p;
+  }
+  return Status::InvalidArgument("spec predictor '" + std::string(name) + "' (known: set, queries)");
+}
+
 Status EngineOptions::Validate() const {
   RETURN_IF_ERROR(remote.Validate());
   if (unit.granularity == Granularity::kBlock && (unit.block_tokens < 1 || unit.block_tokens > 4096)) {

@@ -52,6 +52,21 @@ void ProbeSource::Finish(Request& rq, const RequestStats& stats) {
   }
 }
 
+select::ProbeDecision ProbeSource::Decide(Request& rq, const LayerView& view, const std::string& keys) const {
+  const ModelConfig& c = *d_.config;
+  const int P = select::ProbeHeads(c.n_kv_heads);
+  const std::vector<std::vector<float>> scores =
+      AllHeadScores(view, c, P, reinterpret_cast<const uint16_t*>(keys.data()),
+                    static_cast<size_t>(P) * c.head_dim(), rq.R);
+  // IMPRESS's j^alpha unless a fitted profile says otherwise (fitted at
+  // the engine's retention: a request with its own decides by j^alpha).
+  const double fitted = d_.probe_profile && !rq.own_retention ? d_.probe_profile->Threshold(view.layer) : -1;
+  select::IdentifyOptions io = identify_;
+  io.retention = rq.retention;
+  // The probes decide per row; the shared set is taken in whole selection units.
+  return select::DecideWithProbes(scores, io, fitted, RowGroups(d_, rq));
+}
+
 Result<select::ProbeDecision> ProbeSource::Identify(Request& rq, LayerWork& work) {
   const ModelConfig& c = *d_.config;
   const int layer = work.view.layer;
@@ -63,17 +78,7 @@ Result<select::ProbeDecision> ProbeSource::Identify(Request& rq, LayerWork& work
   } else {
     RETURN_IF_ERROR(work.Timed([&] { return d_.reader->ReadProbes(*rq.m, rq.R, layer, &own, &work.io); }));
   }
-  const int P = select::ProbeHeads(c.n_kv_heads);
-  const std::vector<std::vector<float>> scores =
-      AllHeadScores(work.view, c, P, reinterpret_cast<const uint16_t*>(keys->data()),
-                    static_cast<size_t>(P) * c.head_dim(), rq.R);
-  // IMPRESS's j^alpha unless a fitted profile says otherwise (fitted at
-  // the engine's retention: a request with its own decides by j^alpha).
-  const double fitted = d_.probe_profile && !rq.own_retention ? d_.probe_profile->Threshold(layer) : -1;
-  select::IdentifyOptions io = identify_;
-  io.retention = rq.retention;
-  // The probes decide per row; the shared set is taken in whole selection units.
-  select::ProbeDecision d = select::DecideWithProbes(scores, io, fitted, RowGroups(d_, rq));
+  select::ProbeDecision d = Decide(rq, work.view, *keys);
   work.trace->fallback = !d.use_probes;
   if (!d.use_probes) {
     ++rq.fallbacks;

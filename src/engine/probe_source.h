@@ -27,6 +27,10 @@ class ProbeSource : public SelectiveSource {
   // on agreement the shared set is reported as importance (if the row
   // says), on disagreement the request's fallbacks count it.
   Result<select::ProbeDecision> Identify(Request& rq, LayerWork& work);
+  // The decision itself: `view`'s queries (of layer view.layer) scored
+  // against the layer's probe keys `keys` (R rows of the probe heads, fp16).
+  // No side effects: spec's query predictor decides for a layer ahead with it.
+  select::ProbeDecision Decide(Request& rq, const LayerView& view, const std::string& keys) const;
   // Reads the shared set's rows (those in `given` from there) and hands
   // them to the attention.
   Status ReadShared(Request& rq, LayerWork& work, const std::vector<int32_t>& shared,

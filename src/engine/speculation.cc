@@ -41,36 +41,66 @@ Status SpeculatingSource::UseShared(Request& rq, LayerWork& work, const std::vec
                                     LayerPrefix* prefix) {
   const int layer = work.view.layer;
   const std::shared_ptr<Fetch> pre = rq.prefetch[layer];
-  bool read_ahead = false;
-  if (layer + 1 < d_.config->n_layers) {
+  if (!pre) return probes_.ReadShared(rq, work, shared, nullptr, prefix);
+  // Rows the prediction got right come from the read ahead; the others are
+  // read beside it (`pre->rows` is fixed when it is issued). The rows it
+  // used enter the pools with this read.
+  Supplied given;
+  given.rows = pre->rows;
+  given.k = &pre->k;
+  given.v = &pre->v;
+  given.ready = [&] { return rq.Use(*pre); };  // inside ReadShared's timed read
+  RETURN_IF_ERROR(probes_.ReadShared(rq, work, shared, &given, prefix));
+  work.trace->completed_ms = pre->completed_ms;
+  return Status::Ok();
+}
+
+Result<std::vector<int32_t>> SpeculatingSource::FromQueries(Request& rq, LayerWork& work) {
+  const LayerView& v = work.view;
+  const int next = v.layer + 1;
+  const std::shared_ptr<Fetch>& keys = rq.probe_fetch[next];
+  if (!keys || !v.x || !d_.model) return std::vector<int32_t>{};
+  // Read at the start with every layer's; counted when layer l+1 uses them,
+  // and a failed read is layer l+1's to report: no prediction here.
+  if (!Await(*keys, &work.io_ms).ok()) return std::vector<int32_t>{};
+  const ModelConfig& c = *d_.config;
+  const int P = select::ProbeHeads(c.n_kv_heads);
+  std::vector<float> q, k;
+  RETURN_IF_ERROR(d_.model->ProjectQk(next, v.x, v.x_stride, v.n_new, v.start_pos, P, &q, &k));
+  const size_t kw = static_cast<size_t>(P) * c.head_dim(), qw = kw * c.group();
+  // The new rows' own keys stand in for their values: scoring reads no values.
+  const LayerView ahead{next, v.n_new, v.start_pos, q.data(), qw, k.data(), k.data(), kw};
+  select::ProbeDecision d = probes_.Decide(rq, ahead, keys->probe_keys);
+  if (!d.use_probes) return std::vector<int32_t>{};
+  return std::move(d.selected);
+}
+
+Status SpeculatingSource::PredictNext(Request& rq, LayerWork& work, const std::vector<int32_t>* shared) {
+  const int next = work.view.layer + 1;
+  if (next >= d_.config->n_layers) return Status::Ok();
+  std::vector<int32_t> predicted;
+  if (d_.options->spec_predictor == SpecPredictor::kQueries) {
+    // Counted as identification: it is the next layer's, made early.
+    const auto a = Clock::now();
+    const double waited = work.io_ms;
+    ASSIGN_OR_RETURN(predicted, FromQueries(rq, work));
+    rq.identify_ms += Ms(a, Clock::now()) - (work.io_ms - waited);
+  } else if (shared) {
     // Only after a layer whose probes agreed: a layer that fell back is
     // usually followed by another, which reads all keys anyway (measured:
     // reading ahead there doubled the bytes read).
-    rq.predicted[layer + 1] = shared;
-    read_ahead = rq.speculate[layer + 1];
+    predicted = *shared;
   }
-  if (pre) {
-    // Rows the prediction got right come from the read ahead; the others are
-    // read beside it (`pre->rows` is fixed when it is issued). The rows it
-    // used enter the pools with this read.
-    Supplied given;
-    given.rows = pre->rows;
-    given.k = &pre->k;
-    given.v = &pre->v;
-    given.ready = [&] { return rq.Use(*pre); };  // inside ReadShared's timed read
-    RETURN_IF_ERROR(probes_.ReadShared(rq, work, shared, &given, prefix));
-    work.trace->completed_ms = pre->completed_ms;
-  } else {
-    RETURN_IF_ERROR(probes_.ReadShared(rq, work, shared, nullptr, prefix));
-  }
+  if (predicted.empty()) return Status::Ok();
   // The read ahead starts once this layer has its own rows: the disk is then
   // idle while the layer computes, and it does not lengthen this layer's read.
   // Rows the pools hold are left to the next layer's own read (a copy on the
   // compute thread): handing them to the load thread only adds a wait.
-  if (read_ahead) {
-    std::vector<int32_t> rows = d_.reader->NotPooled(*rq.m, layer + 1, shared);
-    if (!rows.empty()) ReadAhead(rq, layer + 1, std::move(rows));
+  if (rq.speculate[next]) {
+    std::vector<int32_t> rows = d_.reader->NotPooled(*rq.m, next, predicted);
+    if (!rows.empty()) ReadAhead(rq, next, std::move(rows));
   }
+  rq.predicted[next] = std::move(predicted);
   return Status::Ok();
 }
 
@@ -86,12 +116,14 @@ Status SpeculatingSource::SupplyLayer(Request& rq, LayerWork& work, LayerPrefix*
   if (d.use_probes) {
     RETURN_IF_ERROR(UseShared(rq, work, d.selected, prefix));
     selected = std::move(d.selected);
+    RETURN_IF_ERROR(PredictNext(rq, work, &selected));
   } else {
     if (pre) {
       // Read for nothing; still counted.
       RETURN_IF_ERROR(rq.Use(*pre, &work.io_ms));
     }
     RETURN_IF_ERROR(probes_.Fallback(rq, work, prefix, &selected));
+    RETURN_IF_ERROR(PredictNext(rq, work, nullptr));
   }
   if (!rq.predicted[layer].empty()) work.trace->recall = select::Recall(rq.predicted[layer], selected);
   return Status::Ok();

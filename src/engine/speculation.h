@@ -1,11 +1,13 @@
-// SPEC's speculation around the probe heads: adjacent layers attend to much
-// the same rows, so right after layer l's identification (when its probes
-// agreed) layer l's set is read for layer l+1 on the load thread, once layer
-// l has its own rows, while layer l computes. Layer l+1 reads only what the
-// prediction missed, beside the read ahead, and waits for the longer of the
-// two. A layer is read ahead only while its prediction's recall (a moving
-// average over requests, measured whether or not it was read ahead) holds
-// at least spec_min_recall.
+// SPEC's speculation around the probe heads: once layer l has its own rows,
+// a prediction of layer l+1's set is read on the load thread while layer l
+// computes. Layer l+1 reads only what the prediction missed, beside the
+// read ahead, and waits for the longer of the two. The prediction
+// (EngineOptions::spec_predictor): layer l's set when its probes agreed
+// (adjacent layers attend to much the same rows, SPEC IV-C), or layer
+// l+1's own probe decision made with the queries it would compute from
+// layer l's input. A layer is read ahead only while its prediction's
+// recall (a moving average over requests, measured whether or not it was
+// read ahead) holds at least spec_min_recall.
 #pragma once
 
 #include <vector>
@@ -34,6 +36,13 @@ class SpeculatingSource : public SelectiveSource {
   void ReadAhead(Request& rq, int layer, std::vector<int32_t> rows);
   Status UseShared(Request& rq, LayerWork& work, const std::vector<int32_t>& shared,
                    LayerPrefix* prefix);
+  // After layer l has its own rows: predicts layer l+1's (`shared`: layer
+  // l's set when its probes agreed, else null) and reads them ahead when the
+  // layer's recall allows.
+  Status PredictNext(Request& rq, LayerWork& work, const std::vector<int32_t>* shared);
+  // The query predictor's set for layer l+1 (empty when it predicts a
+  // fallback or has no input rows or probe keys to work with).
+  Result<std::vector<int32_t>> FromQueries(Request& rq, LayerWork& work);
 
   SourceDeps d_;
   ProbeSource probes_;

@@ -120,6 +120,8 @@ class Transformer final : public Model {
   Result<PrefillResult> Prefill(std::span<const int32_t> tokens,
                                 const PrefillOptions& opt) const override;
   Result<std::vector<PrefillResult>> PrefillBatch(std::span<const BatchItem> items) const override;
+  Status ProjectQk(int layer, const float* x, size_t x_stride, int n, int start_pos, int kv_heads,
+                   std::vector<float>* q, std::vector<float>* k) const override;
 
  private:
   // One sequence of a forward pass: its rows of the batch and its result.
@@ -309,7 +311,8 @@ Status Transformer::AttentionBlock(int l, Batch& b, std::vector<Part>& parts) co
     if (part.opt->before_attention) {
       float* q = b.qkv.data() + static_cast<size_t>(part.row0) * qkv_w;
       LayerView view{l, part.T, part.opt->start_pos, q, static_cast<size_t>(qkv_w), q + dim,
-                     q + dim + c.kv_dim(), static_cast<size_t>(qkv_w)};
+                     q + dim + c.kv_dim(), static_cast<size_t>(qkv_w),
+                     b.x.data() + static_cast<size_t>(part.row0) * dim, static_cast<size_t>(dim)};
       RETURN_IF_ERROR(part.opt->before_attention(view, &part.prefix));
       RETURN_IF_ERROR(CheckPrefix(part.prefix, l, part.opt->start_pos));
     }
@@ -318,6 +321,43 @@ Status Transformer::AttentionBlock(int l, Batch& b, std::vector<Part>& parts) co
   // x += att · Wo^T
   kernels::ParallelMatMulNT(pool, b.rows, dim, dim, 1.0f, b.att.data(), dim, L.wo.data(), dim, 1.0f,
                             b.x.data(), dim);
+  return Status::Ok();
+}
+
+Status Transformer::ProjectQk(int layer, const float* x, size_t x_stride, int n, int start_pos,
+                              int kv_heads, std::vector<float>* q, std::vector<float>* k) const {
+  const ModelConfig& c = config_;
+  if (layer < 0 || layer >= c.n_layers) {
+    return Status::InvalidArgument("ProjectQk: layer " + std::to_string(layer) + " of " + std::to_string(c.n_layers));
+  }
+  if (kv_heads < 1 || kv_heads > c.n_kv_heads) {
+    return Status::InvalidArgument("ProjectQk: kv_heads " + std::to_string(kv_heads) + " of " +
+                                   std::to_string(c.n_kv_heads));
+  }
+  if (n < 0 || start_pos < 0 || start_pos + n > c.context_length) {
+    return Status::InvalidArgument("ProjectQk: positions " + std::to_string(start_pos) + " + " + std::to_string(n) +
+                                   " beyond the context of " + std::to_string(c.context_length));
+  }
+  const LayerWeights& L = w_.layers[layer];
+  const int dim = c.dim, hd = c.head_dim();
+  const int qw = kv_heads * c.group() * hd, kw = kv_heads * hd;  // wq's first rows, wk's first rows
+  std::vector<float> xn(static_cast<size_t>(n) * dim);
+  for (int i = 0; i < n; ++i) RmsNorm(x + i * x_stride, L.attn_norm.data(), dim, c.norm_eps, &xn[i * size_t{dim}]);
+  q->assign(static_cast<size_t>(n) * qw, 0.0f);
+  k->assign(static_cast<size_t>(n) * kw, 0.0f);
+  if (n == 0) return Status::Ok();
+  kernels::MatMulNT(n, qw, dim, 1.0f, xn.data(), dim, L.wqkv.data(), dim, 0.0f, q->data(), qw);
+  kernels::MatMulNT(n, kw, dim, 1.0f, xn.data(), dim, L.wqkv.data() + size_t{dim} * dim, dim, 0.0f, k->data(), kw);
+  for (int i = 0; i < n; ++i) {
+    float* qr = q->data() + i * size_t{qw};
+    float* kr = k->data() + i * size_t{kw};
+    if (!L.bqkv.empty()) {
+      for (int j = 0; j < qw; ++j) qr[j] += L.bqkv[j];
+      for (int j = 0; j < kw; ++j) kr[j] += L.bqkv[dim + j];
+    }
+    Rope(qr, kv_heads * c.group(), start_pos + i);
+    Rope(kr, kv_heads, start_pos + i);
+  }
   return Status::Ok();
 }
 

@@ -601,6 +601,56 @@ TEST_F(EngineTest, SpecStopsReadingAheadWhereThePredictionMisses) {
   }
 }
 
+// spec's query predictor: layer l+1's probe heads decide over its probe keys
+// with the queries projected from layer l's input. Every layer after the
+// first is predicted (the probe keys of every layer are read at the start)
+// and read ahead; what is served is impress's (the read ahead only supplies
+// rows); its recall on the default model is printed beside the set
+// predictor's (docs/systems.md compares them).
+TEST_F(EngineTest, SpecQueryPredictorPredictsEveryLayerAndServesWhatImpressServes) {
+  const size_t P = 640, Q = 40;
+  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
+  store::testing::TempDir dir;
+  {
+    ASSERT_OK_AND_ASSIGN(auto writer, Engine::Open(*model_, Options(dir.path())));
+    ASSERT_OK(writer->Serve(a).status());
+  }
+  ServeOptions so;
+  so.logits_from = P;
+  so.store = false;
+  auto run = [&](System sys, SpecPredictor predictor) -> ServeResult {
+    EngineOptions o = Options(dir.path());
+    o.system = sys;
+    o.retention = 0.25;
+    o.alpha_auto = false;
+    o.alpha = 1.0;  // no layer falls back
+    o.spec_min_recall = 0;
+    o.spec_predictor = predictor;
+    o.device_bytes = o.host_bytes = 0;
+    auto eng = Engine::Open(*model_, o);
+    EXPECT_OK(eng.status());
+    if (!eng.ok()) return {};
+    auto r = (*eng)->Serve(b, so);
+    EXPECT_OK(r.status());
+    return r.ok() ? *r : ServeResult{};
+  };
+  const ServeResult impress = run(System::kImpress, SpecPredictor::kLayerSet);
+  const ServeResult by_set = run(System::kSpec, SpecPredictor::kLayerSet);
+  const ServeResult by_queries = run(System::kSpec, SpecPredictor::kQueries);
+  ASSERT_EQ(by_queries.stats.layers.size(), by_set.stats.layers.size());
+  for (size_t l = 1; l < by_queries.stats.layers.size(); ++l) {
+    const LayerTrace& q = by_queries.stats.layers[l];
+    std::printf("layer %zu: recall by queries %.3f, by layer set %.3f\n", l, q.recall, by_set.stats.layers[l].recall);
+    ASSERT_FALSE(q.fallback);
+    EXPECT_GE(q.recall, 0.0);
+    EXPECT_LE(q.recall, 1.0);
+    EXPECT_TRUE(q.speculated);
+  }
+  EXPECT_FALSE(by_queries.stats.layers[0].speculated);
+  EXPECT_EQ(MaxDiff(by_queries.logits, impress.logits), 0.0);
+  EXPECT_EQ(MaxDiff(by_set.logits, impress.logits), 0.0);
+}
+
 // spec's read ahead looks at the pools without counting an access; what it
 // read enters them with the layer that reads after it, the rows that layer
 // did not use too (on the host at most). So spec counts the accesses impress

@@ -122,6 +122,11 @@ TEST(EngineOptionsTest, NamesParseAndBadOnesNameTheField) {
     EXPECT_EQ(back, so);
   }
   EXPECT_THAT(ParseStoreOrder("yes").status(), StatusIs(StatusCode::kInvalidArgument, "system, on, off"));
+  for (SpecPredictor p : {SpecPredictor::kLayerSet, SpecPredictor::kQueries}) {
+    ASSERT_OK_AND_ASSIGN(SpecPredictor back, ParseSpecPredictor(SpecPredictorName(p)));
+    EXPECT_EQ(back, p);
+  }
+  EXPECT_THAT(ParseSpecPredictor("layer").status(), StatusIs(StatusCode::kInvalidArgument, "set, queries"));
 }
 
 TEST(PoolEntriesTest, KeysDifferByKindAndLayerAndKeepTheWholeEntrySeed) {

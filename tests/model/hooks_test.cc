@@ -173,6 +173,47 @@ TEST_P(HooksTest, SubsetsPerHeadAreAcceptedAndChangeTheResult) {
   EXPECT_GT(MaxAbsDiff(a.logits.data(), b.logits.data(), a.logits.size()), 1e-6);
 }
 
+// ProjectQk from the residual stream the hook sees (view.x) gives the
+// queries and keys the layer computed (view.q, view.k) for the first KV
+// heads and their query groups: the same norm, projection and RoPE.
+TEST_P(HooksTest, ProjectQkGivesTheQueriesAndKeysTheLayerComputes) {
+  const ModelConfig& c = model_->config();
+  std::mt19937 rng(5);
+  std::vector<int32_t> tokens(12);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
+  const int hd = c.head_dim();
+  int checked = 0;
+  PrefillOptions o;
+  o.start_pos = 7;
+  o.before_attention = [&](const LayerView& view, LayerPrefix*) -> Status {
+    if (view.x == nullptr) return Status::NotFound("no residual stream in the view");
+    for (int heads = 1; heads <= c.n_kv_heads; ++heads) {
+      std::vector<float> q, k;
+      RETURN_IF_ERROR(model_->ProjectQk(view.layer, view.x, view.x_stride, view.n_new, view.start_pos, heads, &q, &k));
+      const size_t qw = static_cast<size_t>(heads) * c.group() * hd, kw = static_cast<size_t>(heads) * hd;
+      const size_t n = static_cast<size_t>(view.n_new);
+      EXPECT_EQ(q.size(), n * qw);
+      EXPECT_EQ(k.size(), n * kw);
+      for (size_t i = 0; i < n && q.size() == n * qw; ++i) {
+        EXPECT_LT(MaxAbsDiff(q.data() + i * qw, view.q + i * view.q_stride, qw), 1e-5) << "layer " << view.layer;
+        EXPECT_LT(MaxAbsDiff(k.data() + i * kw, view.k + i * view.kv_stride, kw), 1e-5) << "layer " << view.layer;
+      }
+      ++checked;
+    }
+    return Status::Ok();
+  };
+  ASSERT_OK(model_->Prefill(tokens, o).status());
+  EXPECT_EQ(checked, c.n_layers * c.n_kv_heads);
+
+  std::vector<float> x(static_cast<size_t>(c.dim), 0.5f), q, k;
+  EXPECT_THAT(model_->ProjectQk(c.n_layers, x.data(), c.dim, 1, 0, 1, &q, &k),
+              StatusIs(StatusCode::kInvalidArgument, "layer"));
+  EXPECT_THAT(model_->ProjectQk(0, x.data(), c.dim, 1, 0, c.n_kv_heads + 1, &q, &k),
+              StatusIs(StatusCode::kInvalidArgument, "kv_heads"));
+  EXPECT_THAT(model_->ProjectQk(0, x.data(), c.dim, 1, c.context_length, 1, &q, &k),
+              StatusIs(StatusCode::kInvalidArgument, "context"));
+}
+
 INSTANTIATE_TEST_SUITE_P(MhaAndGqa, HooksTest,
                          ::testing::Values(std::make_pair(4, 4), std::make_pair(4, 2),
                                            std::make_pair(4, 1)));
