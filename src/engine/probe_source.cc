@@ -68,7 +68,6 @@ select::ProbeDecision ProbeSource::Decide(Request& rq, const LayerView& view, co
 }
 
 Result<select::ProbeDecision> ProbeSource::Identify(Request& rq, LayerWork& work) {
-  const ModelConfig& c = *d_.config;
   const int layer = work.view.layer;
   std::string own;
   const std::string* keys = &own;

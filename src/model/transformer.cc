@@ -341,16 +341,17 @@ Status Transformer::ProjectQk(int layer, const float* x, size_t x_stride, int n,
   const LayerWeights& L = w_.layers[layer];
   const int dim = c.dim, hd = c.head_dim();
   const int qw = kv_heads * c.group() * hd, kw = kv_heads * hd;  // wq's first rows, wk's first rows
-  std::vector<float> xn(static_cast<size_t>(n) * dim);
-  for (int i = 0; i < n; ++i) RmsNorm(x + i * x_stride, L.attn_norm.data(), dim, c.norm_eps, &xn[i * size_t{dim}]);
-  q->assign(static_cast<size_t>(n) * qw, 0.0f);
-  k->assign(static_cast<size_t>(n) * kw, 0.0f);
+  const size_t D = static_cast<size_t>(dim), QW = static_cast<size_t>(qw), KW = static_cast<size_t>(kw);
+  std::vector<float> xn(static_cast<size_t>(n) * D);
+  for (int i = 0; i < n; ++i) RmsNorm(x + i * x_stride, L.attn_norm.data(), dim, c.norm_eps, &xn[i * D]);
+  q->assign(static_cast<size_t>(n) * QW, 0.0f);
+  k->assign(static_cast<size_t>(n) * KW, 0.0f);
   if (n == 0) return Status::Ok();
   kernels::MatMulNT(n, qw, dim, 1.0f, xn.data(), dim, L.wqkv.data(), dim, 0.0f, q->data(), qw);
-  kernels::MatMulNT(n, kw, dim, 1.0f, xn.data(), dim, L.wqkv.data() + size_t{dim} * dim, dim, 0.0f, k->data(), kw);
+  kernels::MatMulNT(n, kw, dim, 1.0f, xn.data(), dim, L.wqkv.data() + D * D, dim, 0.0f, k->data(), kw);
   for (int i = 0; i < n; ++i) {
-    float* qr = q->data() + i * size_t{qw};
-    float* kr = k->data() + i * size_t{kw};
+    float* qr = q->data() + i * QW;
+    float* kr = k->data() + i * KW;
     if (!L.bqkv.empty()) {
       for (int j = 0; j < qw; ++j) qr[j] += L.bqkv[j];
       for (int j = 0; j < kw; ++j) kr[j] += L.bqkv[dim + j];
