@@ -95,6 +95,21 @@ class EngineTest : public DefaultModelTest {
     return o;
   }
 
+  // Stores `prompt` in `dir` (as-like, the default options).
+  void StorePrompt(const std::string& dir, const std::vector<int32_t>& prompt) {
+    auto writer = Engine::Open(*model_, Options(dir));
+    ASSERT_OK(writer.status());
+    ASSERT_OK((*writer)->Serve(prompt).status());
+  }
+  // A request that reuses a stored prefix of `prefix` tokens: the logits of
+  // its query, nothing stored.
+  static ServeOptions QueryOnly(size_t prefix) {
+    ServeOptions so;
+    so.logits_from = prefix;
+    so.store = false;
+    return so;
+  }
+
   void ExpectRetentionOneEqualsReference(const Model& model, const std::vector<int32_t>& a,
                                          const std::vector<int32_t>& b, size_t P);
 
@@ -611,13 +626,8 @@ TEST_F(EngineTest, SpecQueryPredictorPredictsEveryLayerAndServesWhatImpressServe
   const size_t P = 640, Q = 40;
   const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
   store::testing::TempDir dir;
-  {
-    ASSERT_OK_AND_ASSIGN(auto writer, Engine::Open(*model_, Options(dir.path())));
-    ASSERT_OK(writer->Serve(a).status());
-  }
-  ServeOptions so;
-  so.logits_from = P;
-  so.store = false;
+  StorePrompt(dir.path(), a);
+  const ServeOptions so = QueryOnly(P);
   auto run = [&](System sys, SpecPredictor predictor) -> ServeResult {
     EngineOptions o = Options(dir.path());
     o.system = sys;
@@ -661,13 +671,8 @@ TEST_F(EngineTest, SpecKeepsWhatItReadAheadSoTheNextRequestDoesNotReadItAgain) {
   const size_t P = 640, Q = 40;
   const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
   store::testing::TempDir dir;
-  {
-    ASSERT_OK_AND_ASSIGN(auto writer, Engine::Open(*model_, Options(dir.path())));
-    ASSERT_OK(writer->Serve(a).status());
-  }
-  ServeOptions so;
-  so.logits_from = P;
-  so.store = false;
+  StorePrompt(dir.path(), a);
+  const ServeOptions so = QueryOnly(P);
   struct Seen {
     cache::CacheStats pools;
     ServeResult r, again;
