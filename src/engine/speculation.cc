@@ -116,15 +116,14 @@ Status SpeculatingSource::SupplyLayer(Request& rq, LayerWork& work, LayerPrefix*
   if (d.use_probes) {
     RETURN_IF_ERROR(UseShared(rq, work, d.selected, prefix));
     selected = std::move(d.selected);
-    RETURN_IF_ERROR(PredictNext(rq, work, &selected));
   } else {
     if (pre) {
       // Read for nothing; still counted.
       RETURN_IF_ERROR(rq.Use(*pre, &work.io_ms));
     }
     RETURN_IF_ERROR(probes_.Fallback(rq, work, prefix, &selected));
-    RETURN_IF_ERROR(PredictNext(rq, work, nullptr));
   }
+  RETURN_IF_ERROR(PredictNext(rq, work, d.use_probes ? &selected : nullptr));
   if (!rq.predicted[layer].empty()) work.trace->recall = select::Recall(rq.predicted[layer], selected);
   return Status::Ok();
 }

@@ -168,6 +168,19 @@ class Transformer final : public Model {
     }
   }
 
+  // A row's first q_heads query heads and first k_heads key heads, as the
+  // layer's projection left them: their biases (if any) added, then RoPE at
+  // `pos`. The forward pass and ProjectQk both finish Q and K with it.
+  void BiasAndRope(const LayerWeights& L, float* q, int q_heads, float* k, int k_heads, int pos) const {
+    if (!L.bqkv.empty()) {
+      const int hd = config_.head_dim();
+      for (int j = 0; j < q_heads * hd; ++j) q[j] += L.bqkv[j];
+      for (int j = 0; j < k_heads * hd; ++j) k[j] += L.bqkv[config_.dim + j];
+    }
+    Rope(q, q_heads, pos);
+    Rope(k, k_heads, pos);
+  }
+
   Status CheckPrefix(const LayerPrefix& p, int layer, int start_pos) const;
 
   ModelConfig config_;
@@ -301,9 +314,10 @@ Status Transformer::AttentionBlock(int l, Batch& b, std::vector<Part>& parts) co
                             b.qkv.data(), qkv_w);
   ForRows(pool, b.rows, [&](int i) {
     float* row = &b.qkv[i * static_cast<size_t>(qkv_w)];
-    for (size_t j = 0; j < L.bqkv.size(); ++j) row[j] += L.bqkv[j];
-    Rope(row, c.n_heads, b.pos[i]);
-    Rope(row + dim, c.n_kv_heads, b.pos[i]);
+    BiasAndRope(L, row, c.n_heads, row + dim, c.n_kv_heads, b.pos[i]);
+    if (!L.bqkv.empty()) {  // V's biases
+      for (int j = dim + c.kv_dim(); j < qkv_w; ++j) row[j] += L.bqkv[j];
+    }
   });
   for (Part& part : parts) {
     if (part.opt->capture_kv) CaptureKv(l, b, part);
@@ -350,14 +364,7 @@ Status Transformer::ProjectQk(int layer, const float* x, size_t x_stride, int n,
   kernels::MatMulNT(n, qw, dim, 1.0f, xn.data(), dim, L.wqkv.data(), dim, 0.0f, q->data(), qw);
   kernels::MatMulNT(n, kw, dim, 1.0f, xn.data(), dim, L.wqkv.data() + D * D, dim, 0.0f, k->data(), kw);
   for (int i = 0; i < n; ++i) {
-    float* qr = q->data() + i * QW;
-    float* kr = k->data() + i * KW;
-    if (!L.bqkv.empty()) {
-      for (int j = 0; j < qw; ++j) qr[j] += L.bqkv[j];
-      for (int j = 0; j < kw; ++j) kr[j] += L.bqkv[dim + j];
-    }
-    Rope(qr, kv_heads * c.group(), start_pos + i);
-    Rope(kr, kv_heads, start_pos + i);
+    BiasAndRope(L, q->data() + i * QW, kv_heads * c.group(), k->data() + i * KW, kv_heads, start_pos + i);
   }
   return Status::Ok();
 }

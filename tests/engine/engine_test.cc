@@ -83,7 +83,7 @@ class EngineTest : public DefaultModelTest {
                              uint64_t{w.block} * store::kBlockSize + store::kBlockSize + 300);
   }
 
-  EngineOptions Options(const std::string& dir) {
+  static EngineOptions Options(const std::string& dir) {
     EngineOptions o;
     o.system = System::kAsLike;
     o.cache_dir = dir;
@@ -96,7 +96,7 @@ class EngineTest : public DefaultModelTest {
   }
 
   // Stores `prompt` in `dir` (as-like, the default options).
-  void StorePrompt(const std::string& dir, const std::vector<int32_t>& prompt) {
+  static void StorePrompt(const std::string& dir, const std::vector<int32_t>& prompt) {
     auto writer = Engine::Open(*model_, Options(dir));
     ASSERT_OK(writer.status());
     ASSERT_OK((*writer)->Serve(prompt).status());
@@ -109,6 +109,16 @@ class EngineTest : public DefaultModelTest {
     so.store = false;
     return so;
   }
+  // A store holding a kPrefix-token prefix (stored by one prompt) and
+  // `prompt`, which reuses it with another 40-token query; `so` serves its
+  // query only.
+  struct StoredPrefix {
+    static constexpr size_t kPrefix = 640;
+    store::testing::TempDir dir;
+    const std::vector<int32_t> prompt = Prompt(kPrefix, 1500, 40);
+    const ServeOptions so = QueryOnly(kPrefix);
+    StoredPrefix() { StorePrompt(dir.path(), Prompt(kPrefix, 1000, 40)); }
+  };
 
   void ExpectRetentionOneEqualsReference(const Model& model, const std::vector<int32_t>& a,
                                          const std::vector<int32_t>& b, size_t P);
@@ -623,13 +633,9 @@ TEST_F(EngineTest, SpecStopsReadingAheadWhereThePredictionMisses) {
 // rows); its recall on the default model is printed beside the set
 // predictor's (docs/systems.md compares them).
 TEST_F(EngineTest, SpecQueryPredictorPredictsEveryLayerAndServesWhatImpressServes) {
-  const size_t P = 640, Q = 40;
-  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
-  store::testing::TempDir dir;
-  StorePrompt(dir.path(), a);
-  const ServeOptions so = QueryOnly(P);
+  const StoredPrefix stored;
   auto run = [&](System sys, SpecPredictor predictor) -> ServeResult {
-    EngineOptions o = Options(dir.path());
+    EngineOptions o = Options(stored.dir.path());
     o.system = sys;
     o.retention = 0.25;
     o.alpha_auto = false;
@@ -640,7 +646,7 @@ TEST_F(EngineTest, SpecQueryPredictorPredictsEveryLayerAndServesWhatImpressServe
     auto eng = Engine::Open(*model_, o);
     EXPECT_OK(eng.status());
     if (!eng.ok()) return {};
-    auto r = (*eng)->Serve(b, so);
+    auto r = (*eng)->Serve(stored.prompt, stored.so);
     EXPECT_OK(r.status());
     return r.ok() ? *r : ServeResult{};
   };
@@ -668,17 +674,13 @@ TEST_F(EngineTest, SpecQueryPredictorPredictsEveryLayerAndServesWhatImpressServe
 // predictions), and the same request again reads nothing from disk: a wrong
 // prediction is read once, not by every request.
 TEST_F(EngineTest, SpecKeepsWhatItReadAheadSoTheNextRequestDoesNotReadItAgain) {
-  const size_t P = 640, Q = 40;
-  const std::vector<int32_t> a = Prompt(P, 1000, Q), b = Prompt(P, 1500, Q);
-  store::testing::TempDir dir;
-  StorePrompt(dir.path(), a);
-  const ServeOptions so = QueryOnly(P);
+  const StoredPrefix stored;
   struct Seen {
     cache::CacheStats pools;
     ServeResult r, again;
   };
   auto run = [&](System sys) -> Seen {
-    EngineOptions o = Options(dir.path());
+    EngineOptions o = Options(stored.dir.path());
     o.system = sys;
     o.retention = 0.25;
     o.alpha_auto = false;
@@ -688,11 +690,11 @@ TEST_F(EngineTest, SpecKeepsWhatItReadAheadSoTheNextRequestDoesNotReadItAgain) {
     auto eng = Engine::Open(*model_, o);
     EXPECT_OK(eng.status());
     if (!eng.ok()) return s;
-    auto r = (*eng)->Serve(b, so);
+    auto r = (*eng)->Serve(stored.prompt, stored.so);
     EXPECT_OK(r.status());
     if (r.ok()) s.r = *r;
     s.pools = (*eng)->PoolStatistics();
-    auto again = (*eng)->Serve(b, so);
+    auto again = (*eng)->Serve(stored.prompt, stored.so);
     EXPECT_OK(again.status());
     if (again.ok()) s.again = *again;
     return s;
