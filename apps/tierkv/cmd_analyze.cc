@@ -39,6 +39,7 @@ std::string Plot(const std::string& dat, const std::string& png, const std::stri
 void AddAnalyze(CLI::App& app, Action* run) {
   struct Args {
     std::string model, tokenizer, out, name;
+    std::string weights = "auto";
     std::vector<std::string> texts;
     bench::AttentionStudyOptions study;
   };
@@ -53,6 +54,7 @@ void AddAnalyze(CLI::App& app, Action* run) {
                   "Model file (default: $TIERKV_MODEL, else " +
                       DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the model's own)");
+  AddWeightsFlag(sub, &a->weights);
   sub->add_option("--text", a->texts,
                   "Text file(s) the prompts are cut from (default: the corpora in " +
                       std::string(TIERKV_SHARED_DIR) + "/data/corpus, if present)")
@@ -76,7 +78,7 @@ void AddAnalyze(CLI::App& app, Action* run) {
   sub->add_option("--name", a->name, "NAME in the output files (default: the model's file name)");
   sub->callback([a, run] {
     *run = [a]() -> int {
-      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);
+      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer, a->weights);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
       const Tokenizer& tok = *loaded->tokenizer;

@@ -87,7 +87,7 @@ void AddBench(CLI::App& app, Action* run) {
   sub->callback([a, run, sub] {
     *run = [a, sub]() -> int {
       if (!(a->retention > 0)) return Fail("--retention must be above 0");
-      auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer);
+      auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer, a->f.weights);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       auto scratch = ScratchDir::Make(a->f.cache_dir, "bench");
       if (!scratch.ok()) return Fail(scratch.status().ToString());

@@ -14,6 +14,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
     int repeats = 5;
     bool json = false;
     std::string llamacpp;
+    std::string weights = "auto";
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -34,6 +35,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_flag("--json", a->json, "Print JSON instead of a table");
+  AddWeightsFlag(sub, &a->weights);
   sub->add_option("--llamacpp", a->llamacpp,
                   "llama.cpp's prefill on the same --model (node tools/llamacpp/runner.mjs prefill --model M --out "
                   "R.json, run just before): its tokens/s and resident size beside ours, with the ratio");
@@ -50,7 +52,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       }
       const ResidentSize before = ReadResidentSize();
       if (!a->model.empty()) {
-        auto m = Model::Load(a->model);
+        auto m = LoadModel(a->model, a->weights);
         if (!m.ok()) return Fail(m.status().ToString());
         model = std::move(*m);
         name = a->model;

@@ -50,7 +50,7 @@ void AddCheck(CLI::App& app, Action* run) {
       auto system = engine::ParseSystem(a->system);
       if (!system.ok()) return Fail("--system: " + system.status().message());
       if (!(a->retention > 0)) return Fail("--retention must be above 0");
-      auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer);
+      auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer, a->f.weights);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
       auto prompts = bench::ReadTaskWorkload(a->prompt_file, *loaded->tokenizer,

@@ -91,7 +91,7 @@ void AddCompare(CLI::App& app, Action* run) {
         h.systems.push_back(*s);
       }
       if (!(a->retention > 0)) return Fail("--retention must be above 0");
-      auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer);
+      auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer, a->f.weights);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
       auto reqs = bench::ReadTaskWorkload(a->prompt_file, *loaded->tokenizer,

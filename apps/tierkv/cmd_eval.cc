@@ -11,6 +11,7 @@ namespace tierkv::app {
 void AddEval(CLI::App& app, Action* run) {
   struct Args {
     std::string model, tokenizer, text;
+    std::string weights = "auto";
     int window = 0;
     int64_t max_tokens = 0;
     bool json = false;
@@ -25,6 +26,7 @@ void AddEval(CLI::App& app, Action* run) {
                       DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer,
                   "SentencePiece .model, a GGUF file's tokenizer or llama2.c tokenizer.bin (default: the model's own)");
+  AddWeightsFlag(sub, &a->weights);
   sub->add_option("--text", a->text, "UTF-8 text file")->required()->check(CLI::ExistingFile);
   sub->add_option("--window", a->window, "Tokens per window (default: the model's context)")
       ->check(CLI::Range(2, 1 << 20));
@@ -34,7 +36,7 @@ void AddEval(CLI::App& app, Action* run) {
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->callback([a, run] {
     *run = [a]() -> int {
-      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);
+      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer, a->weights);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
       const Tokenizer& tok = *loaded->tokenizer;

@@ -58,7 +58,8 @@ nlohmann::json Describe(const ModelAndTokenizer& m, const ModelFileInfo& file, u
   o.tokenizer_hash = TokenizerHash(tokenizer_flag);
   j["fingerprint"] = {{"value", Hex64(engine::StoreFingerprint(*m.model, o))}, {"chunk_tokens", chunk_tokens}};
   const ResidentSize rs = ReadResidentSize();
-  j["resident_bytes"] = {{"after_load", rs.current}, {"peak", rs.peak}, {"weights", "fp32 (quantized types dequantized at load)"}};
+  j["resident_bytes"] = {{"after_load", rs.current}, {"peak", rs.peak}};
+  j["weights"] = {{"storage", WeightStorageName(m.model->weight_storage())}, {"bytes", m.model->weight_bytes()}};
   return j;
 }
 
@@ -100,8 +101,12 @@ void PrintText(const nlohmann::json& j) {
               static_cast<unsigned long long>(j["kv_bytes_per_token"].get<uint64_t>()));
   std::printf("fingerprint   %s (chunks of %d tokens)\n", j["fingerprint"]["value"].get<std::string>().c_str(),
               j["fingerprint"]["chunk_tokens"].get<int>());
-  std::printf("resident      %s MB after load (peak %s MB); weights in fp32\n",
-              mb(j["resident_bytes"]["after_load"]).c_str(), mb(j["resident_bytes"]["peak"]).c_str());
+  const bool mapped = j["weights"]["storage"] == "mapped";
+  std::printf("weights       %s MB %s\n", mb(j["weights"]["bytes"]).c_str(),
+              mapped ? "in their file types, read in place from the mapped file (--weights mapped)"
+                     : "in fp32, dequantized at load (--weights fp32)");
+  std::printf("resident      %s MB after load (peak %s MB)\n", mb(j["resident_bytes"]["after_load"]).c_str(),
+              mb(j["resident_bytes"]["peak"]).c_str());
 }
 
 }  // namespace
@@ -109,6 +114,7 @@ void PrintText(const nlohmann::json& j) {
 void AddInfo(CLI::App& app, Action* run) {
   struct Args {
     std::string model, tokenizer;
+    std::string weights = "auto";
     uint32_t chunk_tokens = 64;
     bool json = false;
   };
@@ -118,6 +124,7 @@ void AddInfo(CLI::App& app, Action* run) {
               "token, the store fingerprint, and the resident size once loaded");
   sub->add_option("--model", a->model, "GGUF or llama2.c model (default: the project's own)");
   sub->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the model's own)");
+  AddWeightsFlag(sub, &a->weights);
   sub->add_option("--chunk-tokens", a->chunk_tokens, "Chunk size the fingerprint is for")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -130,7 +137,7 @@ void AddInfo(CLI::App& app, Action* run) {
       if (!path.ok()) return Fail(path.status().ToString());
       auto file = DescribeModelFile(*path);
       if (!file.ok()) return Fail(file.status().ToString());
-      auto loaded = LoadModelAndTokenizer(*path, a->tokenizer);
+      auto loaded = LoadModelAndTokenizer(*path, a->tokenizer, a->weights);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const nlohmann::json j = Describe(*loaded, *file, a->chunk_tokens, a->tokenizer);
       if (a->json) {

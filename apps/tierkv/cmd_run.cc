@@ -12,6 +12,7 @@ namespace {
 
 struct RunArgs {
   std::string model, tokenizer, prompt, kv_dtype = "f32";
+  std::string weights = "auto";
   int max_tokens = 64;
   float temperature = 0.8f, top_p = 0.9f;
   uint64_t seed = 0;
@@ -81,6 +82,7 @@ void AddRun(CLI::App& app, Action* run) {
                       DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer,
                   "SentencePiece .model, a GGUF file's tokenizer or llama2.c tokenizer.bin (default: the model's own)");
+  AddWeightsFlag(sub, &a->weights);
   sub->add_option("--prompt", a->prompt, "Prompt text")->required();
   sub->add_option("--max-tokens", a->max_tokens, "Tokens to generate at most")
       ->capture_default_str()
@@ -119,7 +121,7 @@ void AddRun(CLI::App& app, Action* run) {
   AddRemoteFlags(sub, &a->remote);  // with --cache-dir
   sub->callback([a, run] {
     *run = [a]() -> int {
-      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer);
+      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer, a->weights);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
       const Tokenizer& tok = *loaded->tokenizer;

@@ -15,6 +15,7 @@ namespace {
 
 struct ServeArgs {
   std::string model, tokenizer, cache_dir, system = "as-like", chat_template = "auto";
+  std::string weights = "auto";
   double retention = 1.0;
   uint64_t device_mib = 64, host_mib = 256;
   server::ServerOptions server;
@@ -31,7 +32,7 @@ Result<std::string> DefaultCacheDir() {
 }
 
 Result<int> Serve(const ServeArgs& a) {
-  ASSIGN_OR_RETURN(auto loaded, LoadModelAndTokenizer(a.model, a.tokenizer));
+  ASSIGN_OR_RETURN(auto loaded, LoadModelAndTokenizer(a.model, a.tokenizer, a.weights));
   // Before the engine opens the store: a template this build cannot render stops here.
   auto chat = ChooseChatTemplate(loaded.model->embedded_vocab(), a.chat_template);
   if (!chat.ok()) return chat.status().WithContext(a.model);
@@ -90,6 +91,7 @@ void AddServe(CLI::App& app, Action* run) {
                       DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer,
                   "SentencePiece .model, a GGUF file's tokenizer or llama2.c tokenizer.bin (default: the model's own)");
+  AddWeightsFlag(sub, &a->weights);
   sub->add_option("--chat-template", a->chat_template,
                   "How /v1/chat/completions writes a conversation: auto (recognise the model's "
                   "tokenizer.chat_template: Llama 3.1-3.3, ChatML/Qwen2, Mistral Nemo; the tierkv format "

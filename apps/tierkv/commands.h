@@ -50,7 +50,13 @@ struct ModelAndTokenizer {
 // The model (--model or the default) and its tokenizer (--tokenizer or the
 // model's own), with the errors the user should see.
 Result<ModelAndTokenizer> LoadModelAndTokenizer(const std::string& model_flag,
-                                                const std::string& tokenizer_flag);
+                                                const std::string& tokenizer_flag,
+                                                const std::string& weights_flag = "auto");
+// --weights: how the model's weight matrices are held (tierkv/model.h,
+// WeightStorage), for every subcommand that loads a model.
+void AddWeightsFlag(CLI::App* sub, std::string* weights);
+// The model at `path` with the storage --weights names.
+Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const std::string& weights_flag);
 
 // A progress callback (done, total) for long work: a line rewritten in place
 // on a terminal, else a line per tenth of the work.

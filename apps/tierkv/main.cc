@@ -31,11 +31,28 @@ Result<std::string> ModelPathOrDefault(const std::string& flag) {
   return path;
 }
 
+void AddWeightsFlag(CLI::App* sub, std::string* weights) {
+  sub->add_option("--weights", *weights,
+                  "How the weight matrices are held: 'fp32' (dequantized at load, 4 bytes a weight), "
+                  "'mapped' (read in place from the memory-mapped file in its own types, dequantized a "
+                  "tile at a time in each product), 'auto': fp32 for F32/F16/BF16 files, mapped for "
+                  "quantized ones (docs/models.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fp32", "mapped"}));
+}
+
+Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const std::string& weights_flag) {
+  ModelLoadOptions o;
+  ASSIGN_OR_RETURN(o.weights, ParseWeightStorage(weights_flag));
+  return Model::Load(path, o);
+}
+
 Result<ModelAndTokenizer> LoadModelAndTokenizer(const std::string& model_flag,
-                                                const std::string& tokenizer_flag) {
+                                                const std::string& tokenizer_flag,
+                                                const std::string& weights_flag) {
   ModelAndTokenizer m;
   ASSIGN_OR_RETURN(m.path, ModelPathOrDefault(model_flag));
-  ASSIGN_OR_RETURN(m.model, Model::Load(m.path));
+  ASSIGN_OR_RETURN(m.model, LoadModel(m.path, weights_flag));
   ASSIGN_OR_RETURN(m.tokenizer, LoadTokenizerFor(*m.model, tokenizer_flag));
   return m;
 }

@@ -61,6 +61,7 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option("--model", f->model,
                   "Model file (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
   sub->add_option("--tokenizer", f->tokenizer, "Tokenizer (default: the model's own)");
+  AddWeightsFlag(sub, &f->weights);
   sub->add_option("--cache-dir", f->cache_dir,
                   "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
   sub->add_option("--alpha", f->alpha,

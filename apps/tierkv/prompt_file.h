@@ -55,6 +55,7 @@ class ScratchDir {
 // identification parameters.
 struct EngineFlags {
   std::string model, tokenizer, cache_dir;
+  std::string weights = "auto";  // --weights (tierkv/model.h WeightStorage)
   // --alpha: "auto" (fitted per layer) or IMPRESS's exponent.
   std::string alpha = "auto";
   double probe_recall = 0.8;

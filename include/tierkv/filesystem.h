@@ -89,6 +89,22 @@ std::unique_ptr<FileSystem> NewMemFileSystem();
 // Reads until n bytes or end of file; returns the count read.
 Result<size_t> ReadFull(const RandomAccessFile& file, uint64_t offset, size_t n, char* buf);
 Result<std::string> ReadFileToString(FileSystem* fs, const std::string& path);
+
+// A whole file's bytes, read-only, for as long as the object lives.
+class FileBytes {
+ public:
+  virtual ~FileBytes() = default;
+  virtual std::string_view data() const = 0;
+  // True for a memory mapping (pages read on first touch, shared with the
+  // page cache), false for a copy in memory.
+  virtual bool mapped() const = 0;
+};
+// Maps an OS file read-only (mmap): only the pages touched become resident,
+// and they are the page cache's. The file must not be truncated while
+// mapped (reading a vanished page raises SIGBUS, as for any mapping); model
+// files are replaced by rename (WriteFileAtomically), which is safe. A file
+// that is not an OS file (in-memory, fault-injecting) is read into memory.
+Result<std::unique_ptr<FileBytes>> MapOrReadFile(FileSystem* fs, const std::string& path);
 // Writes a file so that after a crash either the old or the new contents are
 // there: temp file, sync, rename, sync directory.
 Status WriteFileAtomically(FileSystem* fs, const std::string& path, std::string_view data);

@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tierkv/filesystem.h"
@@ -161,15 +162,36 @@ struct ModelFileInfo {
 };
 Result<ModelFileInfo> DescribeModelFile(const std::string& path, FileSystem* fs = FileSystem::Default());
 
+// How a model's weight matrices are held in memory.
+//  kFp32:   dequantized to fp32 at load (4 bytes per weight whatever the
+//           file's type); products go straight to sgemm.
+//  kMapped: read in place from the memory-mapped file in their own types
+//           (resident about the file's size); each product dequantizes a
+//           tile of rows at a time for sgemm.
+//  kAuto:   kFp32 when the matrices in fp32 take at most kAutoFp32Bytes,
+//           kMapped above (measurements: docs/models.md).
+//  llama2.c checkpoints are always fp32.
+enum class WeightStorage { kAuto, kFp32, kMapped };
+inline constexpr uint64_t kAutoFp32Bytes = uint64_t{1} << 30;
+const char* WeightStorageName(WeightStorage s);
+Result<WeightStorage> ParseWeightStorage(std::string_view name);
+
+struct ModelLoadOptions {
+  WeightStorage weights = WeightStorage::kAuto;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
 
   // Loads a GGUF file (llama, mistral or qwen2; tensors of any type
-  // model/quant.h reads, dequantized to fp32) or a llama2.c checkpoint
-  // (legacy format), detected by content. Every header field is validated;
-  // errors name the file and the field.
+  // model/quant.h reads, held as options.weights says) or a llama2.c
+  // checkpoint (legacy format, fp32), detected by content. Every header
+  // field is validated and every weight checked finite; errors name the
+  // file and the field or tensor.
   static Result<std::unique_ptr<Model>> Load(const std::string& path,
+                                             FileSystem* fs = FileSystem::Default());
+  static Result<std::unique_ptr<Model>> Load(const std::string& path, const ModelLoadOptions& options,
                                              FileSystem* fs = FileSystem::Default());
   // A model with random weights of the given shape (benchmarks and tests).
   static Result<std::unique_ptr<Model>> Random(const ModelConfig& config, uint64_t seed);
@@ -177,6 +199,10 @@ class Model {
   virtual const ModelConfig& config() const = 0;
   // "gguf", "llama2c" or "random".
   virtual const std::string& format() const = 0;
+  // How the weight matrices are held (kFp32 or kMapped, never kAuto) and
+  // their bytes as held.
+  virtual WeightStorage weight_storage() const = 0;
+  virtual size_t weight_bytes() const = 0;
   // xxh3-64 of the model file's bytes (of the weights for Random()).
   virtual uint64_t content_hash() const = 0;
   // The tokenizer vocabulary stored in the model file, if any (GGUF).

@@ -101,21 +101,22 @@ Status ConvertLlama2cToGguf(const ConvertOptions& o, FileSystem* fs) {
   const auto mat = o.f16 ? model::GgmlType::kF16 : model::GgmlType::kF32;
   const auto vec = model::GgmlType::kF32;
   const uint64_t dim = c.dim, kvd = c.kv_dim(), hid = c.hidden_dim, V = c.vocab_size;
-  w.AddTensor("token_embd.weight", {dim, V}, mat, m.weights.tok_embd);
+  w.AddTensor("token_embd.weight", {dim, V}, mat, m.weights.tok_embd.FloatValues());
   w.AddTensor("output_norm.weight", {dim}, vec, m.weights.output_norm);
-  if (!m.weights.output.empty()) w.AddTensor("output.weight", {dim, V}, mat, m.weights.output);
+  if (!m.weights.output.empty()) w.AddTensor("output.weight", {dim, V}, mat, m.weights.output.FloatValues());
   for (int l = 0; l < c.n_layers; ++l) {
     const auto& L = m.weights.layers[l];
+    const std::vector<float> wqkv = L.wqkv.FloatValues(), w13 = L.w13.FloatValues();
     const std::string p = "blk." + std::to_string(l) + ".";
     w.AddTensor(p + "attn_norm.weight", {dim}, vec, L.attn_norm);
-    w.AddTensor(p + "attn_q.weight", {dim, dim}, mat, Rows(L.wqkv, 0, dim, dim));
-    w.AddTensor(p + "attn_k.weight", {dim, kvd}, mat, Rows(L.wqkv, dim, kvd, dim));
-    w.AddTensor(p + "attn_v.weight", {dim, kvd}, mat, Rows(L.wqkv, dim + kvd, kvd, dim));
-    w.AddTensor(p + "attn_output.weight", {dim, dim}, mat, L.wo);
+    w.AddTensor(p + "attn_q.weight", {dim, dim}, mat, Rows(wqkv, 0, dim, dim));
+    w.AddTensor(p + "attn_k.weight", {dim, kvd}, mat, Rows(wqkv, dim, kvd, dim));
+    w.AddTensor(p + "attn_v.weight", {dim, kvd}, mat, Rows(wqkv, dim + kvd, kvd, dim));
+    w.AddTensor(p + "attn_output.weight", {dim, dim}, mat, L.wo.FloatValues());
     w.AddTensor(p + "ffn_norm.weight", {dim}, vec, L.ffn_norm);
-    w.AddTensor(p + "ffn_gate.weight", {dim, hid}, mat, Rows(L.w13, 0, hid, dim));
-    w.AddTensor(p + "ffn_up.weight", {dim, hid}, mat, Rows(L.w13, hid, hid, dim));
-    w.AddTensor(p + "ffn_down.weight", {hid, dim}, mat, L.w2);
+    w.AddTensor(p + "ffn_gate.weight", {dim, hid}, mat, Rows(w13, 0, hid, dim));
+    w.AddTensor(p + "ffn_up.weight", {dim, hid}, mat, Rows(w13, hid, hid, dim));
+    w.AddTensor(p + "ffn_down.weight", {hid, dim}, mat, L.w2.FloatValues());
   }
   return WriteFileAtomically(fs, o.output, w.Serialize());
 }

@@ -14,7 +14,7 @@ constexpr uint64_t kMaxString = 1ull << 24;      // one string
 
 class Reader {
  public:
-  Reader(const std::string& name, const std::string& d) : name_(name), d_(d) {}
+  Reader(const std::string& name, std::string_view d) : name_(name), d_(d) {}
 
   template <typename T>
   Status Read(T* out, const char* what) {
@@ -45,7 +45,7 @@ class Reader {
 
  private:
   const std::string& name_;
-  const std::string& d_;
+  std::string_view d_;
   uint64_t pos_ = 0;
 };
 
@@ -108,10 +108,10 @@ uint64_t GgufTensor::n_bytes() const {
   return n_elements() / i.block_elems * i.block_bytes;
 }
 
-Result<GgufFile> GgufFile::Parse(const std::string& name, const std::string& data) {
+Result<GgufFile> GgufFile::Parse(const std::string& name, std::string_view data) {
   GgufFile f;
   f.name_ = name;
-  f.data_ = &data;
+  f.data_ = data;
   Reader r(name, data);
   char magic[4];
   RETURN_IF_ERROR(r.Read(&magic, "magic"));
@@ -313,8 +313,7 @@ const GgufTensor* GgufFile::FindTensor(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-Result<std::vector<float>> GgufFile::ReadTensor(const std::string& tname,
-                                                const std::vector<uint64_t>& dims) const {
+Result<const GgufTensor*> GgufFile::Tensor(const std::string& tname, const std::vector<uint64_t>& dims) const {
   const GgufTensor* t = FindTensor(tname);
   if (t == nullptr) return Status::NotFound(name_ + ": tensor '" + tname + "' is missing");
   auto shape = [](const std::vector<uint64_t>& d) {
@@ -330,10 +329,18 @@ Result<std::vector<float>> GgufFile::ReadTensor(const std::string& tname,
     return Status::InvalidArgument(name_ + ": tensor '" + tname + "' has shape " +
                                    shape(t->dims) + ", the model's config needs " + shape(dims));
   }
-  const uint64_t n = t->n_elements();
-  std::vector<float> out(n);
-  const auto* src = reinterpret_cast<const uint8_t*>(data_->data() + data_start_ + t->offset);
-  DequantizeRow(t->type, src, out.data(), n);  // rows are whole blocks: the tensor is one long row
+  return t;
+}
+
+const uint8_t* GgufFile::TensorData(const GgufTensor& t) const {
+  return reinterpret_cast<const uint8_t*>(data_.data() + data_start_ + t.offset);
+}
+
+Result<std::vector<float>> GgufFile::ReadTensor(const std::string& tname,
+                                                const std::vector<uint64_t>& dims) const {
+  ASSIGN_OR_RETURN(const GgufTensor* t, Tensor(tname, dims));
+  std::vector<float> out(t->n_elements());
+  DequantizeRow(t->type, TensorData(*t), out.data(), out.size());  // rows are whole blocks: one long row
   return out;
 }
 

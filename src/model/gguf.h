@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -41,10 +42,11 @@ struct GgufTensor {
   uint64_t n_bytes() const;  // whole blocks of its type
 };
 
-// A parsed GGUF file; tensor data stays in the caller's buffer.
+// A parsed GGUF file; tensor data stays in the caller's buffer, which must
+// outlive it.
 class GgufFile {
  public:
-  static Result<GgufFile> Parse(const std::string& name, const std::string& data);
+  static Result<GgufFile> Parse(const std::string& name, std::string_view data);
 
   bool Has(const std::string& key) const { return kv_.count(key) > 0; }
   Result<int64_t> GetInt(const std::string& key) const;
@@ -56,6 +58,10 @@ class GgufFile {
   const GgufTensor* FindTensor(const std::string& name) const;
   // Every tensor's name, sorted.
   std::vector<std::string> TensorNames() const;
+  // The tensor, its shape checked against `dims` (errors name it).
+  Result<const GgufTensor*> Tensor(const std::string& name, const std::vector<uint64_t>& dims) const;
+  // Its bytes in the caller's buffer (n_bytes() of them, checked at Parse).
+  const uint8_t* TensorData(const GgufTensor& t) const;
   // The tensor converted to fp32; checks its shape against `dims`.
   Result<std::vector<float>> ReadTensor(const std::string& name,
                                         const std::vector<uint64_t>& dims) const;
@@ -65,7 +71,7 @@ class GgufFile {
 
  private:
   std::string name_;
-  const std::string* data_ = nullptr;
+  std::string_view data_;
   uint32_t version_ = 0;
   uint64_t data_start_ = 0;
   std::map<std::string, GgufValue> kv_;

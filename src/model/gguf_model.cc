@@ -70,16 +70,21 @@ Status ReadConfig(const GgufFile& f, const std::string& name, const std::string&
   return Status::Ok();
 }
 
+// Appends a 2-dimensional tensor's rows (ne = [cols, rows]) to *m, in place.
+Status AddRows(const GgufFile& f, const std::string& tensor, uint64_t cols, uint64_t rows, WeightMatrix* m) {
+  ASSIGN_OR_RETURN(const GgufTensor* t, f.Tensor(tensor, {cols, rows}));
+  Status s = m->AppendInPlace(t->type, f.TensorData(*t), static_cast<int>(rows), static_cast<int>(cols));
+  return s.ok() ? s : s.WithContext("tensor '" + tensor + "'");
+}
+
 Status ReadLayer(const GgufFile& f, const std::string& name, const ModelConfig& c, int l, bool biases,
                  LayerWeights* L) {
   const uint64_t dim = c.dim, kvd = c.kv_dim(), hid = c.hidden_dim;
   const std::string p = "blk." + std::to_string(l) + ".";
   ASSIGN_OR_RETURN(L->attn_norm, f.ReadTensor(p + "attn_norm.weight", {dim}));
-  ASSIGN_OR_RETURN(L->wqkv, f.ReadTensor(p + "attn_q.weight", {dim, dim}));
-  ASSIGN_OR_RETURN(auto wk, f.ReadTensor(p + "attn_k.weight", {dim, kvd}));
-  ASSIGN_OR_RETURN(auto wv, f.ReadTensor(p + "attn_v.weight", {dim, kvd}));
-  L->wqkv.insert(L->wqkv.end(), wk.begin(), wk.end());
-  L->wqkv.insert(L->wqkv.end(), wv.begin(), wv.end());
+  RETURN_IF_ERROR(AddRows(f, p + "attn_q.weight", dim, dim, &L->wqkv));
+  RETURN_IF_ERROR(AddRows(f, p + "attn_k.weight", dim, kvd, &L->wqkv));
+  RETURN_IF_ERROR(AddRows(f, p + "attn_v.weight", dim, kvd, &L->wqkv));
   if (biases) {
     ASSIGN_OR_RETURN(L->bqkv, f.ReadTensor(p + "attn_q.bias", {dim}));
     ASSIGN_OR_RETURN(auto bk, f.ReadTensor(p + "attn_k.bias", {kvd}));
@@ -88,16 +93,34 @@ Status ReadLayer(const GgufFile& f, const std::string& name, const ModelConfig& 
     L->bqkv.insert(L->bqkv.end(), bv.begin(), bv.end());
     RETURN_IF_ERROR(CheckFinite(name, p + "attn_*.bias", L->bqkv));
   }
-  ASSIGN_OR_RETURN(L->wo, f.ReadTensor(p + "attn_output.weight", {dim, dim}));
+  RETURN_IF_ERROR(AddRows(f, p + "attn_output.weight", dim, dim, &L->wo));
   ASSIGN_OR_RETURN(L->ffn_norm, f.ReadTensor(p + "ffn_norm.weight", {dim}));
-  ASSIGN_OR_RETURN(L->w13, f.ReadTensor(p + "ffn_gate.weight", {dim, hid}));
-  ASSIGN_OR_RETURN(auto up, f.ReadTensor(p + "ffn_up.weight", {dim, hid}));
-  L->w13.insert(L->w13.end(), up.begin(), up.end());
-  ASSIGN_OR_RETURN(L->w2, f.ReadTensor(p + "ffn_down.weight", {hid, dim}));
-  for (const auto* v : {&L->wqkv, &L->w13, &L->w2, &L->wo, &L->attn_norm, &L->ffn_norm}) {
-    RETURN_IF_ERROR(CheckFinite(name, p + "*", *v));
+  RETURN_IF_ERROR(AddRows(f, p + "ffn_gate.weight", dim, hid, &L->w13));
+  RETURN_IF_ERROR(AddRows(f, p + "ffn_up.weight", dim, hid, &L->w13));
+  RETURN_IF_ERROR(AddRows(f, p + "ffn_down.weight", hid, dim, &L->w2));
+  RETURN_IF_ERROR(CheckFinite(name, p + "attn_norm.weight", L->attn_norm));
+  RETURN_IF_ERROR(CheckFinite(name, p + "ffn_norm.weight", L->ffn_norm));
+  RETURN_IF_ERROR(L->wqkv.CheckFinite(name, p + "attn_{q,k,v}.weight"));
+  RETURN_IF_ERROR(L->wo.CheckFinite(name, p + "attn_output.weight"));
+  RETURN_IF_ERROR(L->w13.CheckFinite(name, p + "ffn_{gate,up}.weight"));
+  return L->w2.CheckFinite(name, p + "ffn_down.weight");
+}
+
+// The matrices' bytes in fp32.
+uint64_t Fp32Bytes(const ModelWeights& w) {
+  auto bytes = [](const WeightMatrix& m) { return uint64_t{4} * static_cast<uint64_t>(m.rows()) * m.cols(); };
+  uint64_t b = bytes(w.tok_embd) + bytes(w.output);
+  for (const LayerWeights& L : w.layers) b += bytes(L.wqkv) + bytes(L.wo) + bytes(L.w13) + bytes(L.w2);
+  return b;
+}
+
+// Every matrix converted to owned fp32 (WeightStorage::kFp32).
+void ToFloats(ModelWeights* w) {
+  w->tok_embd = w->tok_embd.ToFloats();
+  if (!w->output.empty()) w->output = w->output.ToFloats();
+  for (LayerWeights& L : w->layers) {
+    for (WeightMatrix* m : {&L.wqkv, &L.wo, &L.w13, &L.w2}) *m = m->ToFloats();
   }
-  return Status::Ok();
 }
 
 // Tensors of blocks past block_count mean the count and the file disagree.
@@ -114,8 +137,9 @@ Status CheckBlocks(const GgufFile& f, const std::string& name, const std::string
 
 }  // namespace
 
-Result<LoadedModel> ParseGgufModel(const std::string& name, const std::string& data) {
-  ASSIGN_OR_RETURN(GgufFile f, GgufFile::Parse(name, data));
+Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<const FileBytes> file,
+                                   WeightStorage storage) {
+  ASSIGN_OR_RETURN(GgufFile f, GgufFile::Parse(name, file->data()));
   LoadedModel m;
   m.format = "gguf";
   ASSIGN_OR_RETURN(std::string arch, f.GetString("general.architecture"));
@@ -123,10 +147,10 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, const std::string& d
   ModelConfig& c = m.config;
   RETURN_IF_ERROR(ReadConfig(f, name, arch, &c));
   const uint64_t dim = c.dim, V = c.vocab_size;
-  ASSIGN_OR_RETURN(m.weights.tok_embd, f.ReadTensor("token_embd.weight", {dim, V}));
+  RETURN_IF_ERROR(AddRows(f, "token_embd.weight", dim, V, &m.weights.tok_embd));
   ASSIGN_OR_RETURN(m.weights.output_norm, f.ReadTensor("output_norm.weight", {dim}));
   if (f.FindTensor("output.weight") != nullptr) {
-    ASSIGN_OR_RETURN(m.weights.output, f.ReadTensor("output.weight", {dim, V}));
+    RETURN_IF_ERROR(AddRows(f, "output.weight", dim, V, &m.weights.output));
   }
   if (f.FindTensor("rope_freqs.weight") != nullptr) {
     ASSIGN_OR_RETURN(m.weights.rope_freq_factors,
@@ -143,11 +167,19 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, const std::string& d
   const bool biases = arch == "qwen2" || f.FindTensor("blk.0.attn_q.bias") != nullptr;
   m.weights.layers.resize(c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) RETURN_IF_ERROR(ReadLayer(f, name, c, l, biases, &m.weights.layers[l]));
-  RETURN_IF_ERROR(CheckFinite(name, "token_embd.weight", m.weights.tok_embd));
-  RETURN_IF_ERROR(CheckFinite(name, "output.weight", m.weights.output));
+  RETURN_IF_ERROR(m.weights.tok_embd.CheckFinite(name, "token_embd.weight"));
+  RETURN_IF_ERROR(m.weights.output.CheckFinite(name, "output.weight"));
   RETURN_IF_ERROR(CheckFinite(name, "output_norm.weight", m.weights.output_norm));
   if (f.Has("tokenizer.ggml.tokens")) {
     ASSIGN_OR_RETURN(m.vocab, ReadGgufVocab(f, name));
+  }
+  if (storage == WeightStorage::kAuto) {
+    storage = Fp32Bytes(m.weights) <= kAutoFp32Bytes ? WeightStorage::kFp32 : WeightStorage::kMapped;
+  }
+  if (storage == WeightStorage::kFp32) {
+    ToFloats(&m.weights);
+  } else {
+    m.weights.file = std::move(file);
   }
   return m;
 }

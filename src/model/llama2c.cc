@@ -12,7 +12,7 @@ constexpr uint32_t kLlama2cMagic = 0x616b3432;  // "ak42", versioned exports
 
 }  // namespace
 
-Result<LoadedModel> ParseLlama2c(const std::string& name, const std::string& data) {
+Result<LoadedModel> ParseLlama2c(const std::string& name, std::string_view data) {
   constexpr size_t kHeader = 7 * sizeof(int32_t);
   if (data.size() < kHeader) {
     return Status::Corruption(name + ": not a GGUF file and too short (" +
@@ -73,7 +73,7 @@ Result<LoadedModel> ParseLlama2c(const std::string& name, const std::string& dat
     return v;
   };
   // Per-layer tensors are stored layer-major per kind: all layers' rms_att, then all wq, ...
-  m.weights.tok_embd = take(V * dim);
+  m.weights.tok_embd = WeightMatrix::Floats(take(V * dim), static_cast<int>(V), static_cast<int>(dim));
   auto rms_att = take(L * dim);
   auto wq = take(L * dim * dim);
   auto wk = take(L * kvd * dim);
@@ -85,39 +85,44 @@ Result<LoadedModel> ParseLlama2c(const std::string& name, const std::string& dat
   auto w3 = take(L * hid * dim);
   m.weights.output_norm = take(dim);
   p += S * hd;  // freq_cis_real and freq_cis_imag: recomputed, as llama2.c does
-  if (!shared) m.weights.output = take(V * dim);
+  if (!shared) m.weights.output = WeightMatrix::Floats(take(V * dim), static_cast<int>(V), static_cast<int>(dim));
 
   auto slice = [](const std::vector<float>& v, uint64_t l, uint64_t n) {
     return std::vector<float>(v.begin() + l * n, v.begin() + (l + 1) * n);
   };
   m.weights.layers.resize(L);
+  auto matrix = [](std::vector<float> v, uint64_t rows, uint64_t cols) {
+    return WeightMatrix::Floats(std::move(v), static_cast<int>(rows), static_cast<int>(cols));
+  };
   for (uint64_t l = 0; l < L; ++l) {
     auto& Lw = m.weights.layers[l];
     Lw.attn_norm = slice(rms_att, l, dim);
-    Lw.wqkv = slice(wq, l, dim * dim);
+    auto qkv = slice(wq, l, dim * dim);
     auto k = slice(wk, l, kvd * dim);
     auto v = slice(wv, l, kvd * dim);
-    Lw.wqkv.insert(Lw.wqkv.end(), k.begin(), k.end());
-    Lw.wqkv.insert(Lw.wqkv.end(), v.begin(), v.end());
-    Lw.wo = slice(wo, l, dim * dim);
+    qkv.insert(qkv.end(), k.begin(), k.end());
+    qkv.insert(qkv.end(), v.begin(), v.end());
+    Lw.wqkv = matrix(std::move(qkv), dim + 2 * kvd, dim);
+    Lw.wo = matrix(slice(wo, l, dim * dim), dim, dim);
     Lw.ffn_norm = slice(rms_ffn, l, dim);
-    Lw.w13 = slice(w1, l, hid * dim);
+    auto w13 = slice(w1, l, hid * dim);
     auto up = slice(w3, l, hid * dim);
-    Lw.w13.insert(Lw.w13.end(), up.begin(), up.end());
-    Lw.w2 = slice(w2, l, dim * hid);
+    w13.insert(w13.end(), up.begin(), up.end());
+    Lw.w13 = matrix(std::move(w13), 2 * hid, dim);
+    Lw.w2 = matrix(slice(w2, l, dim * hid), dim, hid);
   }
-  RETURN_IF_ERROR(CheckFinite(name, "token_embedding", m.weights.tok_embd));
+  RETURN_IF_ERROR(m.weights.tok_embd.CheckFinite(name, "token_embedding"));
   RETURN_IF_ERROR(CheckFinite(name, "rms_final", m.weights.output_norm));
-  RETURN_IF_ERROR(CheckFinite(name, "wcls", m.weights.output));
+  RETURN_IF_ERROR(m.weights.output.CheckFinite(name, "wcls"));
   for (uint64_t l = 0; l < L; ++l) {
     const auto& Lw = m.weights.layers[l];
     const std::string t = "layer " + std::to_string(l) + " ";
     RETURN_IF_ERROR(CheckFinite(name, t + "rms_att", Lw.attn_norm));
-    RETURN_IF_ERROR(CheckFinite(name, t + "wq/wk/wv", Lw.wqkv));
-    RETURN_IF_ERROR(CheckFinite(name, t + "wo", Lw.wo));
+    RETURN_IF_ERROR(Lw.wqkv.CheckFinite(name, t + "wq/wk/wv"));
+    RETURN_IF_ERROR(Lw.wo.CheckFinite(name, t + "wo"));
     RETURN_IF_ERROR(CheckFinite(name, t + "rms_ffn", Lw.ffn_norm));
-    RETURN_IF_ERROR(CheckFinite(name, t + "w1/w3", Lw.w13));
-    RETURN_IF_ERROR(CheckFinite(name, t + "w2", Lw.w2));
+    RETURN_IF_ERROR(Lw.w13.CheckFinite(name, t + "w1/w3"));
+    RETURN_IF_ERROR(Lw.w2.CheckFinite(name, t + "w2"));
   }
   return m;
 }

@@ -394,8 +394,8 @@ void DequantizeRow(GgmlType t, const uint8_t* src, float* dst, size_t n) {
     std::memcpy(dst, src, n * 4);
     return;
   }
-  if (t == GgmlType::kF16) {
-    for (size_t i = 0; i < n; ++i) dst[i] = F16(src + 2 * i);
+  if (t == GgmlType::kF16) {  // exact in any conversion; F16C where the CPU has it
+    kernels::HalfToFloatN(reinterpret_cast<const uint16_t*>(src), dst, n);
     return;
   }
   if (t == GgmlType::kBF16) {

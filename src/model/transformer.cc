@@ -115,6 +115,10 @@ class Transformer final : public Model {
   const ModelConfig& config() const override { return config_; }
   const std::string& format() const override { return format_; }
   uint64_t content_hash() const override { return hash_; }
+  WeightStorage weight_storage() const override {
+    return w_.file ? WeightStorage::kMapped : WeightStorage::kFp32;
+  }
+  size_t weight_bytes() const override;
   const std::optional<Vocab>& embedded_vocab() const override { return vocab_; }
 
   Result<PrefillResult> Prefill(std::span<const int32_t> tokens,
@@ -281,8 +285,7 @@ Result<std::vector<PrefillResult>> Transformer::PrefillBatch(std::span<const Bat
     for (int i = 0; i < part.T; ++i) {
       const size_t r = static_cast<size_t>(part.row0 + i);
       b.pos[r] = part.opt->start_pos + i;
-      std::memcpy(&b.x[r * c.dim], &w_.tok_embd[static_cast<size_t>(part.tokens[i]) * c.dim],
-                  c.dim * sizeof(float));
+      w_.tok_embd.DequantizeRows(part.tokens[i], 1, &b.x[r * c.dim]);
     }
   }
   for (int l = 0; l < c.n_layers; ++l) {
@@ -294,6 +297,15 @@ Result<std::vector<PrefillResult>> Transformer::PrefillBatch(std::span<const Bat
   out.reserve(parts.size());
   for (Part& part : parts) out.push_back(std::move(part.res));
   return out;
+}
+
+size_t Transformer::weight_bytes() const {
+  size_t b = w_.tok_embd.bytes() + w_.output.bytes() + (w_.output_norm.size() + w_.rope_freq_factors.size()) * sizeof(float);
+  for (const LayerWeights& L : w_.layers) {
+    b += L.wqkv.bytes() + L.wo.bytes() + L.w13.bytes() + L.w2.bytes();
+    b += (L.attn_norm.size() + L.ffn_norm.size() + L.bqkv.size()) * sizeof(float);
+  }
+  return b;
 }
 
 Transformer::Batch::Batch(const ModelConfig& c, int n)
@@ -310,8 +322,7 @@ Status Transformer::AttentionBlock(int l, Batch& b, std::vector<Part>& parts) co
     RmsNorm(&b.x[i * static_cast<size_t>(dim)], L.attn_norm.data(), dim, c.norm_eps,
             &b.xb[i * static_cast<size_t>(dim)]);
   });
-  kernels::ParallelMatMulNT(pool, b.rows, qkv_w, dim, 1.0f, b.xb.data(), dim, L.wqkv.data(), dim, 0.0f,
-                            b.qkv.data(), qkv_w);
+  L.wqkv.MatMul(pool, b.rows, b.xb.data(), dim, 0.0f, b.qkv.data(), qkv_w);
   ForRows(pool, b.rows, [&](int i) {
     float* row = &b.qkv[i * static_cast<size_t>(qkv_w)];
     BiasAndRope(L, row, c.n_heads, row + dim, c.n_kv_heads, b.pos[i]);
@@ -333,8 +344,7 @@ Status Transformer::AttentionBlock(int l, Batch& b, std::vector<Part>& parts) co
   }
   Attend(l, b, parts);
   // x += att · Wo^T
-  kernels::ParallelMatMulNT(pool, b.rows, dim, dim, 1.0f, b.att.data(), dim, L.wo.data(), dim, 1.0f,
-                            b.x.data(), dim);
+  L.wo.MatMul(pool, b.rows, b.att.data(), dim, 1.0f, b.x.data(), dim);
   return Status::Ok();
 }
 
@@ -361,8 +371,8 @@ Status Transformer::ProjectQk(int layer, const float* x, size_t x_stride, int n,
   q->assign(static_cast<size_t>(n) * QW, 0.0f);
   k->assign(static_cast<size_t>(n) * KW, 0.0f);
   if (n == 0) return Status::Ok();
-  kernels::MatMulNT(n, qw, dim, 1.0f, xn.data(), dim, L.wqkv.data(), dim, 0.0f, q->data(), qw);
-  kernels::MatMulNT(n, kw, dim, 1.0f, xn.data(), dim, L.wqkv.data() + D * D, dim, 0.0f, k->data(), kw);
+  L.wqkv.MatMul(nullptr, n, xn.data(), D, 0, qw, 0.0f, q->data(), QW);
+  L.wqkv.MatMul(nullptr, n, xn.data(), D, dim, kw, 0.0f, k->data(), KW);
   for (int i = 0; i < n; ++i) {
     BiasAndRope(L, q->data() + i * QW, kv_heads * c.group(), k->data() + i * KW, kv_heads, start_pos + i);
   }
@@ -458,14 +468,12 @@ void Transformer::FeedForward(int l, Batch& b) const {
     RmsNorm(&b.x[i * static_cast<size_t>(dim)], L.ffn_norm.data(), dim, c.norm_eps,
             &b.xb[i * static_cast<size_t>(dim)]);
   });
-  kernels::ParallelMatMulNT(pool, b.rows, 2 * hid, dim, 1.0f, b.xb.data(), dim, L.w13.data(), dim, 0.0f,
-                            b.h13.data(), 2 * hid);
+  L.w13.MatMul(pool, b.rows, b.xb.data(), dim, 0.0f, b.h13.data(), 2 * hid);
   ForRows(pool, b.rows, [&](int i) {  // SwiGLU: silu(w1 x) * (w3 x)
     float* r = &b.h13[i * static_cast<size_t>(2 * hid)];
     kernels::SiluMul(r, r + hid, hid);
   });
-  kernels::ParallelMatMulNT(pool, b.rows, dim, hid, 1.0f, b.h13.data(), 2 * hid, L.w2.data(), hid, 1.0f,
-                            b.x.data(), dim);
+  L.w2.MatMul(pool, b.rows, b.h13.data(), 2 * hid, 1.0f, b.x.data(), dim);
 }
 
 void Transformer::Logits(Batch& b, std::vector<Part>& parts) const {
@@ -483,11 +491,10 @@ void Transformer::Logits(Batch& b, std::vector<Part>& parts) const {
     RmsNorm(&b.x[rows[k] * static_cast<size_t>(dim)], w_.output_norm.data(), dim, c.norm_eps,
             &b.xb[k * static_cast<size_t>(dim)]);
   }
-  const std::vector<float>& wout = w_.output.empty() ? w_.tok_embd : w_.output;
+  const WeightMatrix& wout = w_.output.empty() ? w_.tok_embd : w_.output;
   const size_t V = static_cast<size_t>(c.vocab_size);
   std::vector<float> all(rows.size() * V);
-  kernels::ParallelMatMulNT(ThreadPool::Compute(), static_cast<int>(rows.size()), c.vocab_size, dim, 1.0f,
-                            b.xb.data(), dim, wout.data(), dim, 0.0f, all.data(), c.vocab_size);
+  wout.MatMul(ThreadPool::Compute(), static_cast<int>(rows.size()), b.xb.data(), dim, 0.0f, all.data(), V);
   size_t at = 0;
   for (Part& part : parts) {
     if (part.opt->logits == LogitsMode::kNone) continue;
@@ -514,12 +521,20 @@ Result<std::unique_ptr<Model>> MakeTransformer(LoadedModel m, uint64_t content_h
     }
     return Status::Ok();
   };
-  RETURN_IF_ERROR(check("token_embd", m.weights.tok_embd, V * dim));
+  auto check_matrix = [&](const std::string& name, const WeightMatrix& w, size_t rows, size_t cols) {
+    if (static_cast<size_t>(w.rows()) != rows || static_cast<size_t>(w.cols()) != cols) {
+      return Status::InvalidArgument("tensor " + name + " is " + std::to_string(w.rows()) + " × " +
+                                     std::to_string(w.cols()) + ", expected " + std::to_string(rows) + " × " +
+                                     std::to_string(cols));
+    }
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(check_matrix("token_embd", m.weights.tok_embd, V, dim));
   RETURN_IF_ERROR(check("output_norm", m.weights.output_norm, dim));
   if (!m.weights.rope_freq_factors.empty()) {
     RETURN_IF_ERROR(check("rope_freqs", m.weights.rope_freq_factors, static_cast<size_t>(c.head_dim() / 2)));
   }
-  if (!m.weights.output.empty()) RETURN_IF_ERROR(check("output", m.weights.output, V * dim));
+  if (!m.weights.output.empty()) RETURN_IF_ERROR(check_matrix("output", m.weights.output, V, dim));
   if (m.weights.layers.size() != static_cast<size_t>(c.n_layers)) {
     return Status::InvalidArgument("model has " + std::to_string(m.weights.layers.size()) +
                                    " layers of weights, config says " +
@@ -529,12 +544,12 @@ Result<std::unique_ptr<Model>> MakeTransformer(LoadedModel m, uint64_t content_h
     const auto& L = m.weights.layers[l];
     const std::string p = "blk." + std::to_string(l) + ".";
     RETURN_IF_ERROR(check(p + "attn_norm", L.attn_norm, dim));
-    RETURN_IF_ERROR(check(p + "attn_qkv", L.wqkv, (dim + 2 * kvd) * dim));
+    RETURN_IF_ERROR(check_matrix(p + "attn_qkv", L.wqkv, dim + 2 * kvd, dim));
     if (!L.bqkv.empty()) RETURN_IF_ERROR(check(p + "attn_qkv.bias", L.bqkv, dim + 2 * kvd));
-    RETURN_IF_ERROR(check(p + "attn_output", L.wo, dim * dim));
+    RETURN_IF_ERROR(check_matrix(p + "attn_output", L.wo, dim, dim));
     RETURN_IF_ERROR(check(p + "ffn_norm", L.ffn_norm, dim));
-    RETURN_IF_ERROR(check(p + "ffn_gate_up", L.w13, 2 * hid * dim));
-    RETURN_IF_ERROR(check(p + "ffn_down", L.w2, dim * hid));
+    RETURN_IF_ERROR(check_matrix(p + "ffn_gate_up", L.w13, 2 * hid, dim));
+    RETURN_IF_ERROR(check_matrix(p + "ffn_down", L.w2, dim, hid));
   }
   if (m.vocab && static_cast<int>(m.vocab->pieces.size()) != c.vocab_size) {
     return Status::InvalidArgument("embedded tokenizer has " +
@@ -547,19 +562,38 @@ Result<std::unique_ptr<Model>> MakeTransformer(LoadedModel m, uint64_t content_h
 
 }  // namespace model
 
-Result<std::unique_ptr<Model>> Model::Load(const std::string& path, FileSystem* fs) {
-  auto data = ReadFileToString(fs, path);
-  if (!data.ok()) return data.status().WithContext("cannot read model file");
-  const std::string& d = *data;
-  const uint64_t hash = XXH3_64bits(d.data(), d.size());
-  if (d.size() >= 4 && std::memcmp(d.data(), "GGUF", 4) == 0) {
-    ASSIGN_OR_RETURN(auto loaded, model::ParseGgufModel(path, d));
-    auto m = model::MakeTransformer(std::move(loaded), hash);
-    if (!m.ok()) return m.status().WithContext(path);
-    return m;
+const char* WeightStorageName(WeightStorage s) {
+  switch (s) {
+    case WeightStorage::kAuto: return "auto";
+    case WeightStorage::kFp32: return "fp32";
+    case WeightStorage::kMapped: return "mapped";
   }
-  ASSIGN_OR_RETURN(auto loaded, model::ParseLlama2c(path, d));
-  auto m = model::MakeTransformer(std::move(loaded), hash);
+  return "?";
+}
+
+Result<WeightStorage> ParseWeightStorage(std::string_view name) {
+  for (WeightStorage s : {WeightStorage::kAuto, WeightStorage::kFp32, WeightStorage::kMapped}) {
+    if (name == WeightStorageName(s)) return s;
+  }
+  return Status::InvalidArgument("weights '" + std::string(name) + "' is not one of auto, fp32, mapped");
+}
+
+Result<std::unique_ptr<Model>> Model::Load(const std::string& path, FileSystem* fs) {
+  return Load(path, ModelLoadOptions{}, fs);
+}
+
+Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelLoadOptions& options,
+                                           FileSystem* fs) {
+  auto bytes = MapOrReadFile(fs, path);
+  if (!bytes.ok()) return bytes.status().WithContext("cannot read model file");
+  std::shared_ptr<const FileBytes> file = std::move(*bytes);
+  const std::string_view d = file->data();
+  const uint64_t hash = XXH3_64bits(d.data(), d.size());
+  Result<model::LoadedModel> loaded = d.size() >= 4 && std::memcmp(d.data(), "GGUF", 4) == 0
+                                          ? model::ParseGgufModel(path, file, options.weights)
+                                          : model::ParseLlama2c(path, d);
+  if (!loaded.ok()) return loaded.status();
+  auto m = model::MakeTransformer(std::move(*loaded), hash);
   if (!m.ok()) return m.status().WithContext(path);
   return m;
 }
@@ -576,16 +610,21 @@ Result<std::unique_ptr<Model>> Model::Random(const ModelConfig& config, uint64_t
     for (auto& e : v) e = nd(rng);
   };
   const size_t dim = config.dim, kvd = config.kv_dim(), hid = config.hidden_dim;
-  fill(m.weights.tok_embd, config.vocab_size * dim);
+  auto matrix = [&](size_t rows, size_t cols) {
+    std::vector<float> v;
+    fill(v, rows * cols);
+    return model::WeightMatrix::Floats(std::move(v), static_cast<int>(rows), static_cast<int>(cols));
+  };
+  m.weights.tok_embd = matrix(config.vocab_size, dim);
   m.weights.output_norm.assign(dim, 1.0f);
   m.weights.layers.resize(config.n_layers);
   for (auto& L : m.weights.layers) {
     L.attn_norm.assign(dim, 1.0f);
     L.ffn_norm.assign(dim, 1.0f);
-    fill(L.wqkv, (dim + 2 * kvd) * dim);
-    fill(L.wo, dim * dim);
-    fill(L.w13, 2 * hid * dim);
-    fill(L.w2, dim * hid);
+    L.wqkv = matrix(dim + 2 * kvd, dim);
+    L.wo = matrix(dim, dim);
+    L.w13 = matrix(2 * hid, dim);
+    L.w2 = matrix(dim, hid);
   }
   const std::string shape = config.ToString();
   const uint64_t hash = XXH3_64bits_withSeed(shape.data(), shape.size(), seed);

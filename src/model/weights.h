@@ -1,33 +1,40 @@
-// The in-memory weights of a Llama-family model, in fp32, with the projections
-// that read the same input fused so that one matrix product does their work.
+// The in-memory weights of a Llama-family model, with the projections that
+// read the same input fused so that one matrix product does their work.
+// Matrices are fp32 or, read in place from the model file's mapping, in the
+// file's types (model/weight_matrix.h); vectors are fp32.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "model/weight_matrix.h"
+#include "tierkv/filesystem.h"
 #include "tierkv/model.h"
 
 namespace tierkv::model {
 
 struct LayerWeights {
   std::vector<float> attn_norm;  // [dim]
-  std::vector<float> wqkv;       // [(dim + 2*kv_dim) × dim]: wq rows, then wk, then wv
+  WeightMatrix wqkv;             // [(dim + 2*kv_dim) × dim]: wq rows, then wk, then wv
   std::vector<float> bqkv;       // [dim + 2*kv_dim]: Q, K, V biases (Qwen2); empty: none
-  std::vector<float> wo;         // [dim × dim]
+  WeightMatrix wo;               // [dim × dim]
   std::vector<float> ffn_norm;   // [dim]
-  std::vector<float> w13;        // [2*hidden × dim]: w1 (gate) rows, then w3 (up)
-  std::vector<float> w2;         // [dim × hidden]
+  WeightMatrix w13;              // [2*hidden × dim]: w1 (gate) rows, then w3 (up)
+  WeightMatrix w2;               // [dim × hidden]
 };
 
 struct ModelWeights {
-  std::vector<float> tok_embd;     // [vocab × dim]
+  WeightMatrix tok_embd;           // [vocab × dim]
   std::vector<float> output_norm;  // [dim]
-  std::vector<float> output;       // [vocab × dim]; empty when tied to tok_embd
+  WeightMatrix output;             // [vocab × dim]; empty when tied to tok_embd
   // [head_dim/2]: RoPE frequency divisors (Llama 3.1's rope scaling, GGUF
   // rope_freqs.weight); empty: none.
   std::vector<float> rope_freq_factors;
   std::vector<LayerWeights> layers;
+  // The file's bytes while any matrix reads its rows in place; null otherwise.
+  std::shared_ptr<const FileBytes> file;
 };
 
 struct LoadedModel {
@@ -38,8 +45,12 @@ struct LoadedModel {
 };
 
 // Parsers of the two file formats; `name` is used in error messages.
-Result<LoadedModel> ParseLlama2c(const std::string& name, const std::string& data);
-Result<LoadedModel> ParseGgufModel(const std::string& name, const std::string& data);
+// llama2.c weights are copied to owned fp32. A GGUF's matrices are read in
+// place from `file` (kept alive by the weights) with WeightStorage::kMapped,
+// converted to owned fp32 with kFp32 (then `file` is not kept).
+Result<LoadedModel> ParseLlama2c(const std::string& name, std::string_view data);
+Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<const FileBytes> file,
+                                   WeightStorage storage);
 
 // Builds the Model from loaded weights (checks shapes).
 Result<std::unique_ptr<Model>> MakeTransformer(LoadedModel loaded, uint64_t content_hash);

@@ -1,5 +1,10 @@
 #include "tierkv/filesystem.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
 namespace tierkv {
 
 Result<size_t> ReadFull(const RandomAccessFile& file, uint64_t offset, size_t n, char* buf) {
@@ -22,6 +27,45 @@ Result<std::string> ReadFileToString(FileSystem* fs, const std::string& path) {
                            std::to_string(size) + " bytes)");
   }
   return data;
+}
+
+namespace {
+
+class StringBytes final : public FileBytes {
+ public:
+  explicit StringBytes(std::string s) : s_(std::move(s)) {}
+  std::string_view data() const override { return s_; }
+  bool mapped() const override { return false; }
+
+ private:
+  std::string s_;
+};
+
+class MappedBytes final : public FileBytes {
+ public:
+  MappedBytes(void* base, size_t size) : base_(base), size_(size) {}
+  ~MappedBytes() override { ::munmap(base_, size_); }
+  std::string_view data() const override { return {static_cast<const char*>(base_), size_}; }
+  bool mapped() const override { return true; }
+
+ private:
+  void* base_;
+  size_t size_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<FileBytes>> MapOrReadFile(FileSystem* fs, const std::string& path) {
+  ASSIGN_OR_RETURN(auto file, fs->NewRandomAccessFile(path));
+  ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  if (file->native_handle() >= 0 && size > 0) {
+    // The mapping keeps the file's pages after the descriptor closes.
+    void* base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file->native_handle(), 0);
+    if (base == MAP_FAILED) return Status::IOError(path + ": mmap: " + std::strerror(errno));
+    return std::unique_ptr<FileBytes>(new MappedBytes(base, size));
+  }
+  ASSIGN_OR_RETURN(std::string data, ReadFileToString(fs, path));
+  return std::unique_ptr<FileBytes>(new StringBytes(std::move(data)));
 }
 
 std::string DirName(const std::string& path) {

@@ -4,10 +4,12 @@
 #include <iterator>
 #include <fstream>
 #include <cstring>
+#include <filesystem>
 
 #include <cmath>
 
 #include "model/test_models.h"
+#include "testing/random_model.h"
 #include "testing/shared.h"
 #include "testing/status_matchers.h"
 #include "tierkv/convert.h"
@@ -223,6 +225,52 @@ TEST(GgufModelLoadTest, MissingTensorAndWrongArchitectureAreNamed) {
   testing::WriteBytes(dir + "/b.gguf", v.Serialize());
   EXPECT_THAT(Model::Load(dir + "/b.gguf"),
               StatusIs(StatusCode::kNotFound, "tensor 'blk.0.attn_norm.weight' is missing"));
+}
+
+// --weights mapped keeps the matrices in the file's types, read in place from
+// the mapped file: the logits are those of the same file held in fp32
+// (llama and qwen2 with biases and a tied output: every matrix, the
+// embedding rows and the output).
+TEST(GgufModelLoadTest, MappedWeightsGiveTheLogitsOfFp32Weights) {
+  const std::string dir = testing::MakeTempDir("ggufmapped");
+  ModelLoadOptions fp32, mapped;
+  fp32.weights = WeightStorage::kFp32;
+  mapped.weights = WeightStorage::kMapped;
+  for (const bool qwen : {false, true}) {
+    testing::RandomModelSpec spec;
+    spec.arch = qwen ? "qwen2" : "llama";
+    spec.biases = spec.tied = qwen;
+    const std::string f32 = dir + "/" + spec.arch + ".gguf";
+    testing::WriteRandomModel(f32, spec);
+    for (const std::string type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_1"}) {
+      SCOPED_TRACE(spec.arch + " " + type);
+      const std::string file = dir + "/" + spec.arch + "-" + type + ".gguf";
+      ASSERT_THAT(QuantizeGguf(f32, file, type), IsOk());
+      ASSERT_OK_AND_ASSIGN(auto a, Model::Load(file, fp32));
+      ASSERT_OK_AND_ASSIGN(auto b, Model::Load(file, mapped));
+      ASSERT_OK_AND_ASSIGN(auto c, Model::Load(file));
+      EXPECT_EQ(a->weight_storage(), WeightStorage::kFp32);
+      EXPECT_EQ(b->weight_storage(), WeightStorage::kMapped);
+      EXPECT_EQ(c->weight_storage(), WeightStorage::kFp32) << "auto: a small model's weights in fp32";
+      EXPECT_EQ(a->content_hash(), b->content_hash());
+      if (type == "F32") {
+        EXPECT_EQ(b->weight_bytes(), a->weight_bytes());
+      } else {
+        EXPECT_LT(b->weight_bytes(), a->weight_bytes() * 6 / 10);
+      }
+      std::vector<int32_t> tokens(24);
+      for (int i = 0; i < 24; ++i) tokens[i] = (i * 37 + 3) % a->config().vocab_size;
+      PrefillOptions po;
+      po.logits = LogitsMode::kAll;
+      ASSERT_OK_AND_ASSIGN(PrefillResult ra, a->Prefill(tokens, po));
+      ASSERT_OK_AND_ASSIGN(PrefillResult rb, b->Prefill(tokens, po));
+      ASSERT_EQ(ra.logits.size(), rb.logits.size());
+      double scale = 1;
+      for (float x : ra.logits) scale = std::max(scale, std::fabs(double(x)));
+      EXPECT_LT(MaxAbsDiff(ra.logits, rb.logits), 1e-5 * scale);
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

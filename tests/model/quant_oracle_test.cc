@@ -164,10 +164,17 @@ class QuantOracleTest : public ::testing::Test {
                                       << " where llama.cpp's token is " << margin << " below ours";
       }
     }
+    // The same file read in place (--weights mapped): the NLL of its fp32 form.
+    ModelLoadOptions mo;
+    mo.weights = WeightStorage::kMapped;
+    auto mapped = Model::Load(file, mo);
+    ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+    const double ours_mapped = OurNll(**mapped, *ids);
+    EXPECT_NEAR(ours_mapped, ours, 1e-5 * ours) << type << ": mapped weights";
     const double rel = std::fabs(ours - theirs) / theirs;
-    std::printf("%-5s %6.2f MB  NLL ours %.5f llama.cpp %.5f (rel diff %.4f%%)  greedy equal %d of %zu\n",
-                type.c_str(), static_cast<double>(std::filesystem::file_size(file)) / 1e6, ours, theirs, 100 * rel,
-                equal, lc["greedy"].size());
+    std::printf("%-5s %6.2f MB  NLL ours %.5f (mapped %.5f) llama.cpp %.5f (rel diff %.4f%%)  greedy equal %d of %zu\n",
+                type.c_str(), static_cast<double>(std::filesystem::file_size(file)) / 1e6, ours, ours_mapped, theirs,
+                100 * rel, equal, lc["greedy"].size());
     EXPECT_LT(rel, 0.005) << type << ": mean NLL " << ours << " against llama.cpp's " << theirs;
     std::filesystem::remove(file);
   }

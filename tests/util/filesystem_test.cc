@@ -89,6 +89,25 @@ TEST_P(FileSystemContract, AtomicWriteReplaces) {
   EXPECT_FALSE(fs_->FileExists(p + ".tmp"));
 }
 
+// A model file's bytes: mapped from an OS file, read from any other; the
+// same bytes either way, for as long as the object lives.
+TEST_P(FileSystemContract, MapOrReadFileGivesTheFilesBytes) {
+  const std::string p = dir_ + "/model";
+  std::string data(10000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 13 + 1);
+  ASSERT_THAT(WriteFileAtomically(fs_, p, data), IsOk());
+  ASSERT_OK_AND_ASSIGN(auto bytes, MapOrReadFile(fs_, p));
+  EXPECT_EQ(bytes->mapped(), GetParam() == "posix");
+  EXPECT_EQ(bytes->data(), data);
+  ASSERT_THAT(WriteFileAtomically(fs_, dir_ + "/empty", ""), IsOk());
+  ASSERT_OK_AND_ASSIGN(auto empty, MapOrReadFile(fs_, dir_ + "/empty"));
+  EXPECT_TRUE(empty->data().empty());
+  EXPECT_THAT(MapOrReadFile(fs_, dir_ + "/missing"), StatusIs(StatusCode::kNotFound, "missing"));
+  // A replaced file (rename, as model files are written) leaves the mapping's bytes as they were.
+  ASSERT_THAT(WriteFileAtomically(fs_, p, "other"), IsOk());
+  EXPECT_EQ(bytes->data(), data);
+}
+
 INSTANTIATE_TEST_SUITE_P(All, FileSystemContract, ::testing::Values("posix", "mem"));
 
 TEST(PosixFileSystemTest, DirectIoReadsAlignedBlocks) {

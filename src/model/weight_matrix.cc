@@ -1,0 +1,136 @@
+#include "model/weight_matrix.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/matmul.h"
+#include "util/thread_pool.h"
+
+namespace tierkv::model {
+namespace {
+
+// A tile of dequantized rows is at most this big: it stays in the core's L2
+// while sgemm reads it once per block of A's rows.
+constexpr size_t kTileBytes = 512 * 1024;
+
+int TileRows(int cols) {
+  const size_t rows = kTileBytes / (static_cast<size_t>(std::max(cols, 1)) * sizeof(float));
+  return static_cast<int>(std::max<size_t>(16, rows / 16 * 16));
+}
+
+}  // namespace
+
+WeightMatrix WeightMatrix::Floats(std::vector<float> values, int rows, int cols) {
+  WeightMatrix w;
+  w.rows_ = rows;
+  w.cols_ = cols;
+  w.owned_ = std::move(values);
+  if (rows > 0) {
+    w.parts_.push_back(Part{GgmlType::kF32, reinterpret_cast<const uint8_t*>(w.owned_.data()), 0, rows,
+                            static_cast<size_t>(cols) * sizeof(float)});
+  }
+  return w;
+}
+
+Status WeightMatrix::AppendInPlace(GgmlType t, const uint8_t* data, int rows, int cols) {
+  if (!owned_.empty()) return Status::InvalidArgument("AppendInPlace on a matrix of owned fp32 rows");
+  if (rows_ > 0 && cols != cols_) {
+    return Status::InvalidArgument("rows of " + std::to_string(cols) + " columns appended to a matrix of " +
+                                   std::to_string(cols_));
+  }
+  ASSIGN_OR_RETURN(GgmlTypeInfo info, TypeInfo(static_cast<uint32_t>(t)));
+  if (cols <= 0 || cols % info.block_elems != 0) {
+    return Status::InvalidArgument("rows of " + std::to_string(cols) + " columns are not whole " +
+                                   std::string(info.name) + " blocks of " + std::to_string(info.block_elems));
+  }
+  cols_ = cols;
+  if (rows > 0) parts_.push_back(Part{t, data, rows_, rows, RowBytes(t, static_cast<size_t>(cols))});
+  rows_ += rows;
+  return Status::Ok();
+}
+
+size_t WeightMatrix::bytes() const {
+  size_t b = 0;
+  for (const Part& p : parts_) b += p.row_bytes * static_cast<size_t>(p.rows);
+  return b;
+}
+
+bool WeightMatrix::all_f32() const {
+  return std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.type == GgmlType::kF32; });
+}
+
+void WeightMatrix::DequantizeRows(int r0, int n, float* out) const {
+  const int r1 = r0 + n;
+  for (const Part& p : parts_) {
+    const int a = std::max(r0, p.row0), b = std::min(r1, p.row0 + p.rows);
+    if (a >= b) continue;
+    // Consecutive rows are whole blocks: one long row.
+    DequantizeRow(p.type, p.data + static_cast<size_t>(a - p.row0) * p.row_bytes,
+                  out + static_cast<size_t>(a - r0) * cols_, static_cast<size_t>(b - a) * cols_);
+  }
+}
+
+std::vector<float> WeightMatrix::FloatValues() const {
+  std::vector<float> v(static_cast<size_t>(rows_) * cols_);
+  DequantizeRows(0, rows_, v.data());
+  return v;
+}
+
+WeightMatrix WeightMatrix::ToFloats() const { return Floats(FloatValues(), rows_, cols_); }
+
+void WeightMatrix::MatMulRange(int M, const float* A, size_t lda, int c0, int n, float beta, float* C,
+                               size_t ldc) const {
+  thread_local std::vector<float> tile;
+  const int c1 = c0 + n;
+  for (const Part& p : parts_) {
+    const int a = std::max(c0, p.row0), b = std::min(c1, p.row0 + p.rows);
+    if (a >= b) continue;
+    float* out = C + (a - c0);
+    if (p.type == GgmlType::kF32) {
+      const auto* B = reinterpret_cast<const float*>(p.data + static_cast<size_t>(a - p.row0) * p.row_bytes);
+      kernels::MatMulNT(M, b - a, cols_, 1.0f, A, lda, B, cols_, beta, out, ldc);
+      continue;
+    }
+    const int step = TileRows(cols_);
+    for (int t = a; t < b; t += step) {
+      const int rows = std::min(step, b - t);
+      tile.resize(static_cast<size_t>(rows) * cols_);
+      DequantizeRows(t, rows, tile.data());
+      kernels::MatMulNT(M, rows, cols_, 1.0f, A, lda, tile.data(), cols_, beta, C + (t - c0), ldc);
+    }
+  }
+}
+
+void WeightMatrix::MatMul(ThreadPool* pool, int M, const float* A, size_t lda, int r0, int n, float beta,
+                          float* C, size_t ldc) const {
+  if (M == 0 || n == 0) return;
+  if (pool == nullptr) return MatMulRange(M, A, lda, r0, n, beta, C, ldc);
+  // As kernels::ParallelMatMulNT: parts of at least 64 columns, multiples
+  // of 16 (the kernels' register tile).
+  const int threads = pool->workers() + 1;
+  const int per = std::max(64, (n / threads + 15) / 16 * 16);
+  const int n_parts = (n + per - 1) / per;
+  pool->ParallelFor(n_parts, [&](int p) {
+    const int c0 = p * per;
+    MatMulRange(M, A, lda, r0 + c0, std::min(per, n - c0), beta, C + c0, ldc);
+  });
+}
+
+Status WeightMatrix::CheckFinite(const std::string& name, const std::string& tensor) const {
+  const int step = TileRows(cols_);
+  std::vector<float> tile;
+  for (int r = 0; r < rows_; r += step) {
+    const int rows = std::min(step, rows_ - r);
+    tile.resize(static_cast<size_t>(rows) * cols_);
+    DequantizeRows(r, rows, tile.data());
+    for (size_t i = 0; i < tile.size(); ++i) {
+      if (!std::isfinite(tile[i])) {
+        return Status::Corruption(name + ": tensor " + tensor + " holds a non-finite value at index " +
+                                  std::to_string(static_cast<size_t>(r) * cols_ + i) + " (corrupted file?)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace tierkv::model

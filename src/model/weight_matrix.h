@@ -1,0 +1,89 @@
+// A weight matrix of a projection: rows are output features, each `cols`
+// input features long. Held either as fp32 the matrix owns, or as the rows
+// of one or more GGUF tensors read in place (from the model file's mapping)
+// in their own types: the fused Q/K/V and gate/up matrices stack several
+// tensors, and a llama.cpp mix (Q4_K_M) gives them different types.
+//
+// Products with in-place rows dequantize a tile of rows at a time (the
+// format's own DequantizeRow, so the values are those llama.cpp computes
+// with) into the calling thread's scratch and hand the tile to sgemm: the
+// matrix stays in its type in memory and its fp32 form exists only a tile
+// at a time. F32 rows in place go to sgemm directly.
+//
+// Thread safety: const methods may run concurrently; each thread uses its
+// own thread_local tile. Not copyable (parts point into owned storage).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/quant.h"
+#include "tierkv/status.h"
+
+namespace tierkv {
+class ThreadPool;
+}
+
+namespace tierkv::model {
+
+class WeightMatrix {
+ public:
+  WeightMatrix() = default;
+  WeightMatrix(WeightMatrix&&) = default;
+  WeightMatrix& operator=(WeightMatrix&&) = default;
+  WeightMatrix(const WeightMatrix&) = delete;
+  WeightMatrix& operator=(const WeightMatrix&) = delete;
+
+  // rows × cols fp32 values, row-major, owned.
+  static WeightMatrix Floats(std::vector<float> values, int rows, int cols);
+
+  // Appends `rows` rows of type t read in place from `data` (RowBytes(t, cols)
+  // bytes each; cols a multiple of t's block). `data` must outlive the
+  // matrix. InvalidArgument when cols differs from the rows already held.
+  Status AppendInPlace(GgmlType t, const uint8_t* data, int rows, int cols);
+
+  int rows() const { return rows_; }
+  int cols() const { return cols_; }
+  bool empty() const { return rows_ == 0; }
+  // Bytes of the rows as held (fp32 owned, or their types in place).
+  size_t bytes() const;
+  // True when every row is fp32 (owned or in place): products need no tiles.
+  bool all_f32() const;
+
+  // Rows [r0, r0 + n) as fp32 into out (n × cols).
+  void DequantizeRows(int r0, int n, float* out) const;
+  // The whole matrix as owned fp32 (the values DequantizeRows gives).
+  WeightMatrix ToFloats() const;
+  std::vector<float> FloatValues() const;
+
+  // C[M × n] = A[M × cols] · W[r0 .. r0+n)^T + beta · C, the n output
+  // columns split across the pool's threads and the caller (pool null: the
+  // caller alone).
+  void MatMul(ThreadPool* pool, int M, const float* A, size_t lda, int r0, int n, float beta,
+              float* C, size_t ldc) const;
+  void MatMul(ThreadPool* pool, int M, const float* A, size_t lda, float beta, float* C, size_t ldc) const {
+    MatMul(pool, M, A, lda, 0, rows_, beta, C, ldc);
+  }
+
+  // Non-OK naming the tensor (and row) if any value is NaN or infinite.
+  Status CheckFinite(const std::string& name, const std::string& tensor) const;
+
+ private:
+  struct Part {
+    GgmlType type;
+    const uint8_t* data;
+    int row0, rows;
+    size_t row_bytes;
+  };
+  // Columns [c0, c0 + n) of C (rows of W), on the calling thread.
+  void MatMulRange(int M, const float* A, size_t lda, int c0, int n, float beta, float* C,
+                   size_t ldc) const;
+
+  int rows_ = 0, cols_ = 0;
+  std::vector<float> owned_;  // Floats(): the parts point into it
+  std::vector<Part> parts_;   // by row, contiguous
+};
+
+}  // namespace tierkv::model

@@ -1,0 +1,152 @@
+// WeightMatrix: products with rows read in place in their GGUF types equal
+// the products with their dequantized values; errors name what is wrong.
+#include "model/weight_matrix.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/quant.h"
+#include "testing/status_matchers.h"
+#include "util/thread_pool.h"
+
+namespace tierkv::model {
+namespace {
+
+using testing::IsOk;
+using testing::StatusIs;
+
+// `rows` rows of N(0, 1) values in type t.
+std::string QuantizedRows(GgmlType t, int rows, int cols, std::mt19937* rng) {
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::string out;
+  std::vector<float> row(cols);
+  for (int r = 0; r < rows; ++r) {
+    for (float& x : row) x = d(*rng);
+    QuantizeRow(t, row.data(), row.size(), &out);
+  }
+  return out;
+}
+
+// A matrix stacking tensors of several types (as the fused Q/K/V of a
+// Q4_K_M file), and the byte buffers it reads in place.
+struct Stacked {
+  std::vector<std::string> buffers;
+  WeightMatrix w;
+};
+
+void Stack(const std::vector<std::pair<GgmlType, int>>& parts, int cols, Stacked* s) {
+  std::mt19937 rng(5);
+  s->buffers.reserve(parts.size());
+  for (const auto& [t, rows] : parts) {
+    s->buffers.push_back(QuantizedRows(t, rows, cols, &rng));
+    ASSERT_THAT(s->w.AppendInPlace(t, reinterpret_cast<const uint8_t*>(s->buffers.back().data()), rows, cols),
+                IsOk());
+  }
+}
+
+// C = A · W[r0, r0+n)^T + beta · C in double from the dequantized values.
+std::vector<double> Reference(const std::vector<float>& A, int M, const std::vector<float>& W, int cols, int r0,
+                              int n, float beta, const std::vector<float>& C0) {
+  std::vector<double> C(static_cast<size_t>(M) * n);
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int k = 0; k < cols; ++k) s += double(A[size_t(i) * cols + k]) * W[size_t(r0 + j) * cols + k];
+      C[size_t(i) * n + j] = s + beta * C0[size_t(i) * n + j];
+    }
+  }
+  return C;
+}
+
+void ExpectProduct(const WeightMatrix& w, ThreadPool* pool, int M, int r0, int n, float beta) {
+  const int cols = w.cols();
+  std::mt19937 rng(M * 31 + r0);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> A(static_cast<size_t>(M) * cols), C(static_cast<size_t>(M) * n);
+  for (float& x : A) x = d(rng);
+  for (float& x : C) x = d(rng);
+  const std::vector<double> want = Reference(A, M, w.FloatValues(), cols, r0, n, beta, C);
+  w.MatMul(pool, M, A.data(), cols, r0, n, beta, C.data(), n);
+  double worst = 0;
+  for (size_t i = 0; i < C.size(); ++i) worst = std::max(worst, std::fabs(C[i] - want[i]));
+  // Sums of `cols` products of N(0, 1) values, in fp32.
+  EXPECT_LT(worst, 2e-3) << "M " << M << " rows [" << r0 << ", " << r0 + n << ") pool " << (pool != nullptr);
+}
+
+TEST(WeightMatrixTest, RowsOfSeveralTypesInPlaceGiveTheProductOfTheirValues) {
+  Stacked s;
+  ASSERT_NO_FATAL_FAILURE(Stack({{GgmlType::kF32, 40}, {GgmlType::kQ8_0, 70}, {GgmlType::kQ4_K, 50},
+                                 {GgmlType::kF16, 30}, {GgmlType::kQ6_K, 20}, {GgmlType::kBF16, 9}},
+                                256, &s));
+  ASSERT_EQ(s.w.rows(), 219);
+  EXPECT_FALSE(s.w.all_f32());
+  size_t bytes = 0;
+  for (const std::string& b : s.buffers) bytes += b.size();
+  EXPECT_EQ(s.w.bytes(), bytes);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), ThreadPool::Compute()}) {
+    for (int M : {1, 5, 37}) {
+      ExpectProduct(s.w, pool, M, 0, s.w.rows(), 0.0f);
+      ExpectProduct(s.w, pool, M, 35, 120, 1.0f);  // from the F32 rows into the Q4_K ones, accumulating
+      ExpectProduct(s.w, pool, M, 200, 19, 0.0f);
+    }
+  }
+  // Rows across parts are each part's own dequantization.
+  const std::vector<float> all = s.w.FloatValues();
+  std::vector<float> some(120 * 256);
+  s.w.DequantizeRows(35, 120, some.data());
+  EXPECT_EQ(0, std::memcmp(some.data(), all.data() + 35 * 256, some.size() * sizeof(float)));
+  std::vector<float> q8(256);
+  DequantizeRow(GgmlType::kQ8_0, reinterpret_cast<const uint8_t*>(s.buffers[1].data()) + 3 * RowBytes(GgmlType::kQ8_0, 256),
+                q8.data(), 256);
+  EXPECT_EQ(0, std::memcmp(q8.data(), all.data() + (40 + 3) * 256, q8.size() * sizeof(float)));
+  // Owned fp32 holds the same values.
+  const WeightMatrix f = s.w.ToFloats();
+  EXPECT_TRUE(f.all_f32());
+  EXPECT_EQ(f.bytes(), size_t{219} * 256 * 4);
+  EXPECT_EQ(f.FloatValues(), all);
+  ExpectProduct(f, ThreadPool::Compute(), 5, 35, 120, 1.0f);
+}
+
+// Wide rows: a thread's columns are dequantized in several tiles.
+TEST(WeightMatrixTest, WideRowsAreMultipliedTileByTile) {
+  Stacked s;
+  ASSERT_NO_FATAL_FAILURE(Stack({{GgmlType::kQ8_0, 100}, {GgmlType::kQ4_0, 77}}, 4096, &s));
+  ExpectProduct(s.w, ThreadPool::Compute(), 3, 0, s.w.rows(), 0.0f);
+  ExpectProduct(s.w, nullptr, 9, 13, 150, 1.0f);
+}
+
+TEST(WeightMatrixTest, AppendRefusesRowsThatDoNotFit) {
+  Stacked s;
+  ASSERT_NO_FATAL_FAILURE(Stack({{GgmlType::kQ8_0, 4}}, 64, &s));
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(s.buffers[0].data());
+  EXPECT_THAT(s.w.AppendInPlace(GgmlType::kQ8_0, p, 2, 96), StatusIs(StatusCode::kInvalidArgument, "96 columns"));
+  WeightMatrix k;
+  EXPECT_THAT(k.AppendInPlace(GgmlType::kQ4_K, p, 2, 64),
+              StatusIs(StatusCode::kInvalidArgument, "not whole Q4_K blocks of 256"));
+  WeightMatrix owned = WeightMatrix::Floats(std::vector<float>(64 * 2), 2, 64);
+  EXPECT_THAT(owned.AppendInPlace(GgmlType::kQ8_0, p, 2, 64), StatusIs(StatusCode::kInvalidArgument, "owned"));
+  EXPECT_EQ(s.w.rows(), 4);
+}
+
+TEST(WeightMatrixTest, CheckFiniteNamesTheTensorAndTheIndex) {
+  Stacked s;
+  ASSERT_NO_FATAL_FAILURE(Stack({{GgmlType::kF16, 3}, {GgmlType::kQ8_0, 5}}, 128, &s));
+  EXPECT_THAT(s.w.CheckFinite("m.gguf", "blk.0.attn_v.weight"), IsOk());
+  // Row 2 of the Q8_0 rows, block 1: its fp16 scale made NaN.
+  const size_t block = 2 * RowBytes(GgmlType::kQ8_0, 128) + 34;
+  s.buffers[1][block] = 0x00;
+  s.buffers[1][block + 1] = 0x7e;
+  EXPECT_THAT(s.w.CheckFinite("m.gguf", "blk.0.attn_v.weight"),
+              StatusIs(StatusCode::kCorruption,
+                       "m.gguf: tensor blk.0.attn_v.weight holds a non-finite value at index " +
+                           std::to_string((3 + 2) * 128 + 32)));
+  EXPECT_THAT(WeightMatrix().CheckFinite("m.gguf", "output.weight"), IsOk());
+}
+
+}  // namespace
+}  // namespace tierkv::model
