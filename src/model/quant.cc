@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "kernels/fp16.h"
+#include "model/dequant_avx2.h"
 
 namespace tierkv::model {
 namespace {
@@ -405,6 +406,13 @@ void DequantizeRow(GgmlType t, const uint8_t* src, float* dst, size_t n) {
     }
     return;
   }
+  if (HasAvx2() && DequantizeBlocksAvx2(t, src, dst, n / info.block_elems)) return;
+  DequantizeRowPortable(t, src, dst, n);
+}
+
+void DequantizeRowPortable(GgmlType t, const uint8_t* src, float* dst, size_t n) {
+  const GgmlTypeInfo info = *TypeInfo(static_cast<uint32_t>(t));
+  if (info.block_elems == 1) return DequantizeRow(t, src, dst, n);
   for (size_t b = 0; b < n / info.block_elems; ++b, src += info.block_bytes, dst += info.block_elems) {
     switch (t) {
       case GgmlType::kQ4_0: DeqQ4_0(src, dst); break;

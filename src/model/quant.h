@@ -38,6 +38,9 @@ size_t RowBytes(GgmlType t, size_t n);
 
 // n elements (a multiple of the block size) of type t at src into dst.
 void DequantizeRow(GgmlType t, const uint8_t* src, float* dst, size_t n);
+// The same without the AVX2 block loops (model/dequant_avx2.h), which must
+// give its results bit for bit: tests compare the two.
+void DequantizeRowPortable(GgmlType t, const uint8_t* src, float* dst, size_t n);
 // The inverse for writing files: RowBytes(t, n) bytes appended to *out.
 void QuantizeRow(GgmlType t, const float* src, size_t n, std::string* out);
 

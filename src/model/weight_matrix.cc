@@ -9,9 +9,11 @@
 namespace tierkv::model {
 namespace {
 
-// A tile of dequantized rows is at most this big: it stays in the core's L2
-// while sgemm reads it once per block of A's rows.
-constexpr size_t kTileBytes = 512 * 1024;
+// A tile of dequantized rows is at most this big. Measured on a 476M-weight
+// model (docs/models.md): 512 KiB tiles (L2-sized) made 16-token prefills
+// 2.4x slower than 4 MiB ones (sgemm's cost per call on narrow tiles), and
+// smaller tiles were slower at 512 tokens too.
+constexpr size_t kTileBytes = 4 * 1024 * 1024;
 
 int TileRows(int cols) {
   const size_t rows = kTileBytes / (static_cast<size_t>(std::max(cols, 1)) * sizeof(float));

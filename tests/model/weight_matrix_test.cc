@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/dequant_avx2.h"
 #include "model/quant.h"
 #include "testing/status_matchers.h"
 #include "util/thread_pool.h"
@@ -146,6 +147,33 @@ TEST(WeightMatrixTest, CheckFiniteNamesTheTensorAndTheIndex) {
                        "m.gguf: tensor blk.0.attn_v.weight holds a non-finite value at index " +
                            std::to_string((3 + 2) * 128 + 32)));
   EXPECT_THAT(WeightMatrix().CheckFinite("m.gguf", "output.weight"), IsOk());
+}
+
+// The AVX2 block loops give the portable loops' values bit for bit, on
+// quantizer output and on arbitrary bytes (every scale and nibble pattern;
+// fp16 scales kept finite).
+TEST(DequantizeTest, VectorLoopsEqualThePortableOnesBitForBit) {
+  if (!HasAvx2()) GTEST_SKIP() << "no AVX2 on this CPU: DequantizeRow runs the portable loops only";
+  std::mt19937 rng(11);
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const size_t n = 4096;
+    std::string bytes = QuantizedRows(t, 1, n, &rng);
+    std::string noise = bytes;
+    const GgmlTypeInfo info = *TypeInfo(static_cast<uint32_t>(t));
+    for (char& c : noise) c = static_cast<char>(rng());
+    // Scales at their places, as small finite fp16 values (high exponent bits cleared).
+    for (size_t b = 0; b < noise.size(); b += info.block_bytes) {
+      const size_t at = t == GgmlType::kQ6_K ? b + 208 : b;
+      noise[at + 1] = static_cast<char>(noise[at + 1] & 0x83);
+      if (t == GgmlType::kQ4_K) noise[at + 3] = static_cast<char>(noise[at + 3] & 0x83);
+    }
+    for (const std::string* src : {&bytes, &noise}) {
+      std::vector<float> fast(n), portable(n);
+      DequantizeRow(t, reinterpret_cast<const uint8_t*>(src->data()), fast.data(), n);
+      DequantizeRowPortable(t, reinterpret_cast<const uint8_t*>(src->data()), portable.data(), n);
+      EXPECT_EQ(0, std::memcmp(fast.data(), portable.data(), n * sizeof(float))) << info.name;
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,20 @@
+// AVX2 block loops for DequantizeRow's commonest types (Q8_0, Q4_0, Q4_K,
+// Q6_K): each value is computed with the portable loop's arithmetic in the
+// same order and without FMA, so the results are bit for bit the portable
+// ones (tests/model/weight_matrix_test.cc checks it). The caller checks the
+// CPU (HasAvx2).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/quant.h"
+
+namespace tierkv::model {
+
+bool HasAvx2();
+// `blocks` blocks of type t at src into dst; false (nothing written) for a
+// type without an AVX2 loop.
+bool DequantizeBlocksAvx2(GgmlType t, const uint8_t* src, float* dst, size_t blocks);
+
+}  // namespace tierkv::model
