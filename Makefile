@@ -83,11 +83,14 @@ bench-quick: build
 LLAMACPP_RUNNER := tools/llamacpp/runner.mjs
 
 # Prefill tokens/s and resident size beside llama.cpp's on one model file,
-# back to back (BENCH_MODEL=path; docs/models.md). Needs tools/llamacpp/setup.sh.
+# back to back (BENCH_MODEL=path, BENCH_WEIGHTS=auto|fp32|mapped; docs/models.md).
+# Needs tools/llamacpp/setup.sh.
 BENCH_MODEL ?= models/tierkv-default.gguf
+BENCH_WEIGHTS ?= auto
 bench-model: build
 	node $(LLAMACPP_RUNNER) prefill --model $(BENCH_MODEL) --out $(BUILD)/llamacpp-prefill.json
-	$(BUILD)/apps/tierkv bench-engine --model $(BENCH_MODEL) --llamacpp $(BUILD)/llamacpp-prefill.json
+	$(BUILD)/apps/tierkv bench-engine --model $(BENCH_MODEL) --weights $(BENCH_WEIGHTS) \
+	  --llamacpp $(BUILD)/llamacpp-prefill.json
 PAPER := build/workloads/paper
 BENCH_ARGS ?=
 bench-paper: build

@@ -2,20 +2,10 @@
 
 #include <immintrin.h>
 
-#include <cstring>
-
-#include "kernels/fp16.h"
-
 namespace tierkv::model {
 namespace {
 
 #define TIERKV_AVX2 __attribute__((target("avx2")))
-
-float Half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return kernels::HalfToFloat(h);
-}
 
 // 8 bytes at p as floats, unsigned or signed.
 TIERKV_AVX2 inline __m256 U8x8(const uint8_t* p) {
@@ -27,13 +17,13 @@ TIERKV_AVX2 inline __m256 I8x8(const void* p) {
 
 // y = q * d (ggml: y[j] = qs[j] * d).
 TIERKV_AVX2 void Q8_0(const uint8_t* b, float* y) {
-  const __m256 d = _mm256_set1_ps(Half(b));
+  const __m256 d = _mm256_set1_ps(F16(b));
   for (int j = 0; j < 32; j += 8) _mm256_storeu_ps(y + j, _mm256_mul_ps(I8x8(b + 2 + j), d));
 }
 
 // y = (nibble - 8) * d: low nibbles are elements 0-15, high ones 16-31.
 TIERKV_AVX2 void Q4_0(const uint8_t* b, float* y) {
-  const __m256 d = _mm256_set1_ps(Half(b));
+  const __m256 d = _mm256_set1_ps(F16(b));
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
   const __m128i m = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
   alignas(16) int8_t q[32];
@@ -42,20 +32,10 @@ TIERKV_AVX2 void Q4_0(const uint8_t* b, float* y) {
   for (int j = 0; j < 32; j += 8) _mm256_storeu_ps(y + j, _mm256_mul_ps(I8x8(q + j), d));
 }
 
-// The j-th 6-bit scale and min of Q4_K (ggml's get_scale_min_k4).
-void ScaleMin(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
-  if (j < 4) {
-    *d = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
 
 // y = (d * sc) * nibble - (min * m), per 32 elements.
 TIERKV_AVX2 void Q4_K(const uint8_t* b, float* y) {
-  const float d = Half(b), min = Half(b + 2);
+  const float d = F16(b), min = F16(b + 2);
   const uint8_t* ql = b + 16;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   alignas(32) uint8_t q[64];
@@ -65,7 +45,7 @@ TIERKV_AVX2 void Q4_K(const uint8_t* b, float* y) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
     for (int h = 0; h < 2; ++h) {
       uint8_t sc, m;
-      ScaleMin(2 * j + h, b + 4, &sc, &m);
+      ScaleMinK4(2 * j + h, b + 4, &sc, &m);
       const __m256 dl = _mm256_set1_ps(d * sc), ml = _mm256_set1_ps(min * m);
       for (int l = 0; l < 32; l += 8) {
         _mm256_storeu_ps(y + 32 * h + l, _mm256_sub_ps(_mm256_mul_ps(dl, U8x8(q + 32 * h + l)), ml));
@@ -79,7 +59,7 @@ TIERKV_AVX2 void Q6_K(const uint8_t* b, float* y) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = Half(b + 208);
+  const float d = F16(b + 208);
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
   alignas(32) int8_t q[128];
   for (int n = 0; n < 2; ++n, y += 128, ql += 64, qh += 32, sc += 8) {

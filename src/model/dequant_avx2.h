@@ -13,6 +13,10 @@
 namespace tierkv::model {
 
 bool HasAvx2();
+// Shared with the portable loops (quant.cc): an fp16 scale at p, and
+// Q4_K/Q5_K's j-th 6-bit scale and min (ggml's get_scale_min_k4).
+float F16(const uint8_t* p);
+void ScaleMinK4(int j, const uint8_t* q, uint8_t* d, uint8_t* m);
 // `blocks` blocks of type t at src into dst; false (nothing written) for a
 // type without an AVX2 loop.
 bool DequantizeBlocksAvx2(GgmlType t, const uint8_t* src, float* dst, size_t blocks);

@@ -20,6 +20,24 @@
 #include "model/dequant_avx2.h"
 
 namespace tierkv::model {
+
+float F16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return kernels::HalfToFloat(h);
+}
+
+// The j-th 6-bit scale and min of Q4_K/Q5_K (ggml's get_scale_min_k4).
+void ScaleMinK4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 namespace {
 
 constexpr int kQK = 32, kQKK = 256;
@@ -38,11 +56,6 @@ constexpr Known kTypes[] = {
     {GgmlType::kQ6_K, {"Q6_K", kQKK, 210}},
 };
 
-float F16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return kernels::HalfToFloat(h);
-}
 void PutF16(float f, std::string* out) {
   const uint16_t h = kernels::FloatToHalf(f);
   out->append(reinterpret_cast<const char*>(&h), 2);
@@ -126,16 +139,6 @@ void DeqQ3_K(const uint8_t* b, float* y) {
         }
       }
     }
-  }
-}
-// The j-th 6-bit scale and min of Q4_K/Q5_K (ggml's get_scale_min_k4).
-void ScaleMinK4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
-  if (j < 4) {
-    *d = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
   }
 }
 // Q4_K (qh null) and Q5_K.
