@@ -45,6 +45,37 @@ std::string QuantizedBpeGguf() {
   return w.Serialize();
 }
 
+// A whole (tiny) model whose matrices mix types, so that the fuzzer starts
+// from a file the loader accepts and runs.
+std::string TinyModelGguf() {
+  using tierkv::model::GgmlType;
+  tierkv::model::GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetU32("llama.embedding_length", 32);
+  w.SetU32("llama.feed_forward_length", 64);
+  w.SetU32("llama.block_count", 1);
+  w.SetU32("llama.attention.head_count", 2);
+  w.SetU32("llama.context_length", 8);
+  auto values = [](size_t n) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 16.f;
+    return v;
+  };
+  const std::vector<float> ones(32, 1.f);
+  w.AddTensor("token_embd.weight", {32, 16}, GgmlType::kQ8_0, values(512));
+  w.AddTensor("output_norm.weight", {32}, GgmlType::kF32, ones);
+  w.AddTensor("blk.0.attn_norm.weight", {32}, GgmlType::kF32, ones);
+  w.AddTensor("blk.0.attn_q.weight", {32, 32}, GgmlType::kQ4_0, values(1024));
+  w.AddTensor("blk.0.attn_k.weight", {32, 32}, GgmlType::kF16, values(1024));
+  w.AddTensor("blk.0.attn_v.weight", {32, 32}, GgmlType::kQ8_0, values(1024));
+  w.AddTensor("blk.0.attn_output.weight", {32, 32}, GgmlType::kF32, values(1024));
+  w.AddTensor("blk.0.ffn_norm.weight", {32}, GgmlType::kF32, ones);
+  w.AddTensor("blk.0.ffn_gate.weight", {32, 64}, GgmlType::kQ4_0, values(2048));
+  w.AddTensor("blk.0.ffn_up.weight", {32, 64}, GgmlType::kQ5_1, values(2048));
+  w.AddTensor("blk.0.ffn_down.weight", {64, 32}, GgmlType::kQ8_0, values(2048));
+  return w.Serialize();
+}
+
 std::string Record(tierkv::store::RecordKind kind, uint32_t tokens, uint32_t row_bytes) {
   tierkv::store::RecordHeader h;
   h.fingerprint = 0x5eed;
@@ -119,6 +150,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   Write(dir + "/gguf/tiny.gguf", Gguf());
   Write(dir + "/gguf/quantized-bpe.gguf", QuantizedBpeGguf());
+  Write(dir + "/gguf/tiny-model.gguf", TinyModelGguf());
   Write(dir + "/record/kv.rec", Record(tierkv::store::RecordKind::kKeyValue, 16, 128));
   Write(dir + "/record/probe.rec", Record(tierkv::store::RecordKind::kProbeKeys, 16, 64));
   Write(dir + "/manifest/two-chunks.manifest", Manifest());
