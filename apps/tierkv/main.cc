@@ -35,8 +35,8 @@ void AddWeightsFlag(CLI::App* sub, std::string* weights) {
   sub->add_option("--weights", *weights,
                   "How the weight matrices are held: 'fp32' (dequantized at load, 4 bytes a weight), "
                   "'mapped' (read in place from the memory-mapped file in its own types, dequantized a "
-                  "tile at a time in each product), 'auto': fp32 for F32/F16/BF16 files, mapped for "
-                  "quantized ones (docs/models.md)")
+                  "tile at a time in each product; resident about the file's size), 'auto': fp32 when the "
+                  "weights take at most 1 GiB in fp32, mapped above (docs/models.md). llama2.c files are fp32")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "fp32", "mapped"}));
 }

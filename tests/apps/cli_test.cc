@@ -80,6 +80,14 @@ TEST(CliTest, QuantizeAndInfoDescribeTheModelAsRead) {
                            "KV per token  8192 bytes", "fingerprint ", "resident "}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << " missing from:\n" << r.out;
   }
+  // The weights as held: fp32 for a small model by default, in place when asked.
+  EXPECT_NE(r.out.find("in fp32, dequantized at load"), std::string::npos) << r.out;
+  r = Tierkv("info --model " + q + " --weights mapped");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("in their file types, read in place from the mapped file"), std::string::npos) << r.out;
+  r = Tierkv("info --model " + q + " --weights bf16");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--weights: bf16 not in {auto,fp32,mapped}"), std::string::npos) << r.out;
   // Another file is another store namespace; the same file at another chunk size too.
   CliRun d = Tierkv("info --json");
   ASSERT_EQ(d.code, 0) << d.out;

@@ -227,6 +227,14 @@ TEST(GgufModelLoadTest, MissingTensorAndWrongArchitectureAreNamed) {
               StatusIs(StatusCode::kNotFound, "tensor 'blk.0.attn_norm.weight' is missing"));
 }
 
+TEST(GgufModelLoadTest, WeightStorageNamesRoundTrip) {
+  for (WeightStorage w : {WeightStorage::kAuto, WeightStorage::kFp32, WeightStorage::kMapped}) {
+    ASSERT_OK_AND_ASSIGN(WeightStorage back, ParseWeightStorage(WeightStorageName(w)));
+    EXPECT_EQ(back, w);
+  }
+  EXPECT_THAT(ParseWeightStorage("q8"), StatusIs(StatusCode::kInvalidArgument, "weights 'q8' is not one of"));
+}
+
 // --weights mapped keeps the matrices in the file's types, read in place from
 // the mapped file: the logits are those of the same file held in fp32
 // (llama and qwen2 with biases and a tied output: every matrix, the
