@@ -1,6 +1,7 @@
 // tierkv serve: the engine behind an OpenAI-compatible HTTP API.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "prompt_file.h"
 #include "remote_flags.h"
@@ -24,11 +25,22 @@ struct ServeArgs {
 };
 
 // $XDG_CACHE_HOME/tierkv, else ~/.cache/tierkv: a restart finds the
-// prefixes stored before (each model in its own namespace within it).
+// prefixes stored before (each model in its own namespace within it). Its
+// parent is created when missing (a fresh account has no ~/.cache); the
+// store creates the directory itself.
 Result<std::string> DefaultCacheDir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/tierkv";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/tierkv";
-  return Status::InvalidArgument("--cache-dir: neither XDG_CACHE_HOME nor HOME is set; give a directory");
+  std::string dir;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    dir = std::string(x) + "/tierkv";
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    dir = std::string(h) + "/.cache/tierkv";
+  } else {
+    return Status::InvalidArgument("--cache-dir: neither XDG_CACHE_HOME nor HOME is set; give a directory");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(DirName(dir), ec);
+  if (ec) return Status::IOError("cannot create " + DirName(dir) + " for the default cache directory: " + ec.message());
+  return dir;
 }
 
 Result<int> Serve(const ServeArgs& a) {

@@ -748,6 +748,28 @@ TEST(ServeTest, AFullQueueRefusesAndClientsThatLeaveCancel) {
 
 // SIGTERM while a request runs: new requests are refused (503), the running
 // one is cancelled after the grace period, the process exits 0.
+// Without --cache-dir the store goes to ~/.cache/tierkv, and an account
+// that has no ~/.cache yet gets one.
+TEST(ServeTest, TheDefaultCacheDirectoryIsCreatedUnderAFreshHome) {
+  TempDir dir;
+  const std::string home = dir.path + "/home";
+  ASSERT_TRUE(std::filesystem::create_directory(home));
+  const char* old_home = std::getenv("HOME");
+  const std::string saved_home = old_home ? old_home : "";
+  const char* old_xdg = std::getenv("XDG_CACHE_HOME");
+  const std::string saved_xdg = old_xdg ? old_xdg : "";
+  ::setenv("HOME", home.c_str(), 1);
+  ::unsetenv("XDG_CACHE_HOME");
+  {
+    ServerProcess srv({"--port", "0"});  // the child inherits the environment
+    EXPECT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+    EXPECT_TRUE(std::filesystem::is_directory(home + "/.cache/tierkv"));
+    EXPECT_EQ(srv.Stop(), 0);
+  }
+  if (old_home) ::setenv("HOME", saved_home.c_str(), 1);
+  if (old_xdg) ::setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
+}
+
 TEST(ServeTest, SigtermDrainsWithinTheGracePeriod) {
   TempDir dir;
   ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--grace-seconds", "0.5"});
