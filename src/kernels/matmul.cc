@@ -49,16 +49,13 @@ void MatMulNN(int M, int N, int K, float alpha, const float* A, size_t lda, cons
         "NN");
 }
 
-void ParallelMatMulNT(ThreadPool* pool, int M, int N, int K, float alpha, const float* A,
-                      size_t lda, const float* B, size_t ldb, float beta, float* C, size_t ldc) {
+void ForColumnParts(ThreadPool* pool, int N, const std::function<void(int n0, int n)>& f) {
   const int parts = pool->workers() + 1;
-  // Parts of at least 64 columns, multiples of 16 (the kernels' register tile).
   const int per = std::max(64, (N / parts + 15) / 16 * 16);
   const int n_parts = (N + per - 1) / per;
   pool->ParallelFor(n_parts, [&](int p) {
     const int n0 = p * per;
-    const int n = std::min(per, N - n0);
-    MatMulNT(M, n, K, alpha, A, lda, B + static_cast<size_t>(n0) * ldb, ldb, beta, C + n0, ldc);
+    f(n0, std::min(per, N - n0));
   });
 }
 

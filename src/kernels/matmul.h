@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 namespace tierkv {
 class ThreadPool;
@@ -23,10 +24,11 @@ void MatMulNT(int M, int N, int K, float alpha, const float* A, size_t lda, cons
 void MatMulNN(int M, int N, int K, float alpha, const float* A, size_t lda, const float* B,
               size_t ldb, float beta, float* C, size_t ldc);
 
-// MatMulNT with the N output columns split across the pool's threads and the
-// caller, each part one single-threaded library call.
-void ParallelMatMulNT(ThreadPool* pool, int M, int N, int K, float alpha, const float* A,
-                      size_t lda, const float* B, size_t ldb, float beta, float* C, size_t ldc);
+// Splits N output columns into parts of at least 64, multiples of 16 (the
+// kernels' register tile), and runs f(n0, n) for each part on the pool's
+// threads and the caller: a product's columns, each part one single-threaded
+// library call (model/weight_matrix.cc).
+void ForColumnParts(ThreadPool* pool, int N, const std::function<void(int n0, int n)>& f);
 
 // While alive, library calls from this thread may use `threads` threads of
 // the library's own (OpenMP) pool. For measuring the library's peak only.

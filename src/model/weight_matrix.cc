@@ -107,15 +107,7 @@ void WeightMatrix::MatMul(ThreadPool* pool, int M, const float* A, size_t lda, i
                           float* C, size_t ldc) const {
   if (M == 0 || n == 0) return;
   if (pool == nullptr) return MatMulRange(M, A, lda, r0, n, beta, C, ldc);
-  // As kernels::ParallelMatMulNT: parts of at least 64 columns, multiples
-  // of 16 (the kernels' register tile).
-  const int threads = pool->workers() + 1;
-  const int per = std::max(64, (n / threads + 15) / 16 * 16);
-  const int n_parts = (n + per - 1) / per;
-  pool->ParallelFor(n_parts, [&](int p) {
-    const int c0 = p * per;
-    MatMulRange(M, A, lda, r0 + c0, std::min(per, n - c0), beta, C + c0, ldc);
-  });
+  kernels::ForColumnParts(pool, n, [&](int c0, int cn) { MatMulRange(M, A, lda, r0 + c0, cn, beta, C + c0, ldc); });
 }
 
 Status WeightMatrix::CheckFinite(const std::string& name, const std::string& tensor) const {
