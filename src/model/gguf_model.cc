@@ -99,28 +99,14 @@ Status ReadLayer(const GgufFile& f, const std::string& name, const ModelConfig& 
   RETURN_IF_ERROR(AddRows(f, p + "ffn_up.weight", dim, hid, &L->w13));
   RETURN_IF_ERROR(AddRows(f, p + "ffn_down.weight", hid, dim, &L->w2));
   RETURN_IF_ERROR(CheckFinite(name, p + "attn_norm.weight", L->attn_norm));
-  RETURN_IF_ERROR(CheckFinite(name, p + "ffn_norm.weight", L->ffn_norm));
-  RETURN_IF_ERROR(L->wqkv.CheckFinite(name, p + "attn_{q,k,v}.weight"));
-  RETURN_IF_ERROR(L->wo.CheckFinite(name, p + "attn_output.weight"));
-  RETURN_IF_ERROR(L->w13.CheckFinite(name, p + "ffn_{gate,up}.weight"));
-  return L->w2.CheckFinite(name, p + "ffn_down.weight");
+  return CheckFinite(name, p + "ffn_norm.weight", L->ffn_norm);
 }
 
 // The matrices' bytes in fp32.
 uint64_t Fp32Bytes(const ModelWeights& w) {
-  auto bytes = [](const WeightMatrix& m) { return uint64_t{4} * static_cast<uint64_t>(m.rows()) * m.cols(); };
-  uint64_t b = bytes(w.tok_embd) + bytes(w.output);
-  for (const LayerWeights& L : w.layers) b += bytes(L.wqkv) + bytes(L.wo) + bytes(L.w13) + bytes(L.w2);
+  uint64_t b = 0;
+  for (const auto& [tensor, m] : w.Matrices()) b += uint64_t{4} * static_cast<uint64_t>(m->rows()) * m->cols();
   return b;
-}
-
-// Every matrix converted to owned fp32 (WeightStorage::kFp32).
-void ToFloats(ModelWeights* w) {
-  w->tok_embd = w->tok_embd.ToFloats();
-  if (!w->output.empty()) w->output = w->output.ToFloats();
-  for (LayerWeights& L : w->layers) {
-    for (WeightMatrix* m : {&L.wqkv, &L.wo, &L.w13, &L.w2}) *m = m->ToFloats();
-  }
 }
 
 // Tensors of blocks past block_count mean the count and the file disagree.
@@ -167,8 +153,6 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<cons
   const bool biases = arch == "qwen2" || f.FindTensor("blk.0.attn_q.bias") != nullptr;
   m.weights.layers.resize(c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) RETURN_IF_ERROR(ReadLayer(f, name, c, l, biases, &m.weights.layers[l]));
-  RETURN_IF_ERROR(m.weights.tok_embd.CheckFinite(name, "token_embd.weight"));
-  RETURN_IF_ERROR(m.weights.output.CheckFinite(name, "output.weight"));
   RETURN_IF_ERROR(CheckFinite(name, "output_norm.weight", m.weights.output_norm));
   if (f.Has("tokenizer.ggml.tokens")) {
     ASSIGN_OR_RETURN(m.vocab, ReadGgufVocab(f, name));
@@ -176,11 +160,13 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<cons
   if (storage == WeightStorage::kAuto) {
     storage = Fp32Bytes(m.weights) <= kAutoFp32Bytes ? WeightStorage::kFp32 : WeightStorage::kMapped;
   }
-  if (storage == WeightStorage::kFp32) {
-    ToFloats(&m.weights);
-  } else {
-    m.weights.file = std::move(file);
+  // Converted first, so that fp32 weights are checked in place rather than
+  // dequantized twice; mapped ones are dequantized tile by tile to check.
+  for (auto& [tensor, matrix] : m.weights.Matrices()) {
+    if (storage == WeightStorage::kFp32) *matrix = matrix->ToFloats();
+    RETURN_IF_ERROR(matrix->CheckFinite(name, tensor));
   }
+  if (storage == WeightStorage::kMapped) m.weights.file = std::move(file);
   return m;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "kernels/attention.h"
 #include "kernels/fp16.h"
@@ -68,6 +69,26 @@ Status CheckFinite(const std::string& name, const std::string& tensor,
     }
   }
   return Status::Ok();
+}
+
+std::vector<std::pair<std::string, const WeightMatrix*>> ModelWeights::Matrices() const {
+  std::vector<std::pair<std::string, const WeightMatrix*>> out = {{"token_embd.weight", &tok_embd}};
+  if (!output.empty()) out.push_back({"output.weight", &output});
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const LayerWeights& L = layers[l];
+    out.push_back({p + "attn_{q,k,v}.weight", &L.wqkv});
+    out.push_back({p + "attn_output.weight", &L.wo});
+    out.push_back({p + "ffn_{gate,up}.weight", &L.w13});
+    out.push_back({p + "ffn_down.weight", &L.w2});
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, WeightMatrix*>> ModelWeights::Matrices() {
+  std::vector<std::pair<std::string, WeightMatrix*>> out;
+  for (auto& [tensor, m] : std::as_const(*this).Matrices()) out.push_back({tensor, const_cast<WeightMatrix*>(m)});
+  return out;
 }
 
 namespace {
@@ -300,11 +321,10 @@ Result<std::vector<PrefillResult>> Transformer::PrefillBatch(std::span<const Bat
 }
 
 size_t Transformer::weight_bytes() const {
-  size_t b = w_.tok_embd.bytes() + w_.output.bytes() + (w_.output_norm.size() + w_.rope_freq_factors.size()) * sizeof(float);
-  for (const LayerWeights& L : w_.layers) {
-    b += L.wqkv.bytes() + L.wo.bytes() + L.w13.bytes() + L.w2.bytes();
-    b += (L.attn_norm.size() + L.ffn_norm.size() + L.bqkv.size()) * sizeof(float);
-  }
+  size_t floats = w_.output_norm.size() + w_.rope_freq_factors.size();
+  for (const LayerWeights& L : w_.layers) floats += L.attn_norm.size() + L.ffn_norm.size() + L.bqkv.size();
+  size_t b = floats * sizeof(float);
+  for (const auto& [tensor, m] : w_.Matrices()) b += m->bytes();
   return b;
 }
 

@@ -111,17 +111,28 @@ void WeightMatrix::MatMul(ThreadPool* pool, int M, const float* A, size_t lda, i
 }
 
 Status WeightMatrix::CheckFinite(const std::string& name, const std::string& tensor) const {
+  auto scan = [&](const float* v, size_t n, size_t first) -> Status {
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(v[i])) {
+        return Status::Corruption(name + ": tensor " + tensor + " holds a non-finite value at index " +
+                                  std::to_string(first + i) + " (corrupted file?)");
+      }
+    }
+    return Status::Ok();
+  };
   const int step = TileRows(cols_);
   std::vector<float> tile;
-  for (int r = 0; r < rows_; r += step) {
-    const int rows = std::min(step, rows_ - r);
-    tile.resize(static_cast<size_t>(rows) * cols_);
-    DequantizeRows(r, rows, tile.data());
-    for (size_t i = 0; i < tile.size(); ++i) {
-      if (!std::isfinite(tile[i])) {
-        return Status::Corruption(name + ": tensor " + tensor + " holds a non-finite value at index " +
-                                  std::to_string(static_cast<size_t>(r) * cols_ + i) + " (corrupted file?)");
-      }
+  for (const Part& p : parts_) {
+    const size_t first = static_cast<size_t>(p.row0) * cols_;
+    if (p.type == GgmlType::kF32) {  // read where it is
+      RETURN_IF_ERROR(scan(reinterpret_cast<const float*>(p.data), static_cast<size_t>(p.rows) * cols_, first));
+      continue;
+    }
+    for (int r = 0; r < p.rows; r += step) {
+      const int rows = std::min(step, p.rows - r);
+      tile.resize(static_cast<size_t>(rows) * cols_);
+      DequantizeRows(p.row0 + r, rows, tile.data());
+      RETURN_IF_ERROR(scan(tile.data(), tile.size(), first + static_cast<size_t>(r) * cols_));
     }
   }
   return Status::Ok();

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/weight_matrix.h"
@@ -35,6 +36,11 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   // The file's bytes while any matrix reads its rows in place; null otherwise.
   std::shared_ptr<const FileBytes> file;
+
+  // Every matrix with its GGUF tensor name(s), in file order; the output
+  // only when it is not tied to the embedding.
+  std::vector<std::pair<std::string, WeightMatrix*>> Matrices();
+  std::vector<std::pair<std::string, const WeightMatrix*>> Matrices() const;
 };
 
 struct LoadedModel {

@@ -64,7 +64,12 @@ Result<std::unique_ptr<FileBytes>> MapOrReadFile(FileSystem* fs, const std::stri
     if (base == MAP_FAILED) return Status::IOError(path + ": mmap: " + std::strerror(errno));
     return std::unique_ptr<FileBytes>(new MappedBytes(base, size));
   }
-  ASSIGN_OR_RETURN(std::string data, ReadFileToString(fs, path));
+  std::string data(size, '\0');
+  ASSIGN_OR_RETURN(size_t got, ReadFull(*file, 0, size, data.data()));
+  if (got != size) {
+    return Status::IOError(path + ": file shrank while reading (" + std::to_string(got) + " of " +
+                           std::to_string(size) + " bytes)");
+  }
   return std::unique_ptr<FileBytes>(new StringBytes(std::move(data)));
 }
 
