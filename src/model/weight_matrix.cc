@@ -10,9 +10,9 @@ namespace tierkv::model {
 namespace {
 
 // A tile of dequantized rows is at most this big. Measured on a 476M-weight
-// model (docs/models.md): 512 KiB tiles (L2-sized) made 16-token prefills
-// 2.4x slower than 4 MiB ones (sgemm's cost per call on narrow tiles), and
-// smaller tiles were slower at 512 tokens too.
+// model (docs/models.md): with 512 KiB tiles (L2-sized) F16 16-token
+// prefills took 2.43x fp32's time (sgemm's cost per call on narrow tiles),
+// and at 512 tokens 256 KiB-1 MiB tiles were slower than 4 MiB in one run.
 constexpr size_t kTileBytes = 4 * 1024 * 1024;
 
 int TileRows(int cols) {
