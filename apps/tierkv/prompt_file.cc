@@ -34,11 +34,6 @@ ScratchDir::~ScratchDir() {
   }
 }
 
-namespace {
-
-
-}  // namespace
-
 Result<std::optional<double>> ParseAlpha(const std::string& s) {
   if (s == "auto") return std::optional<double>();
   char* end = nullptr;
@@ -66,18 +61,26 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
                   "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
   sub->add_option("--alpha", f->alpha,
                   "When the probe heads decide a layer: auto (thresholds fitted per layer on "
-                  "profiling prompts so that the probes' set keeps --probe-recall of the attention "
-                  "mass of H2O's best set over all heads; layers where none does read all keys) or "
+                  "profiling prompts so that the probes' shared set keeps --probe-recall of the "
+                  "attention mass of H2O's per-head sets; layers where none does read all keys) or "
                   "IMPRESS's exponent a in "
                   "[0, 16] (the probes decide when their mean pairwise Jaccard is at least j^a, "
                   "j: random sets' Jaccard; the paper's 0.6)")
       ->capture_default_str()
       ->check(ParsedBy(ParseAlpha, "auto or a number in [0, 16]"));
   sub->add_option("--probe-recall", f->probe_recall,
-                  "--alpha auto: the share of the attention mass of H2O's best set (all heads) the "
-                  "probes' set must keep")
+                  "--alpha auto: the share of each head's attention mass in its own best set "
+                  "(H2O's per-head selection), averaged over the heads, that the probes' shared "
+                  "set must keep for them to decide a layer: a number in [0, 1] or auto (0.7 at "
+                  "retention 0.25 and below, 0.9 above: fidelity first where more is kept)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(ParsedBy(engine::ParseProbeRecall, "auto or a number in [0, 1]"));
+  AddParsedOption(sub, "--fallback", &f->fallback, engine::ParseProbeFallback,
+                  "What impress and spec read in a layer whose probes do not decide: all (the "
+                  "default: every prefix row, read from the request's start where the layer fell "
+                  "back in the previous request) or h2o (IMPRESS's: all keys, then each head's "
+                  "top rows)",
+                  "all or h2o");
   AddParsedOption(sub, "--aggregation", &f->aggregation, engine::ParseAggregation,
                   "How the probe heads' sets combine: sum (default) or vote", "sum or vote");
   AddParsedOption(sub, "--granularity", &f->unit, engine::ParseSelectionUnit,
@@ -141,8 +144,9 @@ engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string&
   auto alpha = ParseAlpha(f.alpha);  // checked by the flag's validator
   o.alpha_auto = !alpha->has_value();
   if (alpha->has_value()) o.alpha = **alpha;
-  o.probe_recall = f.probe_recall;
+  o.probe_recall = *engine::ParseProbeRecall(f.probe_recall);  // checked by the flag's validator
   o.aggregation = f.aggregation;
+  o.fallback = f.fallback;
   o.policy = f.policy;
   o.maintain_interval_ms = f.maintain_interval_ms;
   o.exact_store = f.exact_store;

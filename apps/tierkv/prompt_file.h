@@ -58,7 +58,8 @@ struct EngineFlags {
   std::string weights = "auto";  // --weights (tierkv/model.h WeightStorage)
   // --alpha: "auto" (fitted per layer) or IMPRESS's exponent.
   std::string alpha = "auto";
-  double probe_recall = 0.8;
+  std::string probe_recall = "auto";  // --probe-recall (engine::ParseProbeRecall)
+  engine::ProbeFallback fallback = engine::ProbeFallback::kAllRows;
   engine::Aggregation aggregation = engine::Aggregation::kSum;
   engine::PoolPolicy policy = engine::PoolPolicy::kSystemDefault;
   uint32_t chunk_tokens = 64;

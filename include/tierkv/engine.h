@@ -79,6 +79,17 @@ enum class Aggregation { kSum, kVote };
 std::string_view AggregationName(Aggregation a);
 Result<Aggregation> ParseAggregation(std::string_view name);
 
+// What a layer whose probe heads do not decide reads and attends to:
+// kAllRows, every row of R (its whole records, requested at the request's
+// start when the layer fell back in the previous request, as as-like
+// does); kH2o, IMPRESS's: all of R's keys, then each head's own top rows
+// (one more read, dependent on the scores). On the default model all rows
+// agree with recompute more and wait less (docs/systems.md, "The probes'
+// target").
+enum class ProbeFallback { kAllRows, kH2o };
+std::string_view ProbeFallbackName(ProbeFallback f);  // "all" or "h2o"
+Result<ProbeFallback> ParseProbeFallback(std::string_view name);
+
 // The device and host pools' eviction policy; kSystemDefault: the system's
 // own (lfu for as-h2o-lfu, score for impress and spec, car for car, lru for
 // the others).
@@ -129,17 +140,31 @@ enum class SpecPredictor { kLayerSet, kQueries };
 std::string_view SpecPredictorName(SpecPredictor p);
 Result<SpecPredictor> ParseSpecPredictor(std::string_view name);
 
+// EngineOptions::probe_recall's default: the target follows the retention.
+inline constexpr double kProbeRecallAuto = -1;
+// The recall target of alpha_auto at a retention: 0.7 at 0.25 and below,
+// where reading few rows is the point and a shared set costs under a point
+// of top-1 agreement on the default model; 0.9 above, where a user asks
+// for fidelity and the layers whose heads disagree most select per head
+// (docs/systems.md, "The probes' target": the measurements behind both).
+double ProbeRecallFor(double retention);
+// "auto" (kProbeRecallAuto) or a number in [0, 1].
+Result<double> ParseProbeRecall(std::string_view text);
+
 struct EngineOptions {
   System system = System::kAsLike;
   double retention = 1.0;          // share of R's rows used per layer (selective systems)
   // impress/spec: whether the probe heads decide a layer. alpha_auto (the
   // default): by per-layer thresholds fitted to the model on profiling
-  // prompts so that the probes' set keeps probe_recall of the attention
-  // mass H2O's best set of all heads holds (Engine::Profile; layers where
-  // no threshold reaches it read all keys). Otherwise IMPRESS's rule:
-  // their Jaccard >= j^alpha.
+  // prompts so that the probes' shared set keeps, averaged over the KV
+  // heads, probe_recall of the attention mass each head's own best set
+  // holds (H2O's per-head selection; Engine::Profile; layers where no
+  // threshold reaches it read all keys and select per head).
+  // kProbeRecallAuto (the default): ProbeRecallFor(retention). Otherwise
+  // IMPRESS's rule: their Jaccard >= j^alpha.
   bool alpha_auto = true;
-  double probe_recall = 0.8;
+  double probe_recall = kProbeRecallAuto;
+  ProbeFallback fallback = ProbeFallback::kAllRows;  // impress/spec: layers the probes do not decide
   double alpha = 0.6;
   Aggregation aggregation = Aggregation::kSum;  // impress/spec
   SelectionUnit unit;              // selective systems: what is chosen or skipped as one
@@ -210,7 +235,7 @@ struct LayerTrace {
   double issued_ms = 0, completed_ms = 0, consumed_ms = 0;
   size_t rows = 0;       // prefix rows supplied to the attention (mean over KV heads)
   double retention = 1;  // rows / |R|
-  bool fallback = false; // impress: the probe heads disagreed; all keys were read
+  bool fallback = false; // impress/spec: the probes did not decide; the options' fallback served the layer
   double recall = -1;    // spec: share of this layer's set the prediction held (-1: none)
   bool speculated = false;  // spec: the prediction was read ahead (else only measured)
   double wait_ms = 0;    // how long the compute thread waited for this layer's reads
@@ -243,7 +268,7 @@ struct RequestStats {
   // Storing the prompt failed (a full disk, an I/O error): the answer stands,
   // later requests lose this reuse. Logged with the reason.
   bool store_failed = false;
-  int fallback_layers = 0;  // impress: layers whose identification fell back to all keys
+  int fallback_layers = 0;  // impress/spec: layers the probes did not decide (EngineOptions::fallback)
   // > 1: stored data failed mid-request (damaged, unreadable) and the
   // request ran again with less reuse, down to none if need be: damage is a
   // miss, never a failed request.

@@ -2,24 +2,29 @@
 
 namespace tierkv::engine {
 
-namespace {
-
-Status ReadWhole(PooledReader& reader, const store::LookupResult& m, size_t R, int l, Fetch& f,
-                 IoCounts* io) {
-  return reader.ReadWholeLayer(m, R, l, &f.k, &f.v, io);
+Status ReadWholeRows(PooledReader& reader, const store::LookupResult& m, size_t R, int layer, Fetch& f,
+                     IoCounts* io) {
+  return reader.ReadWholeLayer(m, R, layer, &f.k, &f.v, io);
 }
 
-}  // namespace
+void WholeRowsPrefix(const ModelConfig& c, size_t R, const std::string& k, const std::string& v,
+                     LayerPrefix* prefix) {
+  prefix->heads.resize(c.n_kv_heads);
+  const size_t hb = static_cast<size_t>(c.head_dim()) * 2;
+  for (int h = 0; h < c.n_kv_heads; ++h) {
+    prefix->heads[h] = KvRows{k.data() + h * hb, v.data() + h * hb, KvDType::kF16, R,
+                              static_cast<size_t>(c.kv_dim()), static_cast<size_t>(c.kv_dim()), nullptr};
+  }
+}
 
-void AllRowsSource::Start(Request& rq) { FetchEveryLayer(d_, rq, &rq.whole, &ReadWhole); }
+void AllRowsSource::Start(Request& rq) { FetchEveryLayer(d_, rq, &rq.whole, &ReadWholeRows); }
 
 StartReads AllRowsSource::QueryFreeReads() const {
-  return {&ReadWhole, EntryKind::kWhole, 2 * d_.reader->geometry().row_bytes};
+  return {&ReadWholeRows, EntryKind::kWhole, 2 * d_.reader->geometry().row_bytes};
 }
 
 Status AllRowsSource::Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,
                              LayerTrace* trace) {
-  const ModelConfig& c = *d_.config;
   Fetch& f = *rq.whole[view.layer];
   double wait = 0;
   Status s = rq.Use(f, &wait);
@@ -32,13 +37,7 @@ Status AllRowsSource::Supply(Request& rq, const LayerView& view, LayerPrefix* pr
   if (!s.ok()) return s;
   trace->rows = rq.R;
   trace->retention = 1.0;
-  prefix->heads.resize(c.n_kv_heads);
-  const size_t hb = static_cast<size_t>(c.head_dim()) * 2;
-  for (int h = 0; h < c.n_kv_heads; ++h) {
-    prefix->heads[h] = KvRows{f.k.data() + h * hb, f.v.data() + h * hb, KvDType::kF16, rq.R,
-                              static_cast<size_t>(c.kv_dim()), static_cast<size_t>(c.kv_dim()),
-                              nullptr};
-  }
+  WholeRowsPrefix(*d_.config, rq.R, f.k, f.v, prefix);
   return Status::Ok();
 }
 

@@ -6,6 +6,13 @@
 
 namespace tierkv::engine {
 
+// The LayerRead of a whole layer: rows [0, R), K into f.k and V into f.v.
+Status ReadWholeRows(PooledReader& reader, const store::LookupResult& m, size_t R, int layer, Fetch& f,
+                     IoCounts* io);
+// Hands the R rows of k and v (token-major, row_bytes each) to the attention.
+void WholeRowsPrefix(const ModelConfig& c, size_t R, const std::string& k, const std::string& v,
+                     LayerPrefix* prefix);
+
 class AllRowsSource : public LayerSource {
  public:
   explicit AllRowsSource(const SourceDeps& deps) : d_(deps) {}

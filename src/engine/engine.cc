@@ -112,7 +112,8 @@ void Engine::Impl::StartParts() {
   reader = std::make_unique<PooledReader>(store.get(), pools.get(),
                                           ReaderGeometry{opts.chunk_tokens, row_bytes, probe_bytes});
   if (row.selection == Selection::kProbeHeads && opts.alpha_auto) {
-    probe_profile = std::make_unique<ProbeProfile>(opts.cache_dir, fingerprint, c, opts.retention, opts.probe_recall);
+    const double target = opts.probe_recall == kProbeRecallAuto ? ProbeRecallFor(opts.retention) : opts.probe_recall;
+    probe_profile = std::make_unique<ProbeProfile>(opts.cache_dir, fingerprint, c, opts.retention, target);
     probe_profile->Load();
   }
   source = MakeLayerSource(

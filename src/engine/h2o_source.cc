@@ -35,12 +35,7 @@ StartReads H2oSource::QueryFreeReads() const {
 }
 
 void H2oSource::FetchKeys(Request& rq, int layer) const {
-  const store::LookupResult* m = rq.m;
-  const size_t R = rq.R;
-  PooledReader* reader = d_.reader;
-  rq.key_fetch[layer] = d_.queue->Read(rq.t0, layer, [reader, m, R, layer](Fetch& f, IoCounts* io) {
-    return ReadAllKeys(*reader, *m, R, layer, f, io);
-  });
+  rq.key_fetch[layer] = FetchLayer(d_, rq, layer, &ReadAllKeys);
 }
 
 size_t H2oSource::KeepCount(const Request& rq, int layer) const {

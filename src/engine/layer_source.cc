@@ -50,16 +50,18 @@ std::vector<int32_t> KeepRows(std::span<const float> scores, const std::vector<u
   return groups.empty() ? select::TopK(scores, k) : select::TopGroups(scores, groups, k);
 }
 
-void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::shared_ptr<Fetch>>* into,
-                     LayerRead read) {
+std::shared_ptr<Fetch> FetchLayer(const SourceDeps& deps, Request& rq, int layer, LayerRead read) {
   const store::LookupResult* m = rq.m;
   const size_t R = rq.R;
   PooledReader* reader = deps.reader;
-  for (int l = 0; l < deps.config->n_layers; ++l) {
-    (*into)[l] = deps.queue->Read(rq.t0, l, [reader, m, R, l, read](Fetch& f, IoCounts* io) {
-      return read(*reader, *m, R, l, f, io);
-    });
-  }
+  return deps.queue->Read(rq.t0, layer, [reader, m, R, layer, read](Fetch& f, IoCounts* io) {
+    return read(*reader, *m, R, layer, f, io);
+  });
+}
+
+void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::shared_ptr<Fetch>>* into,
+                     LayerRead read) {
+  for (int l = 0; l < deps.config->n_layers; ++l) (*into)[l] = FetchLayer(deps, rq, l, read);
 }
 
 Status SelectiveSource::Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,

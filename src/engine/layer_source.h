@@ -65,6 +65,8 @@ class LayerSource {
   virtual void Finish(Request& rq, const RequestStats& stats) {}
 };
 
+// Submits `read` of `layer` to the load thread.
+std::shared_ptr<Fetch> FetchLayer(const SourceDeps& deps, Request& rq, int layer, LayerRead read);
 // Submits `read` for every layer to the load thread, each into into[layer].
 void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::shared_ptr<Fetch>>* into,
                      LayerRead read);

@@ -1,6 +1,7 @@
 #include "engine/options.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "store/format.h"
@@ -79,6 +80,24 @@ SelectionUnit ResolveUnit(SelectionUnit u, double retention, size_t reused_rows,
   return SelectionUnit{Granularity::kBlock, b};
 }
 
+double ProbeRecallFor(double retention) {
+  // The auto unit's boundary too: both trade fidelity for fewer bytes only
+  // at low retention. At 0.25 the default model's layers 2-3 keep 0.74 of
+  // their heads' own mass and the others 0.82-0.90 (docs/systems.md).
+  return retention <= kAutoBlockRetention ? 0.7 : 0.9;
+}
+
+Result<double> ParseProbeRecall(std::string_view text) {
+  if (text == "auto") return kProbeRecallAuto;
+  const std::string s(text);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !(v >= 0 && v <= 1)) {
+    return Status::InvalidArgument("probe recall '" + s + "': expected auto or a number in [0, 1]");
+  }
+  return v;
+}
+
 size_t RowsPerUnit(const SelectionUnit& u, uint32_t row_bytes) {
   switch (u.granularity) {
     case Granularity::kToken: return 1;
@@ -121,6 +140,17 @@ Result<StoreOrder> ParseStoreOrder(std::string_view name) {
   return Status::InvalidArgument("store order '" + std::string(name) + "' (known: system, on, off)");
 }
 
+std::string_view ProbeFallbackName(ProbeFallback f) {
+  return f == ProbeFallback::kH2o ? "h2o" : "all";
+}
+
+Result<ProbeFallback> ParseProbeFallback(std::string_view name) {
+  for (ProbeFallback f : {ProbeFallback::kAllRows, ProbeFallback::kH2o}) {
+    if (name == ProbeFallbackName(f)) return f;
+  }
+  return Status::InvalidArgument("probe fallback '" + std::string(name) + "' (known: all, h2o)");
+}
+
 std::string_view SpecPredictorName(SpecPredictor p) {
   switch (p) {
     case SpecPredictor::kLayerSet: return "set";
@@ -152,7 +182,7 @@ Status EngineOptions::Validate() const {
   if (!(alpha >= 0 && alpha <= 16)) {
     return Status::InvalidArgument("alpha " + std::to_string(alpha) + " is outside [0, 16]");
   }
-  if (!(probe_recall >= 0 && probe_recall <= 1)) {
+  if (probe_recall != kProbeRecallAuto && !(probe_recall >= 0 && probe_recall <= 1)) {
     return Status::InvalidArgument("probe_recall " + std::to_string(probe_recall) + " is outside [0, 1]");
   }
   if (!(spec_min_recall >= 0 && spec_min_recall <= 1)) {

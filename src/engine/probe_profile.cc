@@ -33,7 +33,7 @@ Status ProbeProfile::Sample(const Model& model, const std::vector<int32_t>& p, S
     const std::vector<std::vector<float>> probes(all.begin(), all.begin() + P);
     const select::ProbeDecision d = select::DecideWithProbes(probes, io);
     const std::vector<int32_t> shared = select::SelectBySummedScores(probes, k);
-    (*out)[v.layer].push_back({d.jaccard, select::MassRecall(shared, SumScores(all, s), k)});
+    (*out)[v.layer].push_back({d.jaccard, select::HeadMassRecall(shared, all, k)});
     rows->heads.resize(H);
     for (int h = 0; h < H; ++h) {
       rows->heads[h] = KvRows{kv.k.data() + h * hb, kv.v.data() + h * hb, KvDType::kF16, s, kvd, kvd, nullptr};
@@ -60,6 +60,7 @@ Result<std::vector<ProbeFit>> ProbeProfile::Measure(const Model& model,
   nlohmann::json j;
   j["fingerprint"] = fingerprint_;
   j["retention"] = retention_;
+  j["recall"] = kRecallMeasure;
   j["prompts"] = used;
   for (const auto& layer : samples) {
     nlohmann::json l = nlohmann::json::array();
@@ -79,6 +80,10 @@ Result<ProbeProfile::Samples> ProbeProfile::Parse(const std::string& text) const
   ASSIGN_OR_RETURN(nlohmann::json j, ParseProfileFile(text, fingerprint_));
   if (!j.contains("retention") || !j["retention"].is_number() || j["retention"].get<double>() != retention_) {
     return Status::InvalidArgument("field 'retention' is not this engine's " + std::to_string(retention_));
+  }
+  if (!j.contains("recall") || j["recall"] != kRecallMeasure) {
+    // An earlier measure (the heads' summed mass) fits other thresholds.
+    return Status::InvalidArgument(std::string("field 'recall' is not '") + kRecallMeasure + "'");
   }
   if (!j.contains("samples") || !j["samples"].is_array() || j["samples"].size() != static_cast<size_t>(c_.n_layers)) {
     return Status::InvalidArgument("field 'samples' is not an array of " + std::to_string(c_.n_layers) + " layers");

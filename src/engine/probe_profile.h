@@ -25,6 +25,9 @@ class ProbeProfile {
   static constexpr const char* kFileName = "probe-profile.json";
   // The query of a profiling prompt: its last tokens score the rows before.
   static constexpr size_t kQueryTokens = 64;
+  // What a sample's recall measures (select::HeadMassRecall), saved with
+  // the samples: a file measured otherwise is measured again.
+  static constexpr const char* kRecallMeasure = "head-mass";
 
   ProbeProfile(std::string cache_dir, uint64_t fingerprint, const ModelConfig& c, double retention,
                double target_recall)

@@ -1,5 +1,8 @@
 #include "engine/probe_source.h"
 
+#include <numeric>
+
+#include "engine/all_rows_source.h"
 #include "engine/head_scores.h"
 #include "engine/options.h"
 
@@ -30,7 +33,12 @@ void ProbeSource::Start(Request& rq) {
     hint = fell_back_last_;
   }
   for (int l = 0; l < d_.config->n_layers; ++l) {
-    if (l < static_cast<int>(hint.size()) && hint[l]) h2o_.FetchKeys(rq, l);
+    if (l >= static_cast<int>(hint.size()) || !hint[l]) continue;
+    if (d_.options->fallback == ProbeFallback::kAllRows) {
+      rq.whole[l] = FetchLayer(d_, rq, l, &ReadWholeRows);
+    } else {
+      h2o_.FetchKeys(rq, l);
+    }
   }
 }
 
@@ -45,10 +53,12 @@ void ProbeSource::Finish(Request& rq, const RequestStats& stats) {
     fell_back_last_.assign(L, false);
     for (int i = 0; i < L; ++i) fell_back_last_[i] = stats.layers[i].fallback;
   }
-  // Keys requested at the start for a layer that then used its probes were
-  // read for nothing; they still count as read.
+  // Fallback reads requested at the start for a layer that then used its
+  // probes were read for nothing; they still count as read.
   for (int i = 0; i < L; ++i) {
-    if (rq.key_fetch[i] && !stats.layers[i].fallback) rq.io.Add(rq.key_fetch[i]->io);
+    if (stats.layers[i].fallback) continue;
+    if (rq.key_fetch[i]) rq.io.Add(rq.key_fetch[i]->io);
+    if (rq.whole[i]) rq.io.Add(rq.whole[i]->io);
   }
 }
 
@@ -110,6 +120,36 @@ Status ProbeSource::ReadShared(Request& rq, LayerWork& work, const std::vector<i
                               L.positions.data()};
   }
   work.trace->rows = shared.size();
+  return Status::Ok();
+}
+
+Status ProbeSource::AllRows(Request& rq, LayerWork& work, LayerPrefix* prefix) {
+  const int layer = work.view.layer;
+  rq.identify_ms += work.BusyMs();
+  const std::string* k;
+  const std::string* v;
+  if (const auto& whole = rq.whole[layer]) {
+    RETURN_IF_ERROR(rq.Use(*whole, &work.io_ms));
+    k = &whole->k;
+    v = &whole->v;
+  } else {
+    SelectiveLayer& L = rq.layers[layer];
+    RETURN_IF_ERROR(work.Timed([&] { return d_.reader->ReadWholeLayer(*rq.m, rq.R, layer, &L.k, &L.v, &work.io); }));
+    k = &L.k;
+    v = &L.v;
+  }
+  WholeRowsPrefix(*d_.config, rq.R, *k, *v, prefix);
+  work.trace->rows = rq.R;
+  return Status::Ok();
+}
+
+Status ProbeSource::Fallback(Request& rq, LayerWork& work, LayerPrefix* prefix, std::vector<int32_t>* selected) {
+  if (d_.options->fallback == ProbeFallback::kH2o) return h2o_.Select(rq, work, prefix, selected);
+  RETURN_IF_ERROR(AllRows(rq, work, prefix));
+  if (selected) {
+    selected->resize(rq.R);
+    std::iota(selected->begin(), selected->end(), 0);
+  }
   return Status::Ok();
 }
 

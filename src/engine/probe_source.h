@@ -1,10 +1,11 @@
 // IMPRESS's identification (4.3): the probe heads' keys of R (read at the
 // request's start) score R's rows; when the heads agree (mean pairwise
 // Jaccard >= j^alpha) their aggregated top-k is the layer's shared set and
-// only its rows are read; otherwise the layer falls back to H2O over all
-// keys. A layer that fell back gets its keys requested at the start of the
-// next request. Reports each layer's importance when the system's row says
-// so (reordering).
+// only its rows are read; otherwise the layer falls back (the options'
+// `fallback`): to all of R's rows, or to H2O over all keys. A layer that
+// fell back gets its fallback's query-free read (whole records, or all
+// keys) requested at the start of the next request. Reports each layer's
+// importance when the system's row says so (reordering).
 #pragma once
 
 #include <vector>
@@ -35,15 +36,18 @@ class ProbeSource : public SelectiveSource {
   // them to the attention.
   Status ReadShared(Request& rq, LayerWork& work, const std::vector<int32_t>& shared,
                     const Supplied* given, LayerPrefix* prefix);
-  // The layer's H2O fallback; `selected` (optional) gets the union of the heads' sets.
-  Status Fallback(Request& rq, LayerWork& work, LayerPrefix* prefix, std::vector<int32_t>* selected) {
-    return h2o_.Select(rq, work, prefix, selected);
-  }
+  // The layer's fallback: all of R's rows, or H2O's per-head sets;
+  // `selected` (optional) gets the rows read (all of R, or the union of the
+  // heads' sets).
+  Status Fallback(Request& rq, LayerWork& work, LayerPrefix* prefix, std::vector<int32_t>* selected);
 
  protected:
   Status SupplyLayer(Request& rq, LayerWork& work, LayerPrefix* prefix) override;
 
  private:
+  // Fallback to all rows: the whole records requested at the start, or read now.
+  Status AllRows(Request& rq, LayerWork& work, LayerPrefix* prefix);
+
   SourceDeps d_;
   H2oSource h2o_;
   select::IdentifyOptions identify_;

@@ -28,4 +28,12 @@ double MassRecall(std::span<const int32_t> set, std::span<const float> scores, s
   return best > 0 ? std::min(1.0, got / best) : 1.0;
 }
 
+double HeadMassRecall(std::span<const int32_t> set, const std::vector<std::vector<float>>& head_scores,
+                      size_t k) {
+  if (head_scores.empty()) return 1.0;
+  double sum = 0;
+  for (const auto& s : head_scores) sum += MassRecall(set, s, k);
+  return sum / static_cast<double>(head_scores.size());
+}
+
 }  // namespace tierkv::select

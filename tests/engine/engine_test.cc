@@ -429,14 +429,19 @@ TEST_F(EngineTest, ARequestsOwnRetentionOverridesTheEnginesForThatRequest) {
         EXPECT_LE(MaxDiff(r.logits, want), 1e-3);
         for (const LayerTrace& t : r.stats.layers) EXPECT_EQ(t.rows, P);
       } else {
+        // A request with its own retention decides by IMPRESS's j^alpha (the
+        // profile is fitted at the engine's); a layer that falls back
+        // attends to all rows (the default fallback).
         double rows = 0;
         for (const LayerTrace& t : r.stats.layers) {
           if (sys != System::kCar) {
-            EXPECT_EQ(t.rows, P / 4);
+            EXPECT_EQ(t.rows, t.fallback ? P : P / 4);
           }
-          rows += static_cast<double>(t.rows);
+          if (!t.fallback) rows += static_cast<double>(t.rows);
         }
-        EXPECT_NEAR(rows / static_cast<double>(r.stats.layers.size()), P / 4.0, P * 0.05);
+        const size_t kept = r.stats.layers.size() - static_cast<size_t>(r.stats.fallback_layers);
+        ASSERT_GT(kept, 0u);
+        EXPECT_NEAR(rows / static_cast<double>(kept), P / 4.0, P * 0.05);
       }
     }
   }
@@ -493,7 +498,7 @@ TEST_F(EngineTest, AlphaAutoFitsEachLayersThresholdToTheTargetRecall) {
     std::printf("alpha auto, layer %zu: recall %.3f, threshold %.3f, decided %.2f%s\n", l, fits[l].recall,
                 fits[l].threshold, fits[l].decided, st.layers[l].fallback ? " (fell back)" : "");
     // One profiling prompt: a layer either reaches the target or never decides.
-    if (fits[l].recall >= o.probe_recall) {
+    if (fits[l].recall >= ProbeRecallFor(o.retention)) {
       EXPECT_EQ(fits[l].threshold, 0.0);
       EXPECT_FALSE(st.layers[l].fallback);
     } else {
@@ -522,10 +527,19 @@ TEST_F(EngineTest, AlphaAutoFitsEachLayersThresholdToTheTargetRecall) {
     ASSERT_OK(again->Serve(b, so).status());
     EXPECT_EQ(std::filesystem::last_write_time(path), written);
   }
-  // Another retention, or a damaged file: measured again on first use.
-  for (const char* damage : {"", "{not json"}) {
+  // Another retention, a damaged file, or one measured by another recall
+  // (no "recall": the heads' summed mass, before): measured again on first use.
+  std::string saved;
+  {
+    std::ifstream in(path);
+    saved.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t field = saved.find("\"recall\": \"head-mass\",");
+  ASSERT_NE(field, std::string::npos) << saved.substr(0, 200);
+  const std::string earlier_measure = saved.substr(0, field) + saved.substr(saved.find(',', field) + 1);
+  for (const std::string& damage : {std::string(), std::string("{not json"), earlier_measure}) {
     EngineOptions other = o;
-    if (*damage) {
+    if (!damage.empty()) {
       std::ofstream(path) << damage;
     } else {
       other.retention = 0.5;
@@ -541,6 +555,50 @@ TEST_F(EngineTest, AlphaAutoFitsEachLayersThresholdToTheTargetRecall) {
   ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, fixed));
   EXPECT_FALSE(eng->UsesProfile());
   EXPECT_TRUE(eng->ProbeFits().empty());
+}
+
+// A layer whose probes do not decide falls back to all of R's rows (the
+// default): with alpha 0 (a Jaccard of 1 needed) every layer does, so
+// impress and spec attend to what as-like attends to and give its logits
+// exactly: on the first request reading each layer when it falls back, on
+// the next from whole records requested at the start. IMPRESS's fallback
+// (h2o) selects per head instead.
+TEST_F(EngineTest, LayersFallingBackToAllRowsGiveAsLikesLogits) {
+  StoredPrefix sp;
+  std::vector<float> want;
+  {
+    ASSERT_OK_AND_ASSIGN(auto as_like, Engine::Open(*model_, Options(sp.dir.path())));
+    ASSERT_OK_AND_ASSIGN(ServeResult r, as_like->Serve(sp.prompt, sp.so));
+    want = r.logits;
+  }
+  for (System s : {System::kImpress, System::kSpec}) {
+    SCOPED_TRACE(SystemName(s));
+    EngineOptions o = Options(sp.dir.path());
+    o.system = s;
+    o.retention = 0.25;
+    o.alpha_auto = false;
+    o.alpha = 0;
+    ASSERT_EQ(o.fallback, ProbeFallback::kAllRows);  // the default
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+    for (int round = 0; round < 2; ++round) {
+      ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(sp.prompt, sp.so));
+      EXPECT_EQ(r.stats.fallback_layers, 8);
+      for (const LayerTrace& L : r.stats.layers) EXPECT_EQ(L.retention, 1.0);
+      EXPECT_EQ(MaxDiff(r.logits, want), 0.0) << "round " << round;
+    }
+    eng.reset();
+    o.fallback = ProbeFallback::kH2o;
+    ASSERT_OK_AND_ASSIGN(auto h2o, Engine::Open(*model_, o));
+    ASSERT_OK_AND_ASSIGN(ServeResult r, h2o->Serve(sp.prompt, sp.so));
+    EXPECT_EQ(r.stats.fallback_layers, 8);
+    EXPECT_GT(MaxDiff(r.logits, want), 0.0);
+    EXPECT_LT(r.stats.layers[3].retention, 0.5);
+  }
+  for (ProbeFallback f : {ProbeFallback::kAllRows, ProbeFallback::kH2o}) {
+    ASSERT_OK_AND_ASSIGN(ProbeFallback back, ParseProbeFallback(ProbeFallbackName(f)));
+    EXPECT_EQ(back, f);
+  }
+  EXPECT_THAT(ParseProbeFallback("none").status(), StatusIs(StatusCode::kInvalidArgument, "all, h2o"));
 }
 
 // spec's reads for layer l+1 are issued inside layer l's hook, before layer

@@ -127,6 +127,23 @@ TEST(EngineOptionsTest, NamesParseAndBadOnesNameTheField) {
     EXPECT_EQ(back, p);
   }
   EXPECT_THAT(ParseSpecPredictor("layer").status(), StatusIs(StatusCode::kInvalidArgument, "set, queries"));
+  // The probes' recall target: auto by default, following the retention
+  // (the auto unit's boundary); a number in [0, 1] otherwise.
+  EXPECT_EQ(EngineOptions{}.probe_recall, kProbeRecallAuto);
+  EXPECT_EQ(ProbeRecallFor(0.125), 0.7);
+  EXPECT_EQ(ProbeRecallFor(kAutoBlockRetention), 0.7);
+  EXPECT_EQ(ProbeRecallFor(0.5), 0.9);
+  ASSERT_OK_AND_ASSIGN(double auto_recall, ParseProbeRecall("auto"));
+  EXPECT_EQ(auto_recall, kProbeRecallAuto);
+  ASSERT_OK_AND_ASSIGN(double fixed_recall, ParseProbeRecall("0.85"));
+  EXPECT_EQ(fixed_recall, 0.85);
+  for (const char* bad : {"", "1.5", "-0.1", "0.8x", "nan"}) {
+    EXPECT_THAT(ParseProbeRecall(bad).status(), StatusIs(StatusCode::kInvalidArgument, "auto or a number")) << bad;
+  }
+  o = EngineOptions{};
+  o.cache_dir = "/tmp/x";
+  o.probe_recall = 1.2;
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "probe_recall"));
 }
 
 TEST(PoolEntriesTest, KeysDifferByKindAndLayerAndKeepTheWholeEntrySeed) {

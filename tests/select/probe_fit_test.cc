@@ -37,5 +37,19 @@ TEST(ProbeFitTest, MassRecallWeighsMissedRowsByTheirImportance) {
   EXPECT_DOUBLE_EQ(MassRecall(std::vector<int32_t>{}, std::vector<float>(3, 0.0f), 2), 1.0);
 }
 
+TEST(ProbeFitTest, HeadMassRecallMeasuresTheSharedSetAgainstEachHeadsOwnBest) {
+  // Head 0 attends to rows 0-1, head 1 to rows 2-3: the heads' sum ranks
+  // rows 0 and 1 first (they hold more), so a shared set {0, 1} keeps all of
+  // the summed mass a 2-row set can hold but misses head 1 entirely.
+  const std::vector<std::vector<float>> heads = {{5, 4, 0, 0}, {0, 0, 3, 3}};
+  const std::vector<float> sum = {5, 4, 3, 3};
+  const std::vector<int32_t> shared = {0, 1};
+  EXPECT_DOUBLE_EQ(MassRecall(shared, sum, 2), 1.0);
+  EXPECT_DOUBLE_EQ(HeadMassRecall(shared, heads, 2), 0.5);  // (9/9 + 0/6) / 2
+  // One row of each head's best: each keeps its share of its own best pair.
+  EXPECT_DOUBLE_EQ(HeadMassRecall(std::vector<int32_t>{0, 2}, heads, 2), (5.0 / 9 + 3.0 / 6) / 2);
+  EXPECT_DOUBLE_EQ(HeadMassRecall(shared, {}, 2), 1.0);
+}
+
 }  // namespace
 }  // namespace tierkv::select
