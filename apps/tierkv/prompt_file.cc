@@ -71,8 +71,8 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option("--probe-recall", f->probe_recall,
                   "--alpha auto: the share of each head's attention mass in its own best set "
                   "(H2O's per-head selection), averaged over the heads, that the probes' shared "
-                  "set must keep for them to decide a layer: a number in [0, 1] or auto (0.7 at "
-                  "retention 0.25 and below, 0.9 above: fidelity first where more is kept)")
+                  "set must keep for them to decide a layer: a number in [0, 1] or auto (0.5 + 0.8 x "
+                  "retention, at most 0.9: 0.7 at 0.25, 0.9 from 0.5, where a user asks for fidelity)")
       ->capture_default_str()
       ->check(ParsedBy(engine::ParseProbeRecall, "auto or a number in [0, 1]"));
   AddParsedOption(sub, "--fallback", &f->fallback, engine::ParseProbeFallback,

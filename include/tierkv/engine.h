@@ -142,11 +142,12 @@ Result<SpecPredictor> ParseSpecPredictor(std::string_view name);
 
 // EngineOptions::probe_recall's default: the target follows the retention.
 inline constexpr double kProbeRecallAuto = -1;
-// The recall target of alpha_auto at a retention: 0.7 at 0.25 and below,
-// where reading few rows is the point and a shared set costs under a point
-// of top-1 agreement on the default model; 0.9 above, where a user asks
-// for fidelity and the layers whose heads disagree most select per head
-// (docs/systems.md, "The probes' target": the measurements behind both).
+// The recall target of alpha_auto at a retention r: 0.5 + 0.8 r, at most
+// 0.9 (0.6 at 0.125, 0.7 at 0.25, 0.9 from 0.5): where few rows are kept,
+// reading few is the point and a shared set costs under a point of top-1
+// agreement on the default model; from 0.5 a user asks for fidelity and
+// the layers whose heads disagree most fall back (docs/systems.md, "The
+// probes' target and fallback": the measurements behind it).
 double ProbeRecallFor(double retention);
 // "auto" (kProbeRecallAuto) or a number in [0, 1].
 Result<double> ParseProbeRecall(std::string_view text);

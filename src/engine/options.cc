@@ -81,10 +81,14 @@ SelectionUnit ResolveUnit(SelectionUnit u, double retention, size_t reused_rows,
 }
 
 double ProbeRecallFor(double retention) {
-  // The auto unit's boundary too: both trade fidelity for fewer bytes only
-  // at low retention. At 0.25 the default model's layers 2-3 keep 0.74 of
-  // their heads' own mass and the others 0.82-0.90 (docs/systems.md).
-  return retention <= kAutoBlockRetention ? 0.7 : 0.9;
+  // A shared set keeps less of each head's own mass the fewer rows it
+  // keeps (the default model's weakest layers: 0.63 at 0.125, 0.74 at 0.25,
+  // 0.77 at 0.3, 0.82 at 0.4, 0.86 at 0.5), and a user who asks for more
+  // rows asks for fidelity: the target rises with the retention so that
+  // at 0.5 the layers whose heads disagree most fall back, and below 0.5
+  // none does by a step of the retention (docs/systems.md, "The probes'
+  // target and fallback").
+  return std::min(0.9, 0.5 + 0.8 * retention);
 }
 
 Result<double> ParseProbeRecall(std::string_view text) {

@@ -127,12 +127,13 @@ TEST(EngineOptionsTest, NamesParseAndBadOnesNameTheField) {
     EXPECT_EQ(back, p);
   }
   EXPECT_THAT(ParseSpecPredictor("layer").status(), StatusIs(StatusCode::kInvalidArgument, "set, queries"));
-  // The probes' recall target: auto by default, following the retention
-  // (the auto unit's boundary); a number in [0, 1] otherwise.
+  // The probes' recall target: auto by default, rising with the retention
+  // to 0.9 at 0.5; a number in [0, 1] otherwise.
   EXPECT_EQ(EngineOptions{}.probe_recall, kProbeRecallAuto);
-  EXPECT_EQ(ProbeRecallFor(0.125), 0.7);
-  EXPECT_EQ(ProbeRecallFor(kAutoBlockRetention), 0.7);
-  EXPECT_EQ(ProbeRecallFor(0.5), 0.9);
+  EXPECT_DOUBLE_EQ(ProbeRecallFor(0.125), 0.6);
+  EXPECT_DOUBLE_EQ(ProbeRecallFor(0.25), 0.7);
+  EXPECT_DOUBLE_EQ(ProbeRecallFor(0.5), 0.9);
+  EXPECT_DOUBLE_EQ(ProbeRecallFor(1.0), 0.9);
   ASSERT_OK_AND_ASSIGN(double auto_recall, ParseProbeRecall("auto"));
   EXPECT_EQ(auto_recall, kProbeRecallAuto);
   ASSERT_OK_AND_ASSIGN(double fixed_recall, ParseProbeRecall("0.85"));
