@@ -47,8 +47,8 @@ const char* const kPrompts[] = {
 class QuantOracleTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!std::filesystem::exists(std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/node_modules/node-llama-cpp")) {
-      skip_ = "needs node-llama-cpp: run tools/llamacpp/setup.sh (CI does)";
+    if (!std::filesystem::exists(std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/oracle/node_modules/node-llama-cpp")) {
+      skip_ = "needs node-llama-cpp and its oracle copy: run tools/llamacpp/setup.sh (CI does)";
       return;
     }
     if (!testing::SharedExists("data/wikitext2/valid.txt")) {
@@ -83,26 +83,20 @@ class QuantOracleTest : public ::testing::Test {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
   }
 
-  // node-llama-cpp loads the llama.cpp CPU build that scores best on the
-  // machine; on a CPU with AMX (Sapphire Rapids) that build multiplies
-  // Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K weights in AMX tiles, whose rounding moves
-  // its logits by more than the 8-bit activations of its AVX builds (Q4_K:
-  // a greedy continuation parted where its token was 0.13 below ours; with
-  // the AVX2 build 5 of 5 equal). The oracle pins the AVX2 ("haswell")
-  // build through ggml's GGML_BACKEND_PATH so that it computes the same on
-  // every x86-64 machine with AVX2 (the benchmark keeps the best build).
-  static std::string PinnedCpuBuild() {
-    const std::string lib = std::string(TIERKV_SOURCE_DIR) +
-                            "/tools/llamacpp/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-cpu-haswell.so";
-    if (!__builtin_cpu_supports("avx2") || !std::filesystem::exists(lib)) return "";
-    return "GGML_BACKEND_PATH=" + lib + " ";
+  // tools/llamacpp/oracle (setup.sh): node-llama-cpp without llama.cpp's
+  // Sapphire Rapids CPU build, whose AMX tiles round quantized products
+  // otherwise than its AVX builds on a CPU with AMX (docs/models.md); run
+  // from there (symlinks kept, so that its node_modules is the one found).
+  static std::string OracleRunner() {
+    const std::string oracle = std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/oracle/runner.mjs";
+    return "node --preserve-symlinks --preserve-symlinks-main " + oracle;
   }
 
   // llama.cpp's oracle on `file`: the ids and NLL of dir_/`text`, the
   // greedy continuations of the prompts.
   static void RunOracle(const std::string& file, const std::string& text, int max_tokens, nlohmann::json* out) {
     std::string raw;
-    ASSERT_EQ(Shell(PinnedCpuBuild() + "node " + std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/runner.mjs oracle --model " + file +
+    ASSERT_EQ(Shell(OracleRunner() + " oracle --model " + file +
                         " --text-file " + dir_ + "/" + text + " --prompts-file " + dir_ + "/prompts.txt --max-tokens " +
                         std::to_string(max_tokens),
                     &raw),
