@@ -34,16 +34,6 @@ ScratchDir::~ScratchDir() {
   }
 }
 
-Result<std::optional<double>> ParseAlpha(const std::string& s) {
-  if (s == "auto") return std::optional<double>();
-  char* end = nullptr;
-  const double a = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !(a >= 0 && a <= 16)) {
-    return Status::InvalidArgument("--alpha '" + s + "': expected auto or a number in [0, 16]");
-  }
-  return std::optional<double>(a);
-}
-
 void AddPromptFileFlag(CLI::App* sub, std::string* path) {
   sub->add_option("--prompt-file", *path,
                   "Request file: JSON Lines of {\"prefix\", \"query\"} (docs/workloads.md: shared documents, "
@@ -67,7 +57,7 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
                   "[0, 16] (the probes decide when their mean pairwise Jaccard is at least j^a, "
                   "j: random sets' Jaccard; the paper's 0.6)")
       ->capture_default_str()
-      ->check(ParsedBy(ParseAlpha, "auto or a number in [0, 16]"));
+      ->check(ParsedBy(engine::ParseAlpha, "auto or a number in [0, 16]"));
   sub->add_option("--probe-recall", f->probe_recall,
                   "--alpha auto: the share of each head's attention mass in its own best set "
                   "(H2O's per-head selection), averaged over the heads, that the probes' shared "
@@ -141,7 +131,7 @@ engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string&
   o.chunk_tokens = f.chunk_tokens;
   o.cache_dir = cache_dir;
   o.retention = retention;
-  auto alpha = ParseAlpha(f.alpha);  // checked by the flag's validator
+  auto alpha = engine::ParseAlpha(f.alpha);  // checked by the flag's validator
   o.alpha_auto = !alpha->has_value();
   if (alpha->has_value()) o.alpha = **alpha;
   o.probe_recall = *engine::ParseProbeRecall(f.probe_recall);  // checked by the flag's validator

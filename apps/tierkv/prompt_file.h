@@ -75,8 +75,6 @@ struct EngineFlags {
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);
 // --prompt-file (required): check's and compare's request file.
 void AddPromptFileFlag(CLI::App* sub, std::string* path);
-// --alpha's value: nullopt for "auto", else the exponent; InvalidArgument otherwise.
-Result<std::optional<double>> ParseAlpha(const std::string& s);
 // The engine options the flags set (system and pool sizes left at their
 // defaults), with the store in `cache_dir`.
 engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string& cache_dir,

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -151,6 +152,8 @@ inline constexpr double kProbeRecallAuto = -1;
 double ProbeRecallFor(double retention);
 // "auto" (kProbeRecallAuto) or a number in [0, 1].
 Result<double> ParseProbeRecall(std::string_view text);
+// --alpha: "auto" (nullopt: EngineOptions::alpha_auto) or IMPRESS's exponent in [0, 16].
+Result<std::optional<double>> ParseAlpha(std::string_view text);
 
 struct EngineOptions {
   System system = System::kAsLike;

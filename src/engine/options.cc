@@ -1,7 +1,9 @@
 #include "engine/options.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "store/format.h"
@@ -91,15 +93,32 @@ double ProbeRecallFor(double retention) {
   return std::min(0.9, 0.5 + 0.8 * retention);
 }
 
-Result<double> ParseProbeRecall(std::string_view text) {
-  if (text == "auto") return kProbeRecallAuto;
+namespace {
+
+// "auto" (nullopt) or a number in [lo, hi]; `what` names the value in the error.
+Result<std::optional<double>> ParseAutoOrNumber(std::string_view text, double lo, double hi,
+                                                const std::string& what) {
+  if (text == "auto") return std::optional<double>();
   const std::string s(text);
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !(v >= 0 && v <= 1)) {
-    return Status::InvalidArgument("probe recall '" + s + "': expected auto or a number in [0, 1]");
+  if (s.empty() || end != s.c_str() + s.size() || !(v >= lo && v <= hi)) {
+    char range[64];
+    std::snprintf(range, sizeof range, "[%g, %g]", lo, hi);
+    return Status::InvalidArgument(what + " '" + s + "': expected auto or a number in " + range);
   }
-  return v;
+  return std::optional<double>(v);
+}
+
+}  // namespace
+
+Result<double> ParseProbeRecall(std::string_view text) {
+  ASSIGN_OR_RETURN(std::optional<double> v, ParseAutoOrNumber(text, 0, 1, "probe recall"));
+  return v.value_or(kProbeRecallAuto);
+}
+
+Result<std::optional<double>> ParseAlpha(std::string_view text) {
+  return ParseAutoOrNumber(text, 0, 16, "--alpha");
 }
 
 size_t RowsPerUnit(const SelectionUnit& u, uint32_t row_bytes) {
