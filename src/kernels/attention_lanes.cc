@@ -1,9 +1,13 @@
 // Per KV head: the keys (prefix rows, then the new rows, zero rows up to a
 // multiple of 16) and the values are converted to fp32 once. Then per query
 // head of the group and per block of 16 new tokens (one per lane):
-//   1. scores S[j][lane] for every key the block can see, and each lane's max;
-//   2. e = 2^(S - max) in place (zero where causality hides the key), the
-//      lane's sum, and the near-zero count;
+//   1+2. scores S[j][lane] for every key the block can see, 8 keys at a
+//      time, and while they are in registers e = 2^S (zero where causality
+//      hides the key) and the lane's sum (the fused pass). 2^S is not
+//      shifted by the lane's max; when a lane's sum says a score left the
+//      range where that is exact, or when the near-zero count is wanted, the
+//      block is done in two passes instead: scores and each lane's max,
+//      then e = 2^(S - max) in place, the sum and the count;
 //   3. with values: O[d][lane] += e[j][lane] * V[j][d], 16 dimensions at a
 //      time, then out = O / sum;
 //   4. with column sums: colsum[j] += the sum across lanes of
@@ -20,55 +24,65 @@
 namespace tierkv::kernels {
 namespace {
 
+// vreduceps (the exponential's range reduction) is AVX512DQ.
+#define TIERKV_LANES __attribute__((target("avx512f,avx512dq")))
+
 constexpr int kLanes = 16;        // new tokens per block; keys per score tile
 constexpr int kMaxHeadDim = 128;  // head_dim is one of 16, 32, 64, 128
+// Keys per score tile: 8 accumulators beside the query vectors the compiler
+// keeps in registers (with 16 it spilled accumulators: 18% slower).
+constexpr int kTile = 8;
 // The lanes kernel measured faster than the row kernel from 2 new rows (one
 // row uses one lane of 16) and than the matrix-product path at every length
 // up to 4,096 (docs/engine.md).
 constexpr int kMinRows = 2;
 
 bool HasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
   return has;
 }
 
 size_t RoundUp(size_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
 // Lanes of block i0 that see new key t (causal: token i sees t <= i).
-TIERKV_AVX512 inline __mmask16 Sees(int i0, int t) {
+TIERKV_LANES inline __mmask16 Sees(int i0, int t) {
   const __m512i lane = _mm512_add_epi32(
       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
       _mm512_set1_epi32(i0));
   return _mm512_cmp_epi32_mask(lane, _mm512_set1_epi32(t), _MM_CMPINT_NLT);
 }
 
+// The scores of keys [j0, j0 + kTile) for the 16 lanes' queries qt.
+// head_dim is a template argument so that the key rows' addresses are
+// constant offsets (with a run-time stride they spill registers).
+template <int hd>
+TIERKV_LANES inline void TileScores(const float* qt, const float* k, int j0, __m512* acc) {
+  for (int u = 0; u < kTile; ++u) acc[u] = _mm512_setzero_ps();
+  const float* kr = k + static_cast<size_t>(j0) * hd;
+#pragma GCC unroll 16
+  for (int d = 0; d < hd; ++d) {
+    const __m512 qd = _mm512_loadu_ps(qt + d * kLanes);
+    for (int u = 0; u < kTile; ++u) acc[u] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kr[u * hd + d]), acc[u]);
+  }
+}
+
 // Pass 1. S[j*16 + lane] = qt_lane · k_j for keys [0, nk), nk a multiple of
 // 16 (k has that many rows); returns each lane's max over the keys it sees
 // (prefix keys [0, np) are seen by all, key np + t by lanes with i0+lane >= t).
-// head_dim is a template argument so that the 16 key rows' addresses are
-// constant offsets (with a run-time stride they spill registers).
 template <int hd>
-TIERKV_AVX512 __m512 Scores(const float* qt, const float* k, int nk, int np, int i0, float* S) {
+TIERKV_LANES __m512 Scores(const float* qt, const float* k, int nk, int np, int i0, float* S) {
   __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int j0 = 0; j0 < nk; j0 += kLanes) {
-    __m512 acc[kLanes];
-    for (auto& a : acc) a = _mm512_setzero_ps();
-    const float* kr = k + static_cast<size_t>(j0) * hd;
-#pragma GCC unroll 16
-    for (int d = 0; d < hd; ++d) {
-      const __m512 qd = _mm512_loadu_ps(qt + d * kLanes);
-      for (int u = 0; u < kLanes; ++u) {
-        acc[u] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kr[u * hd + d]), acc[u]);
-      }
-    }
-    for (int u = 0; u < kLanes; ++u) _mm512_storeu_ps(S + (j0 + u) * kLanes, acc[u]);
-    if (j0 + kLanes <= np) {
-      for (int w = kLanes / 2; w > 0; w /= 2) {
+  for (int j0 = 0; j0 < nk; j0 += kTile) {
+    __m512 acc[kTile];
+    TileScores<hd>(qt, k, j0, acc);
+    for (int u = 0; u < kTile; ++u) _mm512_storeu_ps(S + (j0 + u) * kLanes, acc[u]);
+    if (j0 + kTile <= np) {
+      for (int w = kTile / 2; w > 0; w /= 2) {
         for (int u = 0; u < w; ++u) acc[u] = _mm512_max_ps(acc[u], acc[u + w]);
       }
       m = _mm512_max_ps(m, acc[0]);
     } else {
-      for (int u = 0; u < kLanes; ++u) {
+      for (int u = 0; u < kTile; ++u) {
         const int j = j0 + u;
         const __mmask16 seen = j < np ? __mmask16(0xFFFF) : Sees(i0, j - np);
         m = _mm512_mask_max_ps(m, seen, m, acc[u]);
@@ -79,18 +93,20 @@ TIERKV_AVX512 __m512 Scores(const float* qt, const float* k, int nk, int np, int
 }
 
 // 2^x, 16 lanes, for the softmax (x <= 0 where it matters; a large negative
-// x gives 0). A degree-5 polynomial fitted to 2^f on |f| <= 1/2 for the least
-// maximum relative error (Lawson's iteration): below 2.4e-7, as FastExp.
-TIERKV_AVX512 inline __m512 Exp2(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.3276466878963072e-03f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675541293532389e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507132893134414e-02f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24022119724860164f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931469670550798f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000000716543676f));
-  return _mm512_scalef_ps(p, n);
+// x gives 0): 2^x = 2^f · 2^floor(x), f = x - floor(x) in [0, 1) by one
+// vreduceps, and vscalefps applies 2^floor(x) itself. The polynomial is the
+// degree-5 fit of 2^g on |g| <= 1/2 for the least maximum relative error
+// (Lawson's iteration), moved to [0, 1) (q(f) = sqrt(2)·p(f - 1/2)): below
+// 1e-7 relative, as FastExp.
+TIERKV_LANES inline __m512 Exp2(__m512 x) {
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(1.8775759520626774e-03f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(8.98934184045773e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.582631658484428e-02f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24015361754044354f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931530731427457f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999999250645536f));
+  return _mm512_scalef_ps(p, x);
 }
 
 struct BlockShape {
@@ -103,12 +119,12 @@ struct BlockShape {
 // Pass 2. e = 2^(S - m) in place over [0, nk), zero where the lane does not
 // see the key; returns each lane's sum. Counts weights below 1% of the
 // lane's max (real lanes, seen keys) into *near_zero when it is set.
-TIERKV_AVX512 __m512 Exponentials(const BlockShape& b, __m512 m, float* S, uint64_t* near_zero) {
+TIERKV_LANES __m512 Exponentials(const BlockShape& b, __m512 m, float* S, uint64_t* near_zero) {
   __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
   const __mmask16 real = static_cast<__mmask16>((1u << b.rows) - 1);
   const __m512 tiny = _mm512_set1_ps(0.01f);
   uint64_t zeros = 0;
-  auto one = [&](int j, __mmask16 seen, __m512& acc) TIERKV_AVX512 {
+  auto one = [&](int j, __mmask16 seen, __m512& acc) TIERKV_LANES {
     float* s = S + j * kLanes;
     const __m512 e = _mm512_maskz_mov_ps(seen, Exp2(_mm512_sub_ps(_mm512_loadu_ps(s), m)));
     _mm512_storeu_ps(s, e);
@@ -125,8 +141,54 @@ TIERKV_AVX512 __m512 Exponentials(const BlockShape& b, __m512 m, float* S, uint6
   return _mm512_add_ps(sum[0], sum[1]);
 }
 
+// Passes 1 and 2 in one: E[j*16 + lane] = 2^S over keys [0, RoundUp(b.nk)),
+// not shifted by the lane's max (the softmax does not change under a
+// shift), zero where the lane does not see the key; returns each lane's
+// sum. The exponentials are taken while the scores are in registers: no
+// max, no second pass over S. Valid when FusedSumsInRange.
+template <int hd>
+TIERKV_LANES __m512 ScoresExp(const float* qt, const float* k, const BlockShape& b, float* E) {
+  const int nk = static_cast<int>(RoundUp(b.nk));
+  __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  int j0 = 0;
+  for (; j0 + kTile <= b.np; j0 += kTile) {  // prefix keys: seen by every lane
+    __m512 acc[kTile];
+    TileScores<hd>(qt, k, j0, acc);
+#pragma GCC unroll 8
+    for (int u = 0; u < kTile; ++u) {
+      const __m512 e = Exp2(acc[u]);
+      _mm512_storeu_ps(E + (j0 + u) * kLanes, e);
+      sum[u & 1] = _mm512_add_ps(sum[u & 1], e);
+    }
+  }
+  for (; j0 < nk; j0 += kTile) {
+    __m512 acc[kTile];
+    TileScores<hd>(qt, k, j0, acc);
+    for (int u = 0; u < kTile; ++u) {
+      const int j = j0 + u;
+      const __mmask16 seen = j < b.np ? __mmask16(0xFFFF) : j < b.nk ? Sees(b.i0, j - b.np) : 0;
+      const __m512 e = _mm512_maskz_mov_ps(seen, Exp2(acc[u]));
+      _mm512_storeu_ps(E + j * kLanes, e);
+      sum[0] = _mm512_add_ps(sum[0], e);
+    }
+  }
+  return _mm512_add_ps(sum[0], sum[1]);
+}
+
+// Whether every real lane's unshifted sum lies in [2^-64, 2^64]: then the
+// lane's largest score is at most 64 and at least -64 - log2(keys), so its
+// weights down to 2^-50 of the largest are normal floats (smaller ones may
+// round to denormals or 0, far below the sum's resolution). Outside (a
+// score overflowed to inf, or every weight vanished) the block is done again
+// by the two-pass path, shifted by the max.
+TIERKV_LANES inline bool FusedSumsInRange(__m512 sum, __mmask16 real) {
+  const __mmask16 low = _mm512_mask_cmp_ps_mask(real, sum, _mm512_set1_ps(0x1p-64f), _CMP_GE_OQ);
+  const __mmask16 high = _mm512_mask_cmp_ps_mask(real, sum, _mm512_set1_ps(0x1p64f), _CMP_LE_OQ);
+  return (low & high) == real;
+}
+
 // Pass 3. out rows i0.. (real lanes) = sum_j e[j] V[j] / sum.
-TIERKV_AVX512 void WeightedValues(const BlockShape& b, const float* E, const float* v, int hd,
+TIERKV_LANES void WeightedValues(const BlockShape& b, const float* E, const float* v, int hd,
                                   const float* inv, float* out, size_t out_stride) {
   alignas(64) float o_t[kLanes * kLanes];  // o_t[d][lane] for 16 dimensions
   for (int d0 = 0; d0 < hd; d0 += kLanes) {
@@ -146,9 +208,9 @@ TIERKV_AVX512 void WeightedValues(const BlockShape& b, const float* E, const flo
 }
 
 // colsum[j] += the sum over lanes of e[j][lane] * inv[lane], for j in [0, n).
-TIERKV_AVX512 void AddLaneSums(const float* e, const float* inv, int n, float* colsum) {
+TIERKV_LANES void AddLaneSums(const float* e, const float* inv, int n, float* colsum) {
   const __m512 vinv = _mm512_load_ps(inv);
-  auto weighted = [&](int j) TIERKV_AVX512 { return _mm512_mul_ps(_mm512_loadu_ps(e + j * kLanes), vinv); };
+  auto weighted = [&](int j) TIERKV_LANES { return _mm512_mul_ps(_mm512_loadu_ps(e + j * kLanes), vinv); };
   int j = 0;
   for (; j + kLanes <= n; j += kLanes) {
     // A reduction tree: pairs of rows interleaved by 32, then 64, then 128
@@ -195,8 +257,8 @@ void DenseRows(const AttentionArgs& a, AttentionScratch* s) {
 
 // Passes 1-3 for one block of new tokens of query head g: leaves the
 // exponentials in S and 1/sum per lane (0 for lanes past n_new) in inv.
-TIERKV_AVX512 void AttendBlock(const AttentionArgs& a, int g, const BlockShape& b,
-                               AttentionScratch* s, float* S, float* inv) {
+TIERKV_LANES void AttendBlock(const AttentionArgs& a, int g, const BlockShape& b,
+                              AttentionScratch* s, float* S, float* inv) {
   const int hd = a.head_dim;
   // Scores in log2 units: 2^(x log2 e) = e^x.
   const float scale = 1.4426950408889634f / std::sqrt(static_cast<float>(hd));
@@ -208,17 +270,31 @@ TIERKV_AVX512 void AttendBlock(const AttentionArgs& a, int g, const BlockShape& 
                      : 0.0f;
     }
   }
-  const int nk = static_cast<int>(RoundUp(b.nk));
   const float* k = s->kp.data();
-  const __m512 m = hd == 16   ? Scores<16>(qt, k, nk, b.np, b.i0, S)
-                   : hd == 32 ? Scores<32>(qt, k, nk, b.np, b.i0, S)
-                   : hd == 64 ? Scores<64>(qt, k, nk, b.np, b.i0, S)
-                              : Scores<128>(qt, k, nk, b.np, b.i0, S);
-  const __m512 sum = Exponentials(b, m, S, a.near_zero);
+  const __mmask16 real = static_cast<__mmask16>((1u << b.rows) - 1);
+  __m512 sum;
+  // The fused pass unless the near-zero count is wanted (it is relative to
+  // each lane's max, which only the two-pass path knows) or a real lane's
+  // sum says a score left its range (the block is then done again).
+  bool fused = !a.near_zero;
+  if (fused) {
+    sum = hd == 16   ? ScoresExp<16>(qt, k, b, S)
+          : hd == 32 ? ScoresExp<32>(qt, k, b, S)
+          : hd == 64 ? ScoresExp<64>(qt, k, b, S)
+                     : ScoresExp<128>(qt, k, b, S);
+    fused = FusedSumsInRange(sum, real);
+  }
+  if (!fused) {
+    const int nk = static_cast<int>(RoundUp(b.nk));
+    const __m512 m = hd == 16   ? Scores<16>(qt, k, nk, b.np, b.i0, S)
+                     : hd == 32 ? Scores<32>(qt, k, nk, b.np, b.i0, S)
+                     : hd == 64 ? Scores<64>(qt, k, nk, b.np, b.i0, S)
+                                : Scores<128>(qt, k, nk, b.np, b.i0, S);
+    sum = Exponentials(b, m, S, a.near_zero);
+  }
   if (a.weights) {
     for (int r = 0; r < b.rows; ++r) *a.weights += static_cast<uint64_t>(b.np + b.i0 + r + 1);
   }
-  const __mmask16 real = static_cast<__mmask16>((1u << b.rows) - 1);
   _mm512_store_ps(inv, _mm512_maskz_div_ps(real, _mm512_set1_ps(1.0f), sum));
   if (a.out) {
     WeightedValues(b, S, s->vp.data(), hd, inv, a.out + static_cast<size_t>(g) * hd, a.out_stride);
@@ -226,7 +302,7 @@ TIERKV_AVX512 void AttendBlock(const AttentionArgs& a, int g, const BlockShape& 
 }
 
 // One query head of the group, a block of 16 new tokens at a time.
-TIERKV_AVX512 void AttendHead(const AttentionArgs& a, int g, AttentionScratch* s) {
+TIERKV_LANES void AttendHead(const AttentionArgs& a, int g, AttentionScratch* s) {
   const int T = a.n_new, np = static_cast<int>(a.prefix.count);
   float* colsum = a.colsum ? a.colsum + static_cast<size_t>(g) * np : nullptr;
   alignas(64) float inv[kLanes];

@@ -9,7 +9,9 @@
 // outputs by one broadcast-FMA per dimension. Only the H2O column sums (a
 // sum over queries, i.e. across lanes) need a horizontal reduction, done once
 // per head for 16 keys at a time. Scores are kept in log2 units so the
-// softmax is 2^x (no range reduction by ln 2). Numbers: docs/engine.md.
+// softmax is 2^x (no range reduction by ln 2), taken while the scores are
+// in registers and not shifted by the max where that is exact (a check of
+// each lane's sum; otherwise two passes). Numbers: docs/engine.md.
 #pragma once
 
 #include "kernels/attention.h"

@@ -17,6 +17,12 @@ namespace {
 
 struct Case {
   int n_prefix, n_new, head_dim, group;
+  // Scores far from the usual range: q multiplied by q_scale, and every
+  // key's dimension 0 raised by `bias` while every query's is -bias (each
+  // score then falls by about bias^2 / sqrt(head_dim)).
+  float q_scale = 1.0f, bias = 0.0f;
+  // Output tolerance: a score's rounding grows with its magnitude.
+  double tol = 2e-5;
 };
 
 // Dense reference in double: every prefix row j with mask[j] is visible, plus
@@ -77,6 +83,13 @@ void RunCase(const Case& c, KvDType dtype, uint32_t seed) {
   std::vector<float> vp = randv(kp.size());
   std::vector<float> kn = randv(static_cast<size_t>(c.n_new) * hd);
   std::vector<float> vn = randv(kn.size());
+  for (float& x : q) x *= c.q_scale;
+  if (c.bias != 0) {
+    for (size_t i = 0; i < q.size(); i += hd) q[i] = -c.bias;
+    for (auto* k : {&kp, &kn}) {
+      for (size_t i = 0; i < k->size(); i += hd) (*k)[i] += c.bias;
+    }
+  }
   if (dtype == KvDType::kF16) {  // the reference sees exactly what fp16 storage holds
     for (auto* v : {&kp, &vp}) {
       for (float& x : *v) x = HalfToFloat(FloatToHalf(x));
@@ -162,9 +175,41 @@ void RunCase(const Case& c, KvDType dtype, uint32_t seed) {
                                                   ref_colsum[static_cast<size_t>(g) * c.n_prefix + sel[r]]));
     }
   }
-  EXPECT_LT(max_err, 2e-5) << "prefix " << c.n_prefix << " new " << c.n_new << " hd " << hd
+  EXPECT_LT(max_err, c.tol) << "prefix " << c.n_prefix << " new " << c.n_new << " hd " << hd
                            << " group " << c.group;
   EXPECT_LT(max_cs_err, 2e-4 * std::max(1, c.n_new / 16));
+
+  // Without the near-zero count the lanes kernel may take its fused pass
+  // (exponentials not shifted by the max): the same reference holds.
+  AttentionArgs f = a;
+  std::vector<float> fout(out.size(), -1.0f), fcs(colsum.size(), 0.0f);
+  f.out = fout.data();
+  f.colsum = fcs.data();
+  f.weights = f.near_zero = nullptr;
+  AttendKvGroup(f, &scratch);
+  double f_err = 0, f_cs_err = 0;
+  for (int g = 0; g < c.group; ++g) {
+    for (int i = 0; i < c.n_new; ++i) {
+      for (int e = 0; e < hd; ++e) {
+        f_err = std::max(f_err, std::fabs(fout[(static_cast<size_t>(i) * c.group + g) * hd + e] -
+                                          ref[(static_cast<size_t>(g) * c.n_new + i) * hd + e]));
+      }
+    }
+    for (size_t r = 0; r < sel.size(); ++r) {
+      f_cs_err = std::max(f_cs_err, std::fabs(fcs[g * sel.size() + r] -
+                                              ref_colsum[static_cast<size_t>(g) * c.n_prefix + sel[r]]));
+    }
+  }
+  EXPECT_LT(f_err, c.tol) << "without the near-zero count: prefix " << c.n_prefix << " new " << c.n_new
+                         << " hd " << hd << " group " << c.group;
+  EXPECT_LT(f_cs_err, 2e-4 * std::max(1, c.n_new / 16));
+  // Weights only, again without the count: the same column sums to the bit.
+  AttentionArgs fw_only = f;
+  fw_only.out = nullptr;
+  std::vector<float> fcs2(colsum.size(), 0.0f);
+  fw_only.colsum = fcs2.data();
+  AttendKvGroup(fw_only, &scratch);
+  EXPECT_EQ(fcs2, fcs);
 }
 
 TEST(AttentionTest, SelectedRowsEqualMaskedDenseReferenceMhaAndGqa) {
@@ -216,6 +261,25 @@ TEST(AttentionTest, LanesKernelEqualsTheReferenceAtEveryEdge) {
   RunCase({675, 45, 16, 1}, KvDType::kF16, 1);
   RunCase({0, 700, 16, 1}, KvDType::kF32, 2);
   RunCase({300, 130, 64, 2}, KvDType::kF16, 3);
+}
+
+// The fused pass takes 2^score unshifted; scores whose sums leave its range
+// (any score above ~64 in log2 units overflows, or every weight of a row
+// vanishes) must send the block to the two-pass path, which shifts by the max.
+TEST(AttentionTest, LanesKernelIsExactWhenScoresLeaveTheFusedRange) {
+  if (!LanesKernelHere()) GTEST_SKIP() << "this CPU has no AVX-512: the lanes kernel is not used";
+  uint32_t seed = 900;
+  for (int hd : {16, 64}) {
+    for (int n_new : {2, 17, 45}) {
+      Case huge{100, n_new, hd, 1};
+      huge.q_scale = 40;  // scores of hundreds: 2^score is inf
+      huge.tol = 1e-4;
+      RunCase(huge, KvDType::kF16, seed++);
+      Case low{100, n_new, hd, 1};
+      low.bias = 20;  // every score near -400 / sqrt(hd): every 2^score is 0
+      RunCase(low, KvDType::kF32, seed++);
+    }
+  }
 }
 
 TEST(AttentionTest, LanesKernelServesOnlyWhatItCan) {
