@@ -143,8 +143,16 @@ std::string ManifestWithRun() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+  const std::string usage = std::string("usage: ") + argv[0] +
+                            " DIR\nWrites the fuzzers' seed inputs under DIR (then copy DIR/* over "
+                            "tests/fuzz/corpus/).\n";
+  if (argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  // A directory name that starts with '-' is almost surely a mistyped option.
+  if (argc != 2 || argv[1][0] == '-') {
+    std::fputs(usage.c_str(), stderr);
     return 2;
   }
   const std::string dir = argv[1];
