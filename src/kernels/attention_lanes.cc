@@ -187,6 +187,22 @@ TIERKV_LANES inline bool FusedSumsInRange(__m512 sum, __mmask16 real) {
   return (low & high) == real;
 }
 
+// Passes 1 and 2 for a block: e (zero where hidden) in E and each lane's
+// sum. The fused pass unless the near-zero count is wanted (it is relative
+// to each lane's max, which only the two-pass path knows) or a real lane's
+// sum says a score left its range (the block is then done again).
+template <int hd>
+TIERKV_LANES __m512 Weights(const BlockShape& b, const float* qt, const float* k, uint64_t* near_zero,
+                            float* E) {
+  const __mmask16 real = static_cast<__mmask16>((1u << b.rows) - 1);
+  if (!near_zero) {
+    const __m512 sum = ScoresExp<hd>(qt, k, b, E);
+    if (FusedSumsInRange(sum, real)) return sum;
+  }
+  const __m512 m = Scores<hd>(qt, k, static_cast<int>(RoundUp(b.nk)), b.np, b.i0, E);
+  return Exponentials(b, m, E, near_zero);
+}
+
 // Pass 3. out rows i0.. (real lanes) = sum_j e[j] V[j] / sum.
 TIERKV_LANES void WeightedValues(const BlockShape& b, const float* E, const float* v, int hd,
                                   const float* inv, float* out, size_t out_stride) {
@@ -270,31 +286,14 @@ TIERKV_LANES void AttendBlock(const AttentionArgs& a, int g, const BlockShape& b
                      : 0.0f;
     }
   }
-  const float* k = s->kp.data();
-  const __mmask16 real = static_cast<__mmask16>((1u << b.rows) - 1);
-  __m512 sum;
-  // The fused pass unless the near-zero count is wanted (it is relative to
-  // each lane's max, which only the two-pass path knows) or a real lane's
-  // sum says a score left its range (the block is then done again).
-  bool fused = !a.near_zero;
-  if (fused) {
-    sum = hd == 16   ? ScoresExp<16>(qt, k, b, S)
-          : hd == 32 ? ScoresExp<32>(qt, k, b, S)
-          : hd == 64 ? ScoresExp<64>(qt, k, b, S)
-                     : ScoresExp<128>(qt, k, b, S);
-    fused = FusedSumsInRange(sum, real);
-  }
-  if (!fused) {
-    const int nk = static_cast<int>(RoundUp(b.nk));
-    const __m512 m = hd == 16   ? Scores<16>(qt, k, nk, b.np, b.i0, S)
-                     : hd == 32 ? Scores<32>(qt, k, nk, b.np, b.i0, S)
-                     : hd == 64 ? Scores<64>(qt, k, nk, b.np, b.i0, S)
-                                : Scores<128>(qt, k, nk, b.np, b.i0, S);
-    sum = Exponentials(b, m, S, a.near_zero);
-  }
+  const __m512 sum = hd == 16   ? Weights<16>(b, qt, s->kp.data(), a.near_zero, S)
+                     : hd == 32 ? Weights<32>(b, qt, s->kp.data(), a.near_zero, S)
+                     : hd == 64 ? Weights<64>(b, qt, s->kp.data(), a.near_zero, S)
+                                : Weights<128>(b, qt, s->kp.data(), a.near_zero, S);
   if (a.weights) {
     for (int r = 0; r < b.rows; ++r) *a.weights += static_cast<uint64_t>(b.np + b.i0 + r + 1);
   }
+  const __mmask16 real = static_cast<__mmask16>((1u << b.rows) - 1);
   _mm512_store_ps(inv, _mm512_maskz_div_ps(real, _mm512_set1_ps(1.0f), sum));
   if (a.out) {
     WeightedValues(b, S, s->vp.data(), hd, inv, a.out + static_cast<size_t>(g) * hd, a.out_stride);
