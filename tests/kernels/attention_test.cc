@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "kernels/attention_lanes.h"
 #include "kernels/fp16.h"
@@ -162,19 +163,24 @@ void RunCase(const Case& c, KvDType dtype, uint32_t seed) {
   // The kernel's fast exp may put a weight right at 1% on the other side.
   EXPECT_LE(std::llabs(static_cast<long long>(near_zero) - static_cast<long long>(ref_near_zero)),
             std::max<long long>(2, static_cast<long long>(ref_weights / 1000)));
-  double max_err = 0, max_cs_err = 0;
-  for (int g = 0; g < c.group; ++g) {
-    for (int i = 0; i < c.n_new; ++i) {
-      for (int e = 0; e < hd; ++e) {
-        const double got = out[(static_cast<size_t>(i) * c.group + g) * hd + e];
-        max_err = std::max(max_err, std::fabs(got - ref[(static_cast<size_t>(g) * c.n_new + i) * hd + e]));
+  // The largest differences from the reference: of the outputs, of the column sums.
+  auto errors = [&](const std::vector<float>& o, const std::vector<float>& cs) {
+    double e_out = 0, e_cs = 0;
+    for (int g = 0; g < c.group; ++g) {
+      for (int i = 0; i < c.n_new; ++i) {
+        for (int e = 0; e < hd; ++e) {
+          const double got = o[(static_cast<size_t>(i) * c.group + g) * hd + e];
+          e_out = std::max(e_out, std::fabs(got - ref[(static_cast<size_t>(g) * c.n_new + i) * hd + e]));
+        }
+      }
+      for (size_t r = 0; r < sel.size(); ++r) {
+        e_cs = std::max(e_cs, std::fabs(cs[g * sel.size() + r] -
+                                        ref_colsum[static_cast<size_t>(g) * c.n_prefix + sel[r]]));
       }
     }
-    for (size_t r = 0; r < sel.size(); ++r) {
-      max_cs_err = std::max(max_cs_err, std::fabs(colsum[g * sel.size() + r] -
-                                                  ref_colsum[static_cast<size_t>(g) * c.n_prefix + sel[r]]));
-    }
-  }
+    return std::pair<double, double>(e_out, e_cs);
+  };
+  const auto [max_err, max_cs_err] = errors(out, colsum);
   EXPECT_LT(max_err, c.tol) << "prefix " << c.n_prefix << " new " << c.n_new << " hd " << hd
                            << " group " << c.group;
   EXPECT_LT(max_cs_err, 2e-4 * std::max(1, c.n_new / 16));
@@ -187,19 +193,7 @@ void RunCase(const Case& c, KvDType dtype, uint32_t seed) {
   f.colsum = fcs.data();
   f.weights = f.near_zero = nullptr;
   AttendKvGroup(f, &scratch);
-  double f_err = 0, f_cs_err = 0;
-  for (int g = 0; g < c.group; ++g) {
-    for (int i = 0; i < c.n_new; ++i) {
-      for (int e = 0; e < hd; ++e) {
-        f_err = std::max(f_err, std::fabs(fout[(static_cast<size_t>(i) * c.group + g) * hd + e] -
-                                          ref[(static_cast<size_t>(g) * c.n_new + i) * hd + e]));
-      }
-    }
-    for (size_t r = 0; r < sel.size(); ++r) {
-      f_cs_err = std::max(f_cs_err, std::fabs(fcs[g * sel.size() + r] -
-                                              ref_colsum[static_cast<size_t>(g) * c.n_prefix + sel[r]]));
-    }
-  }
+  const auto [f_err, f_cs_err] = errors(fout, fcs);
   EXPECT_LT(f_err, c.tol) << "without the near-zero count: prefix " << c.n_prefix << " new " << c.n_new
                          << " hd " << hd << " group " << c.group;
   EXPECT_LT(f_cs_err, 2e-4 * std::max(1, c.n_new / 16));
