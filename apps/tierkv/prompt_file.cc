@@ -52,7 +52,7 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option("--alpha", f->alpha,
                   "When the probe heads decide a layer: auto (thresholds fitted per layer on "
                   "profiling prompts so that the probes' shared set keeps --probe-recall of the "
-                  "attention mass of H2O's per-head sets; layers where none does read all keys) or "
+                  "attention mass of H2O's per-head sets; layers where none does fall back, see --fallback) or "
                   "IMPRESS's exponent a in "
                   "[0, 16] (the probes decide when their mean pairwise Jaccard is at least j^a, "
                   "j: random sets' Jaccard; the paper's 0.6)")
