@@ -55,8 +55,9 @@ void PrintReportJson(const store::StoreReport& o, const RemoteInventory* remote)
               s.skipped_records, s.recovery_us, s.manifest_chunks, s.manifest_errors,
               s.scanned_segments);
   for (size_t i = 0; i < o.segments.size(); ++i) {
-    std::printf("%s{\"name\": %s, \"bytes\": %" PRIu64 "}", i ? ", " : "",
-                nlohmann::json(o.segments[i].first).dump().c_str(), o.segments[i].second);
+    std::printf("%s{\"name\": %s, \"bytes\": %" PRIu64 ", \"live_bytes\": %" PRIu64 "}", i ? ", " : "",
+                nlohmann::json(o.segments[i].first).dump().c_str(), o.segments[i].second,
+                o.segment_live_bytes[i]);
   }
   std::printf("]");
   const nlohmann::json io = {{"source", o.io_source}, {"per_io_us", o.io_per_io_us},
@@ -99,7 +100,10 @@ void PrintReport(const store::StoreReport& o) {
               "model, gaps up to %u blocks are read through\n", o.io_source.c_str(), o.io_per_io_us, o.io_mb_per_s,
               o.io_merge_gap_blocks);
   std::printf("segments         %zu\n", o.segments.size());
-  for (const auto& [name, size] : o.segments) std::printf("  %s  %" PRIu64 " bytes\n", name.c_str(), size);
+  for (size_t i = 0; i < o.segments.size(); ++i) {
+    std::printf("  %s  %" PRIu64 " bytes, %" PRIu64 " live\n", o.segments[i].first.c_str(), o.segments[i].second,
+                o.segment_live_bytes[i]);
+  }
   if (o.verified) PrintVerify(o.verify);
 }
 

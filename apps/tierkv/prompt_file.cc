@@ -1,10 +1,14 @@
 #include "prompt_file.h"
 
+#include <sys/statvfs.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -34,6 +38,70 @@ ScratchDir::~ScratchDir() {
   }
 }
 
+namespace {
+
+// The auto budget's share of the free space and its cap. Half: the disk
+// stays usable for its other tenants and the store's compaction (which
+// writes a segment's live records before deleting it) has room beside it;
+// 64 GiB: a default run on a large disk does not take hundreds of GiB
+// unasked (--disk-budget-mib gives more).
+constexpr uint64_t kAutoBudgetCap = 64ull << 30;
+
+Result<std::optional<uint64_t>> ParseDiskBudgetMib(const std::string& s) {
+  if (s == "auto") return std::optional<uint64_t>();
+  char* end = nullptr;
+  errno = 0;
+  const double mib = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || errno != 0 || !(mib >= 0) || mib > double(1ull << 43)) {
+    return Status::InvalidArgument("--disk-budget-mib: '" + s + "' is not auto or a number of MiB >= 0");
+  }
+  return std::optional<uint64_t>(static_cast<uint64_t>(mib * double(1u << 20)));
+}
+
+std::string Mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1u << 20));
+  return buf;
+}
+
+}  // namespace
+
+void AddDiskBudgetFlag(CLI::App* sub, std::string* mib) {
+  sub->add_option("--disk-budget-mib", *mib,
+                  "Bytes the cache directory's segment files may take, in MiB (live and dead records; "
+                  "the least valuable chunks are evicted and dead bytes compacted to stay below): auto "
+                  "(half of the free space of its file system at start, counting the store's own "
+                  "segments as free, at most 64 GiB; printed at start), a number, or 0 (unlimited)")
+      ->capture_default_str()
+      ->check(ParsedBy(ParseDiskBudgetMib, "auto or a number of MiB"));
+}
+
+DiskBudget ResolveDiskBudget(const std::string& mib, const std::string& cache_dir) {
+  auto parsed = ParseDiskBudgetMib(mib);
+  if (!parsed.ok()) return DiskBudget{0, parsed.status().message()};  // the validator said so first
+  if (parsed->has_value()) {
+    const uint64_t b = **parsed;
+    return DiskBudget{b, b == 0 ? "--disk-budget-mib 0: unlimited" : "--disk-budget-mib " + mib};
+  }
+  std::error_code ec;
+  std::filesystem::path at = std::filesystem::absolute(cache_dir, ec);
+  while (!at.empty() && !std::filesystem::exists(at, ec) && at != at.parent_path()) at = at.parent_path();
+  struct statvfs vfs;
+  if (::statvfs(at.c_str(), &vfs) != 0) {
+    return DiskBudget{0, "auto: unlimited (the free space of " + at.string() + " is unknown: " +
+                             std::strerror(errno) + ")"};
+  }
+  const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+  uint64_t ours = 0;  // the store's segments: space it may reuse
+  for (const auto& e : std::filesystem::directory_iterator(cache_dir, ec)) {
+    if (e.path().filename().string().rfind("seg-", 0) == 0) ours += e.file_size(ec);
+  }
+  const uint64_t b = std::min(kAutoBudgetCap, (free_bytes + ours) / 2);
+  return DiskBudget{b, "auto: half of " + Mib(free_bytes) + " free on " + at.string() +
+                           (ours ? " and " + Mib(ours) + " of segments there" : "") +
+                           (b == kAutoBudgetCap ? ", capped" : "")};
+}
+
 void AddPromptFileFlag(CLI::App* sub, std::string* path) {
   sub->add_option("--prompt-file", *path,
                   "Request file: JSON Lines of {\"prefix\", \"query\"} (docs/workloads.md: shared documents, "
@@ -49,6 +117,7 @@ void AddEngineFlags(CLI::App* sub, EngineFlags* f) {
   AddWeightsFlag(sub, &f->weights);
   sub->add_option("--cache-dir", f->cache_dir,
                   "Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)");
+  AddDiskBudgetFlag(sub, &f->disk_budget);
   sub->add_option("--alpha", f->alpha,
                   "When the probe heads decide a layer: auto (thresholds fitted per layer on "
                   "profiling prompts so that the probes' shared set keeps --probe-recall of the "
@@ -130,6 +199,7 @@ engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string&
   engine::EngineOptions o;
   o.chunk_tokens = f.chunk_tokens;
   o.cache_dir = cache_dir;
+  o.disk_budget_bytes = ResolveDiskBudget(f.disk_budget, cache_dir).bytes;
   o.retention = retention;
   auto alpha = engine::ParseAlpha(f.alpha);  // checked by the flag's validator
   o.alpha_auto = !alpha->has_value();

@@ -36,6 +36,21 @@ void AddParsedOption(CLI::App* sub, const std::string& name, T* out, Parse parse
 }
 
 
+// --disk-budget-mib, on every command that opens a store: "auto" (the
+// default: half of the free space of the cache directory's file system at
+// start, counting the segments already there as free, at most 64 GiB), a
+// number of MiB, or 0 (unlimited). It bounds the segment files, live and
+// dead records together (store::SetDiskBudget).
+void AddDiskBudgetFlag(CLI::App* sub, std::string* mib);
+struct DiskBudget {
+  uint64_t bytes = 0;  // 0: unlimited
+  std::string how;     // for the line printed at start, e.g. "auto: half of 7.9 MiB free on /x"
+};
+// What --disk-budget-mib (checked by its validator) means for a store in
+// `cache_dir` (it need not exist yet: its nearest existing parent's file
+// system is measured). If that cannot be measured, unlimited, saying so.
+DiskBudget ResolveDiskBudget(const std::string& mib, const std::string& cache_dir);
+
 // A scratch directory for a command's store: `flag` if set (kept), else a
 // new directory under $TMPDIR or /var/tmp, removed when this goes away.
 class ScratchDir {
@@ -70,6 +85,7 @@ struct EngineFlags {
   engine::SelectionUnit unit;
   engine::StoreOrder store_order = engine::StoreOrder::kOff;
   std::string read_planner = "pages";
+  std::string disk_budget = "auto";  // --disk-budget-mib
   RemoteOptions remote;
 };
 void AddEngineFlags(CLI::App* sub, EngineFlags* f);

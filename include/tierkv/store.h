@@ -29,6 +29,14 @@ struct StoreStats {
   uint64_t reorders = 0, reordered_runs_dropped = 0;
   uint64_t live_chunks = 0, live_bytes = 0, dead_bytes = 0, segments = 0, nodes = 0;
   uint64_t reordered_chunks = 0, reordered_bytes = 0;  // live reordered copies (in live_bytes)
+  // Puts that met a full file system and tried again after evicting and
+  // compacting; Puts that failed (nothing stored: a miss), for want of
+  // space or any other error.
+  uint64_t nospace_retries = 0, put_failures = 0;
+  // The bound on the segment files' bytes (live + dead; 0: unlimited):
+  // StoreOptions' disk_budget_bytes + max_dead_bytes.
+  uint64_t budget_bytes = 0;
+  uint64_t removed_segments = 0;  // segments recovery deleted for holding no live record
 };
 
 // A record that failed verification.
@@ -57,6 +65,7 @@ struct StoreReport {
   StoreStats stats;  // after a read-only recovery
   bool manifest_present = false;
   std::vector<std::pair<std::string, uint64_t>> segments;  // file name, bytes; sorted
+  std::vector<uint64_t> segment_live_bytes;  // of each of `segments`: bytes of live records in it
   bool verified = false;
   VerifyReport verify;  // when verified
   // The read planner's cost model (IO-MODEL): "saved" when measured on this

@@ -62,10 +62,32 @@ std::pair<uint32_t, size_t> RadixTree::BestChild(uint32_t node,
   return {best, best_m};
 }
 
-Match RadixTree::Lookup(std::span<const int32_t> tokens) const {
+uint32_t RadixTree::RootOf(uint64_t ns) const {
+  if (ns == 0) return 0;
+  auto it = roots_.find(ns);
+  return it == roots_.end() ? kNoNode : it->second;
+}
+
+uint32_t RadixTree::EnsureRoot(uint64_t ns) {
+  uint32_t id = RootOf(ns);
+  if (id != kNoNode) return id;
+  id = NewNode(kNoNode, 0);
+  nodes_[id].ns = ns;
+  roots_.emplace(ns, id);
+  return id;
+}
+
+uint64_t RadixTree::NamespaceOf(uint32_t id) const {
+  uint32_t n = chunks_[id].node;
+  while (nodes_[n].parent != kNoNode) n = nodes_[n].parent;
+  return nodes_[n].ns;
+}
+
+Match RadixTree::Lookup(std::span<const int32_t> tokens, uint64_t ns) const {
   Match out;
-  uint32_t node = 0;
+  uint32_t node = RootOf(ns);
   size_t pos = 0;
+  if (node == kNoNode) return out;
   for (;;) {
     auto [child, m] = BestChild(node, tokens.subspan(pos));
     if (child == kNoNode || m == 0) break;
@@ -157,9 +179,9 @@ uint32_t RadixTree::Split(uint32_t id, size_t keep) {
   return tail;
 }
 
-InsertResult RadixTree::Insert(std::span<const int32_t> tokens) {
+InsertResult RadixTree::Insert(std::span<const int32_t> tokens, uint64_t ns) {
   InsertResult out;
-  uint32_t node = 0;
+  uint32_t node = tokens.empty() ? 0 : EnsureRoot(ns);
   size_t pos = 0;
   while (pos < tokens.size()) {
     auto rest = tokens.subspan(pos);
@@ -190,9 +212,8 @@ InsertResult RadixTree::Insert(std::span<const int32_t> tokens) {
     }
     // A new leaf for the rest.
     uint32_t leaf = NewNode(node, static_cast<uint32_t>(pos));
-    uint64_t hash = 0;
     const Node& parent = nodes_[node];
-    if (!parent.chunks.empty()) hash = chunks_[parent.chunks.back()].prefix_hash;
+    uint64_t hash = parent.chunks.empty() ? parent.ns : chunks_[parent.chunks.back()].prefix_hash;
     nodes_[leaf].tokens.assign(rest.begin(), rest.end());
     for (size_t off = 0, i = 0; off < rest.size(); off += chunk_, ++i) {
       size_t len = std::min<size_t>(chunk_, rest.size() - off);
@@ -209,9 +230,10 @@ InsertResult RadixTree::Insert(std::span<const int32_t> tokens) {
   return out;
 }
 
-size_t RadixTree::PlanInsert(std::span<const int32_t> tokens) const {
-  uint32_t node = 0;
+size_t RadixTree::PlanInsert(std::span<const int32_t> tokens, uint64_t ns) const {
+  uint32_t node = RootOf(ns);
   size_t pos = 0;
+  if (node == kNoNode) return 0;
   while (pos < tokens.size()) {
     auto rest = tokens.subspan(pos);
     auto [child, m] = BestChild(node, rest);
@@ -278,8 +300,14 @@ Status RadixTree::Evict(uint32_t chunk) {
   free_chunks_.push_back(chunk);
   --live_chunks_;
   if (n.chunks.empty()) {
-    RemoveChild(n.parent, id);
+    const uint32_t parent = n.parent;
+    RemoveChild(parent, id);
     FreeNode(id);
+    // A namespace's root lives while it holds chunks (namespace 0's always).
+    if (parent != 0 && IsRoot(nodes_[parent]) && nodes_[parent].children.empty()) {
+      roots_.erase(nodes_[parent].ns);
+      FreeNode(parent);
+    }
   }
   return Status::Ok();
 }
@@ -307,7 +335,7 @@ uint32_t RadixTree::ParentChunk(uint32_t id) const {
   const ChunkInfo& c = chunks_[id];
   if (c.index_in_node > 0) return nodes_[c.node].chunks[c.index_in_node - 1];
   const uint32_t parent = nodes_[c.node].parent;
-  if (parent == 0 || parent == kNoNode) return kNoChunk;  // the root holds no chunks
+  if (parent == kNoNode || IsRoot(nodes_[parent])) return kNoChunk;  // roots hold no chunks
   return nodes_[parent].chunks.back();
 }
 
@@ -322,7 +350,8 @@ std::vector<uint32_t> RadixTree::LiveChunks() const {
 
 size_t RadixTree::MemoryBytes() const {
   size_t bytes = nodes_.capacity() * sizeof(Node) + chunks_.capacity() * sizeof(ChunkInfo) +
-                 (free_nodes_.capacity() + free_chunks_.capacity()) * sizeof(uint32_t);
+                 (free_nodes_.capacity() + free_chunks_.capacity()) * sizeof(uint32_t) +
+                 roots_.size() * (sizeof(uint64_t) + sizeof(uint32_t) + 2 * sizeof(void*));
   for (const Node& n : nodes_) {
     bytes += n.tokens.capacity() * sizeof(int32_t) + n.chunks.capacity() * sizeof(uint32_t) +
              n.children.capacity() * sizeof(std::pair<uint64_t, uint32_t>);
@@ -338,6 +367,12 @@ Status RadixTree::Validate() const {
     if (!n.live) continue;
     ++seen_nodes;
     std::string where = "node " + std::to_string(id) + ": ";
+    if (IsRoot(n)) {
+      if (n.ns == 0 || RootOf(n.ns) != id) return fail(where + "a root not listed for its namespace");
+      if (!n.tokens.empty() || !n.chunks.empty()) return fail(where + "a root holding tokens");
+      if (n.children.empty()) return fail(where + "an empty namespace root");
+      continue;
+    }
     if (n.tokens.empty()) return fail(where + "empty");
     if (n.first_token % chunk_ != 0) return fail(where + "starts off a chunk boundary");
     if (n.chunks.size() != (n.tokens.size() + chunk_ - 1) / chunk_) {
@@ -351,7 +386,7 @@ Status RadixTree::Validate() const {
     if (std::count_if(pc.begin(), pc.end(), [&](const auto& e) { return e.second == id; }) != 1) {
       return fail(where + "not listed once by its parent");
     }
-    uint64_t hash = p.chunks.empty() ? 0 : chunks_[p.chunks.back()].prefix_hash;
+    uint64_t hash = p.chunks.empty() ? p.ns : chunks_[p.chunks.back()].prefix_hash;
     for (size_t i = 0; i < n.chunks.size(); ++i) {
       const ChunkInfo& c = chunks_[n.chunks[i]];
       if (c.node != id || c.index_in_node != i) return fail(where + "chunk back-link");

@@ -6,7 +6,15 @@
 // than dropped). A node whose span ends in a partial chunk never has children.
 //
 // Chunks have dense ids (reused after eviction) and a prefix hash: the xxh3
-// chain over every token from position 0 to the chunk's end. A chunk's K/V
+// chain over every token from position 0 to the chunk's end, seeded with the
+// prompt's namespace.
+//
+// Namespaces: every prompt is stored under a 64-bit namespace (a tenant's;
+// 0 is the shared one). Each namespace has its own root, so a lookup never
+// matches a prefix stored under another, and its chunks' hashes start from
+// the namespace instead of 0 (the first chunk's parent hash is the
+// namespace: a store can tell it again from its records). Namespace 0's
+// root is node 0 and always exists; another's lives while it holds chunks. A chunk's K/V
 // depend on exactly those tokens, so the hash is the chunk's identity on disk
 // and stays valid when its node is split. Lookups never trust hashes alone:
 // every matched token is compared.
@@ -18,6 +26,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tierkv/status.h"
@@ -61,19 +70,21 @@ class RadixTree {
 
   uint32_t chunk_tokens() const { return chunk_; }
 
-  // The longest stored prefix of `tokens`.
-  Match Lookup(std::span<const int32_t> tokens) const;
+  // The longest stored prefix of `tokens` in namespace `ns`.
+  Match Lookup(std::span<const int32_t> tokens, uint64_t ns = 0) const;
 
   // Stores `tokens` so that Lookup(tokens) matches all of them, creating
   // chunks for what no stored prefix covers (splitting a node at a chunk
   // boundary when the new prompt diverges inside it). Nothing is created when
   // a stored prefix already covers every token.
-  InsertResult Insert(std::span<const int32_t> tokens);
+  InsertResult Insert(std::span<const int32_t> tokens, uint64_t ns = 0);
 
   // The position at which Insert(tokens) would start creating chunks (a
   // multiple of the chunk size), or tokens.size() when it would create none.
   // Lets a writer persist exactly those chunks before publishing them.
-  size_t PlanInsert(std::span<const int32_t> tokens) const;
+  size_t PlanInsert(std::span<const int32_t> tokens, uint64_t ns = 0) const;
+  // The namespace of stored chunk `id`'s prompt.
+  uint64_t NamespaceOf(uint32_t id) const;
 
   // A chunk can leave the tree only if it is the last chunk of a node without
   // children, so every stored chunk keeps its whole prefix.
@@ -117,6 +128,7 @@ class RadixTree {
 
  private:
   struct Node {
+    uint64_t ns = 0;  // a root's namespace (the hash seed of its children's first chunks)
     uint32_t parent = kNoNode;
     uint32_t first_token = 0;  // multiple of chunk_
     std::vector<int32_t> tokens;
@@ -140,9 +152,13 @@ class RadixTree {
   // and all children move to a new child node, which is returned.
   uint32_t Split(uint32_t id, size_t keep);
   void FreeNode(uint32_t id);
+  uint32_t RootOf(uint64_t ns) const;  // kNoNode when the namespace holds nothing
+  uint32_t EnsureRoot(uint64_t ns);
+  bool IsRoot(const Node& n) const { return n.parent == kNoNode; }
 
   uint32_t chunk_;
-  std::vector<Node> nodes_;  // nodes_[0] is the root (empty span)
+  std::vector<Node> nodes_;  // nodes_[0] is namespace 0's root (empty span)
+  std::unordered_map<uint64_t, uint32_t> roots_;  // the other namespaces' roots
   std::vector<uint32_t> free_nodes_;
   std::vector<ChunkInfo> chunks_;
   std::vector<uint32_t> free_chunks_;

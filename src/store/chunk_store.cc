@@ -23,7 +23,9 @@ ChunkStore::~ChunkStore() = default;
 Result<PutResult> ChunkStore::Put(std::span<const int32_t> tokens, const KvInput& kv) {
   return impl_->Put(tokens, kv);
 }
-LookupResult ChunkStore::Lookup(std::span<const int32_t> tokens) { return impl_->Lookup(tokens); }
+LookupResult ChunkStore::Lookup(std::span<const int32_t> tokens, uint64_t ns) {
+  return impl_->Lookup(tokens, ns);
+}
 Status ChunkStore::Read(std::span<ChunkRead> reads, RowReadStats* stats) {
   return impl_->Read(reads, stats);
 }
@@ -60,6 +62,17 @@ ChunkStore::Location ChunkStore::TEST_location(uint32_t chunk, uint16_t layer) c
   MutexLock l(&impl_->mu_);
   if (!impl_->tree_.IsLive(chunk)) return Location{};
   return impl_->table_.LocationOf(chunk, layer);
+}
+
+std::vector<std::pair<uint32_t, uint64_t>> ChunkStore::LiveBytesBySegment() const {
+  std::unordered_map<uint32_t, uint64_t> live;
+  {
+    MutexLock l(&impl_->mu_);
+    live = impl_->LiveBytesBySegmentLocked();
+  }
+  std::vector<std::pair<uint32_t, uint64_t>> out(live.begin(), live.end());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 ChunkStore::Location ChunkStore::TEST_run_location(uint32_t chunk, uint16_t layer,
@@ -114,6 +127,12 @@ std::vector<std::vector<uint16_t>> ChunkStore::RowOrder(uint32_t chunk, uint64_t
 }
 
 // ---- opening
+
+void SetDiskBudget(StoreOptions* o, uint64_t bytes) {
+  o->disk_budget_bytes = bytes - bytes / 4;
+  o->max_dead_bytes = bytes / 4;
+  if (bytes != 0) o->segment_bytes = std::min(o->segment_bytes, std::max<uint64_t>(1u << 20, bytes / 16));
+}
 
 namespace {
 
@@ -279,12 +298,41 @@ Status ChunkStore::Impl::OpenSegment() {
   return OpenReader(opened);
 }
 
-void ChunkStore::Impl::AbandonSegment(uint64_t bytes) {
-  // The next write starts a fresh segment after the possibly partial
-  // records (recovery skips them).
-  writer_.Abandon();
+ChunkStore::Impl::WriteMark ChunkStore::Impl::Mark() const {
+  if (writer_.open()) return WriteMark{writer_.last(), writer_.size()};
+  return WriteMark{writer_.last() + 1, 0};
+}
+
+void ChunkStore::Impl::ReclaimFailedWrite(WriteMark from, uint64_t bytes) {
+  const uint32_t last = writer_.last();
+  writer_.Abandon();  // the next write starts a fresh segment
+  std::vector<uint32_t> deleted;
+  bool kept = false;
+  for (uint32_t seg = from.segment; seg <= last; ++seg) {
+    const std::string path = SegmentPath(seg);
+    if (!fs_->FileExists(path)) continue;
+    const bool cut = seg == from.segment && from.offset > 0;
+    Status s = cut ? fs_->Truncate(path, from.offset) : fs_->DeleteFile(path);
+    if (!s.ok()) {
+      // Recovery skips the partial records; the bytes wait for compaction.
+      TIERKV_LOG(kWarn) << "store " << opts_.dir << ": the failed write's bytes stay in " << path << " ("
+                        << s.ToString() << ")";
+      kept = true;
+    } else if (!cut) {
+      deleted.push_back(seg);
+    }
+  }
+  if (!deleted.empty()) {
+    if (Status s = fs_->SyncDir(opts_.dir); !s.ok()) {
+      TIERKV_LOG(kWarn) << "store " << opts_.dir << ": " << s.ToString();  // a crash may bring them back: torn, skipped
+    }
+    segment_count_ -= std::min<size_t>(segment_count_, deleted.size());
+  }
   MutexLock l(&mu_);
-  dead_bytes_ += bytes;
+  for (uint32_t seg : deleted) {
+    if (seg < readers_.size()) readers_[seg].reset();
+  }
+  if (kept) dead_bytes_ += bytes;
 }
 
 // ---- the index: publishing, dropping, eviction
@@ -329,12 +377,19 @@ Status ChunkStore::Impl::EvictForLocked(uint64_t bytes) {
   if (opts_.disk_budget_bytes == 0 || live_bytes_ + bytes <= opts_.disk_budget_bytes) {
     return Status::Ok();
   }
+  RETURN_IF_ERROR(EvictUntilLocked(bytes <= opts_.disk_budget_bytes ? opts_.disk_budget_bytes - bytes : 0));
+  if (bytes > opts_.disk_budget_bytes) return Status::ResourceExhausted("store: disk budget full");
+  return Status::Ok();
+}
+
+Status ChunkStore::Impl::EvictUntilLocked(uint64_t live_target) {
+  if (live_bytes_ <= live_target) return Status::Ok();
   // Least valuable evictable leaf tail first. One scan of the tree for the
   // candidates; each eviction may expose the chunk before it as a new tail.
   using Entry = std::pair<double, uint32_t>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
   for (uint32_t c : tree_.EvictableChunks()) heap.emplace(table_.Value(c), c);
-  while (live_bytes_ + bytes > opts_.disk_budget_bytes) {
+  while (live_bytes_ > live_target) {
     if (heap.empty()) return Status::ResourceExhausted("store: disk budget full");
     const auto [value, victim] = heap.top();
     heap.pop();
@@ -353,6 +408,39 @@ Status ChunkStore::Impl::EvictForLocked(uint64_t bytes) {
     Count([](StoreStats& s) { ++s.evicted_chunks; });
   }
   return Status::Ok();
+}
+
+bool ChunkStore::Impl::EmptySegmentLocked() {
+  const std::unordered_map<uint32_t, uint64_t> live = LiveBytesBySegmentLocked();
+  uint32_t victim = 0;
+  for (const auto& [seg, bytes] : live) {
+    if (bytes > 0 && (victim == 0 || bytes < live.at(victim) || (bytes == live.at(victim) && seg < victim))) {
+      victim = seg;
+    }
+  }
+  if (victim == 0) return false;
+  std::vector<uint32_t> chunks;
+  for (uint32_t id : tree_.LiveChunks()) {
+    bool there = table_.ProbeLocationOf(id, 0).segment == victim;
+    for (const Location& at : table_.LocationsOf(id)) there = there || at.segment == victim;
+    if (there) chunks.push_back(id);
+  }
+  std::vector<uint32_t> runs;
+  for (const auto& [chunk, run] : run_of_) {
+    for (const Location& at : run->where) {
+      if (at.segment == victim) runs.push_back(chunk);
+    }
+  }
+  for (uint32_t c : runs) DropRunLocked(c);
+  const size_t before = tree_.num_chunks();
+  for (uint32_t id : chunks) {
+    if (tree_.IsLive(id)) DropLocked(id, /*corrupt=*/false);
+  }
+  const size_t evicted = before - tree_.num_chunks();
+  Count([&](StoreStats& s) { s.evicted_chunks += evicted; });
+  TIERKV_LOG(kWarn) << "store " << opts_.dir << ": the disk is full: " << evicted << " chunks with records in "
+                    << SegmentPath(victim) << " evicted so that it can be deleted";
+  return true;
 }
 
 Result<ChunkStore::Impl::Published> ChunkStore::Impl::PublishLocked(
@@ -377,9 +465,9 @@ Result<ChunkStore::Impl::Published> ChunkStore::Impl::PublishLocked(
   return out;
 }
 
-LookupResult ChunkStore::Impl::Lookup(std::span<const int32_t> tokens) {
+LookupResult ChunkStore::Impl::Lookup(std::span<const int32_t> tokens, uint64_t ns) {
   MutexLock l(&mu_);
-  index::Match m = tree_.Lookup(tokens);
+  index::Match m = tree_.Lookup(tokens, ns);
   LookupResult out;
   out.matched_tokens = m.matched_tokens;
   out.chunks = std::move(m.chunks);
@@ -397,7 +485,7 @@ ManifestChunk ChunkStore::Impl::ManifestChunkLocked(uint32_t id, std::set<uint32
   ManifestChunk mc;
   mc.prefix_hash = c.prefix_hash;
   const uint32_t parent = tree_.ParentChunk(id);
-  mc.parent_hash = parent == index::kNoChunk ? 0 : tree_.chunk(parent).prefix_hash;
+  mc.parent_hash = parent == index::kNoChunk ? tree_.NamespaceOf(id) : tree_.chunk(parent).prefix_hash;
   mc.first_token = c.first_token;
   auto t = tree_.ChunkTokens(id);
   mc.tokens.assign(t.begin(), t.end());
@@ -504,6 +592,7 @@ StoreStats ChunkStore::Impl::stats() const {
   s.reordered_chunks = run_chunks_;
   s.reordered_bytes = run_bytes_;
   s.segments = segment_count_;
+  s.budget_bytes = opts_.disk_budget_bytes == 0 ? 0 : opts_.disk_budget_bytes + opts_.max_dead_bytes;
   return s;
 }
 

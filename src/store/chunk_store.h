@@ -74,6 +74,12 @@ struct StoreOptions {
   // 0: least recently used.
   uint64_t disk_budget_bytes = 0;
   uint32_t eviction_half_life = 4096;
+  // Dead bytes (records of evicted, dropped or superseded chunks, copies
+  // that were not installed) the segments may hold. Past it, Put first
+  // compacts the segments with the largest dead share, one at a time, until
+  // at most half of it is left. 0: no limit (dead bytes wait for Compact()).
+  // SetDiskBudget sets both budgets from one bound on the segment files.
+  uint64_t max_dead_bytes = 0;
   uint64_t segment_bytes = kDefaultSegmentBytes;
   std::string io_backend = "auto";
   uint32_t queue_depth = 32;
@@ -106,6 +112,16 @@ struct StoreOptions {
   uint32_t reorder_tracked_chunks = 4096;
 };
 
+// Bounds the bytes of o's segment files (live and dead records) by `bytes`
+// (0: unlimited): live records get 3/4 of it (disk_budget_bytes), dead ones
+// awaiting compaction the rest (max_dead_bytes), and segments are at most
+// 1/16 of it (at least 1 MiB). Why a quarter dead: Put compacts when dead
+// bytes pass it, and with a quarter of the files dead the segments it
+// picks (the most dead first) are at least a quarter dead, so compaction
+// moves at most 3 live bytes per byte it frees; a segment compacted at a
+// time adds at most its live bytes while it runs.
+void SetDiskBudget(StoreOptions* o, uint64_t bytes);
+
 // The options a cache directory was written with, from its STORE file (for
 // tools that open a store without a model: inspect). NotFound: not a cache
 // directory; InvalidArgument: a damaged identity file, naming the field.
@@ -130,6 +146,9 @@ Result<StoreOptions> ReadStoreIdentity(FileSystem* fs, const std::string& dir);
 struct KvInput {
   std::vector<std::span<const char>> k, v;
   size_t first_row = 0;
+  // Whose prefixes these are (a tenant's; 0: shared): stored and found only
+  // under it (index/radix_tree.h). Its first chunk's parent hash is it.
+  uint64_t cache_namespace = 0;
   std::vector<std::span<const float>> importance;
 };
 
@@ -238,10 +257,17 @@ class ChunkStore {
   // Returns once the new records are durable and visible. If the budget
   // cannot hold the whole prompt even after evicting, stores the longest
   // prefix that fits (stored_tokens says how much).
-  // On an I/O error nothing new becomes visible.
+  // On an I/O error nothing new becomes visible, and the records this call
+  // appended are cut off their segment again (a segment it created is
+  // deleted), so failed writes leave no bytes behind. A full file system
+  // (ResourceExhausted: ENOSPC, EDQUOT) is answered by evicting the least
+  // valuable chunks for the prompt's bytes, compacting the dead bytes away
+  // and trying once more; failing again, the error is returned and counted
+  // (StoreStats::put_failures): a miss, and the next Put tries afresh.
   Result<PutResult> Put(std::span<const int32_t> tokens, const KvInput& kv);
 
-  LookupResult Lookup(std::span<const int32_t> tokens);
+  // The longest stored prefix of `tokens` in namespace `ns` (KvInput::cache_namespace).
+  LookupResult Lookup(std::span<const int32_t> tokens, uint64_t ns = 0);
 
   // Reads and verifies each requested chunk layer (one batch through the
   // IoBackend). Per-read statuses; the call itself fails only on misuse.
@@ -329,6 +355,10 @@ class ChunkStore {
   static constexpr size_t kTableBytesPerChunk =
       sizeof(Location) + sizeof(double) + sizeof(uint32_t) + sizeof(uint16_t) + sizeof(uint16_t);
   Location TEST_location(uint32_t chunk, uint16_t layer) const;
+  // Bytes of live records (chunks, probe copies, reordered runs) per
+  // segment number; a segment missing here holds none (inspect shows it;
+  // the next writable open deletes it).
+  std::vector<std::pair<uint32_t, uint64_t>> LiveBytesBySegment() const;
   // Where record `record` of layer `layer` of the reordered run holding
   // `chunk` is (segment 0: the chunk is not reordered).
   Location TEST_run_location(uint32_t chunk, uint16_t layer, uint32_t record) const;

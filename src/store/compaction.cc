@@ -115,19 +115,27 @@ Status PlanRunMoves(ChunkStore::Impl& s, const std::vector<std::shared_ptr<const
   return Status::Ok();
 }
 
-// Victims (segments at least min_dead_fraction dead) and their live records.
+// Victims (segments at least min_dead_fraction dead; at most max_victims,
+// the largest dead share first) and their live records.
 Status PlanLocked(ChunkStore::Impl& s, const std::vector<uint32_t>& segments,
-                  const std::vector<uint64_t>& sizes, double min_dead_fraction, CompactPlan* plan)
-    TIERKV_REQUIRES(s.mu_) {
+                  const std::vector<uint64_t>& sizes, double min_dead_fraction, size_t max_victims,
+                  CompactPlan* plan) TIERKV_REQUIRES(s.mu_) {
   const std::vector<std::shared_ptr<const Run>> runs = AllRuns(s);
   std::unordered_map<uint32_t, uint64_t> live = LiveBytes(s, runs);
+  std::vector<std::pair<double, size_t>> candidates;  // dead share, index
   for (size_t i = 0; i < segments.size(); ++i) {
     const uint64_t size = sizes[i], l_bytes = live.count(segments[i]) ? live[segments[i]] : 0;
-    if (size == 0 || static_cast<double>(size - std::min(size, l_bytes)) >=
-                         min_dead_fraction * static_cast<double>(size)) {
-      plan->victims.insert(segments[i]);
-      plan->victim_bytes += size;
+    const double dead = static_cast<double>(size - std::min(size, l_bytes));
+    if (size == 0 || (dead > 0 && dead >= min_dead_fraction * static_cast<double>(size))) {
+      candidates.emplace_back(size == 0 ? 1.0 : dead / static_cast<double>(size), i);
     }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (candidates.size() > max_victims) candidates.resize(max_victims);
+  for (const auto& [share, i] : candidates) {
+    plan->victims.insert(segments[i]);
+    plan->victim_bytes += sizes[i];
   }
   if (plan->victims.empty()) return Status::Ok();
   RETURN_IF_ERROR(PlanChunkMoves(s, plan));
@@ -264,12 +272,37 @@ void SwitchProbesLocked(ChunkStore::Impl& s, std::vector<Move>& moves, CompactRe
 
 }  // namespace
 
+std::unordered_map<uint32_t, uint64_t> ChunkStore::Impl::LiveBytesBySegmentLocked() const {
+  return LiveBytes(*this, AllRuns(*this));
+}
+
 Result<CompactResult> ChunkStore::Impl::Compact(double min_dead_fraction) {
   if (opts_.read_only) return Status::InvalidArgument("store compact: opened read-only");
   if (!(min_dead_fraction > 0 && min_dead_fraction <= 1)) {
     return Status::InvalidArgument("store compact: min_dead_fraction must be in (0, 1]");
   }
   MutexLock w(&write_mu_);
+  return CompactHeld(min_dead_fraction, SIZE_MAX);
+}
+
+void ChunkStore::Impl::ReclaimDead(uint64_t target) {
+  // Each round removes at least one segment with dead bytes; the bound only
+  // guards against accounts that disagree with the files.
+  for (int round = 0; round < 256; ++round) {
+    {
+      MutexLock l(&mu_);
+      if (dead_bytes_ <= target) return;
+    }
+    auto r = CompactHeld(1e-9, 1);
+    if (!r.ok()) {
+      TIERKV_LOG(kWarn) << "store " << opts_.dir << ": compacting dead bytes: " << r.status().ToString();
+      return;
+    }
+    if (r->segments == 0) return;
+  }
+}
+
+Result<CompactResult> ChunkStore::Impl::CompactHeld(double min_dead_fraction, size_t max_victims) {
   RETURN_IF_ERROR(writer_.Seal().WithContext("store compact"));
   CompactResult out;
   ASSIGN_OR_RETURN(std::vector<uint32_t> segments, ListSegments(fs_, opts_.dir));
@@ -283,13 +316,14 @@ Result<CompactResult> ChunkStore::Impl::Compact(double min_dead_fraction) {
   CompactPlan plan;
   {
     MutexLock l(&mu_);
-    RETURN_IF_ERROR(PlanLocked(*this, segments, sizes, min_dead_fraction, &plan));
+    RETURN_IF_ERROR(PlanLocked(*this, segments, sizes, min_dead_fraction, max_victims, &plan));
   }
   if (plan.victims.empty()) return out;
   uint64_t appended = 0;
+  const WriteMark mark = Mark();
   if (Status s = CopyMoves(*this, plan.moves, &appended); !s.ok()) {
-    // Nothing switched; the partial copies are dead bytes for a later compaction.
-    AbandonSegment(appended);
+    // Nothing switched; the partial copies are cut off again.
+    ReclaimFailedWrite(mark, appended);
     return s.WithContext("store compact");
   }
   // Switch the index to the copies, then make that durable, then delete.
@@ -301,7 +335,13 @@ Result<CompactResult> ChunkStore::Impl::Compact(double min_dead_fraction) {
     dirty_ = true;
   }
   RETURN_IF_ERROR(writer_.Seal().WithContext("store compact"));
-  RETURN_IF_ERROR(WriteManifest());
+  if (Status m = WriteManifest(); !m.ok()) {
+    // Victims without a live record may go without it (no recovery needs
+    // them); the manifest is what makes moved records' new places durable.
+    if (!plan.moves.empty()) return m;
+    TIERKV_LOG(kWarn) << "store " << opts_.dir << ": " << m.ToString()
+                      << "; segments without live records deleted all the same";
+  }
   {
     MutexLock l(&mu_);
     for (uint32_t seg : plan.victims) {

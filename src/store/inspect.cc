@@ -29,9 +29,12 @@ Result<StoreReport> InspectStore(const std::string& dir, const InspectOptions& o
   FileSystem* fs = FileSystem::Default();
   r.manifest_present = fs->FileExists(dir + "/" + kManifestFile);
   auto segments = ListSegments(fs, dir);
+  const auto live = st->LiveBytesBySegment();
   for (uint32_t seg : segments.ok() ? *segments : std::vector<uint32_t>{}) {
     auto size = fs->FileSize(SegmentPath(dir, seg));
     r.segments.emplace_back(SegmentFileName(seg), size.ok() ? *size : 0);
+    auto it = std::lower_bound(live.begin(), live.end(), std::pair<uint32_t, uint64_t>(seg, 0));
+    r.segment_live_bytes.push_back(it != live.end() && it->first == seg ? it->second : 0);
   }
   return r;
 }

@@ -65,16 +65,18 @@ size_t ChunkStore::Impl::FitLocked(size_t start, size_t end) const {
 }
 
 Result<ChunkStore::Impl::PutPlan> ChunkStore::Impl::PlanPutLocked(std::span<const int32_t> tokens,
-                                                                  size_t first_row) {
+                                                                  size_t first_row, uint64_t ns) {
   const uint32_t C = opts_.chunk_tokens;
   PutPlan plan;
+  plan.ns = ns;
+  plan.parent_hash = ns;  // a chunk at position 0: its namespace is its parent hash
   // The prompt's own stored prefix is the most recent: evicted last.
-  for (uint32_t id : tree_.Lookup(tokens).chunks) table_.Touch(id);
+  for (uint32_t id : tree_.Lookup(tokens, ns).chunks) table_.Touch(id);
   // Evict until the new chunks fit. Eviction may still take the prompt's own
   // stored tail (when nothing else is left), so plan again after each round
   // until the plan holds.
   for (;;) {
-    plan.start = tree_.PlanInsert(tokens);
+    plan.start = tree_.PlanInsert(tokens, ns);
     plan.end = tokens.size();
     // The rows the plan needs were not given (a caller that loaded only some
     // of the prefix): store nothing rather than guess them.
@@ -85,17 +87,17 @@ Result<ChunkStore::Impl::PutPlan> ChunkStore::Impl::PlanPutLocked(std::span<cons
     }
     if (need == 0) break;
     if (EvictForLocked(need).ok()) {
-      if (tree_.PlanInsert(tokens) == plan.start) break;
+      if (tree_.PlanInsert(tokens, ns) == plan.start) break;
       continue;  // our own prefix shrank: more to write
     }
     // Even an empty disk tier cannot hold all of it: store the prefix that fits.
-    plan.start = tree_.PlanInsert(tokens);
+    plan.start = tree_.PlanInsert(tokens, ns);
     if (plan.start < first_row) return PutPlan{plan.start, plan.start, 0};
     plan.end = FitLocked(plan.start, plan.end);
     break;
   }
   if (plan.start > 0 && plan.start < plan.end) {
-    index::Match m = tree_.Lookup(tokens.first(plan.start));
+    index::Match m = tree_.Lookup(tokens.first(plan.start), ns);
     if (m.matched_tokens != plan.start || m.chunks.empty()) {
       return Status::Corruption("store put: the plan and the index disagree");  // never expected
     }
@@ -215,27 +217,93 @@ Status ChunkStore::Impl::WriteChunks(std::span<const int32_t> tokens, const KvIn
 Result<PutResult> ChunkStore::Impl::Put(std::span<const int32_t> tokens, const KvInput& kv) {
   RETURN_IF_ERROR(CheckPut(opts_, tokens, kv));
   MutexLock w(&write_mu_);
+  uint64_t need = 0;
+  Result<PutResult> out = PutOnce(tokens, kv, &need);
+  if (!out.ok() && out.status().code() == StatusCode::kResourceExhausted) {
+    // The file system is full, whatever the budget says (another tenant, a
+    // budget larger than the disk): free the space on disk, then once more.
+    TIERKV_LOG(kWarn) << "store " << opts_.dir << ": " << out.status().ToString()
+                      << "; evicting and compacting for " << need << " bytes, then trying once more";
+    Count([](StoreStats& st) { ++st.nospace_retries; });
+    MakeRoomAfterNoSpace(need);
+    out = PutOnce(tokens, kv, &need);
+  }
+  if (!out.ok()) Count([](StoreStats& st) { ++st.put_failures; });
+  return out;
+}
+
+void ChunkStore::Impl::MakeRoomAfterNoSpace(uint64_t need) {
+  // Dead bytes first (they cost no stored prefix), then the least valuable
+  // chunks for what is still missing. Compaction writes a segment's live
+  // records before deleting it, which a full disk may refuse; then whole
+  // segments are emptied (the fewest live bytes first) and deleted, which
+  // needs no space at all.
+  uint64_t dead_before, disk_before;
+  {
+    MutexLock l(&mu_);
+    dead_before = dead_bytes_;
+    disk_before = live_bytes_ + dead_bytes_;
+  }
+  const auto freed = [&] {  // bytes of segment files deleted or cut since the start
+    MutexLock l(&mu_);
+    const uint64_t now = live_bytes_ + dead_bytes_;
+    return disk_before > now ? disk_before - now : 0;
+  };
+  ReclaimDead(dead_before > need ? dead_before - need : 0);
+  const uint64_t got = freed();
+  if (got >= need) return;
+  {
+    MutexLock l(&mu_);
+    // Nothing evictable left is no error here: the second try says what is possible.
+    EvictUntilLocked(live_bytes_ > need - got ? live_bytes_ - (need - got) : 0).IgnoreError();
+  }
+  ReclaimDead(0);
+  while (freed() < need) {
+    {
+      MutexLock l(&mu_);
+      if (!EmptySegmentLocked()) return;
+    }
+    ReclaimDead(0);
+  }
+}
+
+Result<PutResult> ChunkStore::Impl::PutOnce(std::span<const int32_t> tokens, const KvInput& kv,
+                                            uint64_t* need) {
   PutResult out;
   PutPlan plan;
   {
     MutexLock l(&mu_);
-    ASSIGN_OR_RETURN(plan, PlanPutLocked(tokens, kv.first_row));
+    ASSIGN_OR_RETURN(plan, PlanPutLocked(tokens, kv.first_row, kv.cache_namespace));
     if (plan.start >= plan.end) {
-      out.stored_tokens = tree_.Lookup(tokens).matched_tokens;
+      out.stored_tokens = tree_.Lookup(tokens, plan.ns).matched_tokens;
       return out;
     }
+    *need = 0;
+    for (size_t p = plan.start; p < plan.end; p += opts_.chunk_tokens) {
+      *need += ChunkRecordBytes(static_cast<uint32_t>(std::min<size_t>(opts_.chunk_tokens, plan.end - p)));
+    }
   }
+  // Dead bytes past their share are compacted before this write adds to
+  // the files, so that live + dead stays within the budget; down to half
+  // of it, so that compaction runs once per max_dead_bytes / 2 evicted.
+  bool over;
+  {
+    MutexLock l(&mu_);
+    over = opts_.max_dead_bytes != 0 && dead_bytes_ > opts_.max_dead_bytes;
+  }
+  if (over) ReclaimDead(opts_.max_dead_bytes / 2);
+  const WriteMark mark = Mark();
   std::vector<Written> written;
   Status s = WriteChunks(tokens, kv, plan, &written, &out.bytes_written);
   if (s.ok()) s = writer_.Sync();
   if (!s.ok()) {
-    // Nothing is published.
-    AbandonSegment(out.bytes_written);
+    // Nothing is published, and nothing of this write is left on disk.
+    ReclaimFailedWrite(mark, out.bytes_written);
     return s.WithContext("store put");
   }
   {
     MutexLock l(&mu_);
-    index::InsertResult r = tree_.Insert(tokens.first(plan.end));
+    index::InsertResult r = tree_.Insert(tokens.first(plan.end), plan.ns);
     std::unordered_map<uint64_t, const Written*> by_hash;
     for (const Written& wr : written) by_hash[wr.prefix_hash] = &wr;
     ASSIGN_OR_RETURN(Published pub, PublishLocked(r.created, [&](uint64_t hash) {
@@ -248,7 +316,7 @@ Result<PutResult> ChunkStore::Impl::Put(std::span<const int32_t> tokens, const K
       for (uint16_t l = 0; l < opts_.layers; ++l) known_headers_.Put(wr.placed.where[l], std::move(wr.headers[l]));
     }
     dirty_ = true;
-    out.stored_tokens = tree_.Lookup(tokens).matched_tokens;
+    out.stored_tokens = tree_.Lookup(tokens, plan.ns).matched_tokens;
   }
   if (!kv.importance.empty()) out.bytes_written += WriteOrderedCopies(tokens, kv, plan, written);
   Count([&](StoreStats& st) {
@@ -265,12 +333,22 @@ uint64_t ChunkStore::Impl::WriteOrderedCopies(std::span<const int32_t> tokens, c
   // reads, so a failure (a full disk) costs them and nothing else.
   std::vector<PutRun> runs;
   uint64_t bytes = 0;
+  if (opts_.disk_budget_bytes != 0) {
+    // Copies the budget cannot hold would only be dead bytes: not written.
+    uint64_t copies = 0;
+    for (size_t p = plan.start; p < plan.end; p += opts_.chunk_tokens) {
+      copies += opts_.layers * record_bytes(static_cast<uint32_t>(std::min<size_t>(opts_.chunk_tokens, plan.end - p)));
+    }
+    MutexLock l(&mu_);
+    if (live_bytes_ + copies > opts_.disk_budget_bytes) return 0;
+  }
+  const WriteMark mark = Mark();
   Status s = WritePutRuns(kv, plan, written, &runs, &bytes);
   if (s.ok()) s = writer_.Sync();
   if (!s.ok()) {
     TIERKV_LOG(kWarn) << "store put: the importance-ordered copy was not written: " << s.ToString();
-    AbandonSegment(bytes);
-    return bytes;
+    ReclaimFailedWrite(mark, bytes);
+    return 0;
   }
   MutexLock l(&mu_);
   dead_bytes_ += InstallPutRunsLocked(tokens, kv, plan, runs);

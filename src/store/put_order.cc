@@ -62,7 +62,7 @@ uint64_t ChunkStore::Impl::InstallPutRunsLocked(std::span<const int32_t> tokens,
   const uint32_t C = opts_.chunk_tokens;
   // The published chunks by prefix hash (ids exist only now).
   std::unordered_map<uint64_t, uint32_t> id_of;
-  const index::Match m = tree_.Lookup(tokens.first(plan.end));
+  const index::Match m = tree_.Lookup(tokens.first(plan.end), plan.ns);
   for (uint32_t id : m.chunks) id_of[tree_.chunk(id).prefix_hash] = id;
   uint64_t dead = 0;
   for (size_t i = 0; i < runs.size(); ++i) {

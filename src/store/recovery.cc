@@ -36,8 +36,8 @@ std::unordered_map<uint64_t, bool> UsableChunks(const RecoveryPlan& plan, uint32
     bool ok = false;
     if (it != plan.found.end() && Complete(it->second)) {
       const FoundChunk& f = it->second;
-      if (f.parent_hash == 0) {
-        ok = f.first_token == 0;
+      if (f.first_token == 0) {
+        ok = true;  // a prompt's first chunk: its parent hash is its namespace
       } else {
         auto p = plan.found.find(f.parent_hash);
         ok = p != plan.found.end() && p->second.tokens == chunk_tokens &&
@@ -312,7 +312,7 @@ Status ChunkStore::Impl::ApplyLocked(RecoveryPlan& plan) {
   const std::unordered_map<uint64_t, bool> usable = UsableChunks(plan, opts_.chunk_tokens);
   std::unordered_map<uint64_t, bool> is_parent;
   for (auto& [hash, f] : plan.found) {
-    if (usable.at(hash) && f.parent_hash != 0) is_parent[f.parent_hash] = true;
+    if (usable.at(hash) && f.first_token != 0) is_parent[f.parent_hash] = true;
     PlaceProbes(&f, opts_.layers, opts_.probe_bytes != 0);
   }
   // Insert every leaf's whole prompt, shortest first (deterministic ids).
@@ -328,12 +328,16 @@ Status ChunkStore::Impl::ApplyLocked(RecoveryPlan& plan) {
   uint64_t recovered = 0;
   for (uint64_t leaf : leaves) {
     std::vector<const FoundChunk*> chain;
-    for (uint64_t h = leaf; h != 0; h = found.at(h).parent_hash) chain.push_back(&found.at(h));
+    for (uint64_t h = leaf;; h = found.at(h).parent_hash) {
+      chain.push_back(&found.at(h));
+      if (chain.back()->first_token == 0) break;
+    }
+    const uint64_t ns = chain.back()->parent_hash;
     std::vector<int32_t> prompt;
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       prompt.insert(prompt.end(), (*it)->token_ids.begin(), (*it)->token_ids.end());
     }
-    index::InsertResult r = tree_.Insert(prompt);
+    index::InsertResult r = tree_.Insert(prompt, ns);
     ASSIGN_OR_RETURN(Published p, PublishLocked(r.created, [&](uint64_t hash) {
                        auto it = found.find(hash);
                        return it == found.end() ? nullptr : &it->second.placed;
@@ -341,6 +345,39 @@ Status ChunkStore::Impl::ApplyLocked(RecoveryPlan& plan) {
     recovered += p.chunks;
   }
   Count([&](StoreStats& s) { s.recovered_chunks = recovered; });
+  return Status::Ok();
+}
+
+Status ChunkStore::Impl::RemoveDeadSegments(RecoveryPlan* plan) {
+  if (opts_.read_only) return Status::Ok();
+  std::vector<uint32_t> dead;
+  {
+    MutexLock l(&mu_);
+    const std::unordered_map<uint32_t, uint64_t> live = LiveBytesBySegmentLocked();
+    const std::set<uint32_t> garbage(plan->garbage.begin(), plan->garbage.end());  // deleted already
+    for (uint32_t seg : plan->segments) {
+      if (!garbage.count(seg) && !live.count(seg)) dead.push_back(seg);
+    }
+    for (uint32_t seg : dead) {
+      if (seg < readers_.size()) readers_[seg].reset();
+    }
+    // The manifest may list them: the next one will not.
+    if (!dead.empty()) dirty_ = true;
+  }
+  uint64_t removed = 0;
+  for (uint32_t seg : dead) {
+    ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(SegmentPath(seg)));
+    RETURN_IF_ERROR(fs_->DeleteFile(SegmentPath(seg)));
+    plan->total_bytes -= std::min(plan->total_bytes, size / kBlockSize * kBlockSize);
+    --segment_count_;
+    ++removed;
+  }
+  if (removed > 0) {
+    TIERKV_LOG(kInfo) << "store " << opts_.dir << ": removed " << removed
+                      << " segments that held no live record (empty, failed or evicted writes)";
+    Count([&](StoreStats& s) { s.removed_segments = removed; });
+    return fs_->SyncDir(opts_.dir);
+  }
   return Status::Ok();
 }
 
@@ -367,7 +404,13 @@ Status ChunkStore::Impl::Recover() {
   {
     MutexLock w(&write_mu_);
     sequence_ = plan.sequence;
-    writer_.SetLast(plan.segments.empty() ? 0 : plan.segments.back());
+    // Segment numbers are never used twice: a segment deleted as dead (or
+    // after a failed write) may have been the newest, and a manifest's
+    // log_from already counts it. A new segment numbered below log_from
+    // would be taken for one the manifest forgot, and deleted as garbage
+    // at the next open (acknowledged prompts lost after a kill -9).
+    const uint32_t newest = plan.segments.empty() ? 0 : plan.segments.back();
+    writer_.SetLast(std::max(newest, plan.log_from - 1));
   }
   segment_count_ = plan.segments.size() - (opts_.read_only ? 0 : plan.garbage.size());
   {
@@ -375,6 +418,13 @@ Status ChunkStore::Impl::Recover() {
     RETURN_IF_ERROR(ApplyLocked(plan));
     InstallRecoveredRunsLocked(plan);
     KnowRecoveredHeadersLocked(plan);
+  }
+  if (Status s = RemoveDeadSegments(&plan); !s.ok()) {
+    // Only space is lost: the next open tries again.
+    TIERKV_LOG(kWarn) << "store " << opts_.dir << ": removing segments without live records: " << s.ToString();
+  }
+  {
+    MutexLock l(&mu_);
     dead_bytes_ = plan.total_bytes > live_bytes_ ? plan.total_bytes - live_bytes_ : 0;
     if (plan.scanned > 0) dirty_ = true;  // so that the next open need not scan them again
   }

@@ -100,7 +100,7 @@ RunPlan NewRun(const ChunkStore::Impl& s, std::span<const uint32_t> node, size_t
   }
   run.end_hash = run.hashes.back();
   const uint32_t parent = s.tree_.ParentChunk(node[start]);
-  run.parent_hash = parent == index::kNoChunk ? 0 : s.tree_.chunk(parent).prefix_hash;
+  run.parent_hash = parent == index::kNoChunk ? s.tree_.NamespaceOf(node[start]) : s.tree_.chunk(parent).prefix_hash;
   return p;
 }
 
@@ -337,14 +337,13 @@ Result<ReorderResult> ChunkStore::Impl::Reorder(const ReorderOptions& ro) {
           return std::pair<const char*, const char*>(payload, payload + uint64_t{p.tokens[k]} * opts_.row_bytes);
         },
         &headers);
-    if (!writer_.open() || writer_.size() + all.size() > opts_.segment_bytes) {
-      Status s = OpenSegment();
-      if (!s.ok()) return s.WithContext("store reorder");
-    }
-    Status s = AppendRun(*p.run, all);
+    const WriteMark mark = Mark();
+    Status s = Status::Ok();
+    if (!writer_.open() || writer_.size() + all.size() > opts_.segment_bytes) s = OpenSegment();
+    if (s.ok()) s = AppendRun(*p.run, all);
     if (s.ok()) s = writer_.Sync();
     if (!s.ok()) {
-      AbandonSegment(all.size());
+      ReclaimFailedWrite(mark, all.size());
       return s.WithContext("store reorder");
     }
     out.bytes_written += all.size();

@@ -53,7 +53,7 @@ struct ChunkStore::Impl {
   // default; failures only log.
   void LoadIoModel() TIERKV_EXCLUDES(io_mu_);
   Result<PutResult> Put(std::span<const int32_t> tokens, const KvInput& kv) TIERKV_EXCLUDES(mu_);
-  LookupResult Lookup(std::span<const int32_t> tokens) TIERKV_EXCLUDES(mu_);
+  LookupResult Lookup(std::span<const int32_t> tokens, uint64_t ns) TIERKV_EXCLUDES(mu_);
   Status Checkpoint() TIERKV_EXCLUDES(mu_);
   StoreStats stats() const;
   uint64_t record_bytes(uint32_t tokens) const;
@@ -97,6 +97,17 @@ struct ChunkStore::Impl {
 
   // ---- compaction.cc
   Result<CompactResult> Compact(double min_dead_fraction) TIERKV_EXCLUDES(mu_);
+  // Compaction with write_mu_ held: of the segments at least
+  // min_dead_fraction dead, at most `max_victims`, the most dead first.
+  Result<CompactResult> CompactHeld(double min_dead_fraction, size_t max_victims)
+      TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(mu_);
+  // Compacts one segment at a time (the largest dead share first: wholly
+  // dead ones are deleted without writing anything, which matters on a full
+  // disk) until dead bytes are at most `target` or nothing is left to
+  // reclaim. Failures are logged and stop it; the store stays consistent.
+  void ReclaimDead(uint64_t target) TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(mu_);
+  // Bytes of live records (chunks, probe copies, reordered runs) per segment.
+  std::unordered_map<uint32_t, uint64_t> LiveBytesBySegmentLocked() const TIERKV_REQUIRES(mu_);
 
   // ---- recovery.cc
   Status Recover() TIERKV_EXCLUDES(mu_);
@@ -112,6 +123,10 @@ struct ChunkStore::Impl {
   void Found(const RecordHeader& h, Location at, RecoveryPlan* plan) const;
   // Inserts every usable chain into the index.
   Status ApplyLocked(RecoveryPlan& plan) TIERKV_REQUIRES(mu_);
+  // After applying: deletes the segments that hold no live record (empty,
+  // torn, or only records of evicted or unusable chunks), so that failed or
+  // empty segments never accumulate across restarts. Not when read-only.
+  Status RemoveDeadSegments(RecoveryPlan* plan) TIERKV_EXCLUDES(mu_);
   // The snapshot's reordered runs whose chunks all came back (a run with a
   // chunk missing or a bad mapping stays dead bytes).
   void InstallRecoveredRunsLocked(const RecoveryPlan& plan) TIERKV_REQUIRES(mu_);
@@ -129,9 +144,28 @@ struct ChunkStore::Impl {
   Status OpenReader(uint32_t segment) TIERKV_EXCLUDES(mu_);
   // Starts a new active segment, with its reader.
   Status OpenSegment() TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(mu_);
-  // After a failed write of `bytes`: the segment is abandoned, its bytes dead.
-  void AbandonSegment(uint64_t bytes) TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(mu_);
+  // Where the next append lands (a segment not yet created: offset 0 of the
+  // next number), taken before a write that may fail.
+  struct WriteMark {
+    uint32_t segment = 0;
+    uint64_t offset = 0;
+  };
+  WriteMark Mark() const TIERKV_REQUIRES(write_mu_);
+  // After a failed write of `bytes` that started at `from`: the segment is
+  // abandoned and what the write appended is cut off again (its first
+  // segment truncated back to `from`, segments it created deleted), so a
+  // failed write leaves no bytes and no empty segment behind. What cannot
+  // be cut off (the truncation failed too) stays as dead bytes.
+  void ReclaimFailedWrite(WriteMark from, uint64_t bytes) TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(mu_);
   Status EvictForLocked(uint64_t bytes) TIERKV_REQUIRES(mu_);
+  // Evicts the least valuable leaf chunks until live bytes are at most
+  // `live_target`; ResourceExhausted when nothing evictable is left first.
+  Status EvictUntilLocked(uint64_t live_target) TIERKV_REQUIRES(mu_);
+  // For a full disk: evicts every chunk (with its descendants) and
+  // reordered layout that has a record in the segment holding the fewest
+  // live bytes, so that compaction deletes it without writing. False when
+  // no segment holds live records.
+  bool EmptySegmentLocked() TIERKV_REQUIRES(mu_);
   void DropLocked(uint32_t chunk, bool corrupt) TIERKV_REQUIRES(mu_);
   // Drops a chunk whose record failed verification, if it is still the one read.
   void DropCorruptLocked(uint32_t chunk, uint64_t prefix_hash) TIERKV_REQUIRES(mu_);
@@ -160,16 +194,27 @@ struct ChunkStore::Impl {
   // ---- put.cc: Put's steps
   struct PutPlan {
     size_t start = 0, end = 0;  // the prompt's tokens [start, end) are written
-    uint64_t parent_hash = 0;   // of the chunk before `start`
+    uint64_t parent_hash = 0;   // of the chunk before `start` (the namespace when start is 0)
+    uint64_t ns = 0;            // the prompt's namespace (KvInput::cache_namespace)
   };
   struct Written {
     uint64_t prefix_hash = 0;
     Placed placed;
     std::vector<KnownHeader> headers;  // of its K/V records, per layer (for known_headers_)
   };
+  // One try of Put (plan, write, sync, publish, ordered copies); a failed
+  // write is cut off again (ReclaimFailedWrite). *need: the bytes of the
+  // chunks it planned to write.
+  Result<PutResult> PutOnce(std::span<const int32_t> tokens, const KvInput& kv, uint64_t* need)
+      TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(mu_);
+  // After a Put met a full file system: the least valuable chunks evicted
+  // for `need` bytes (whatever the budget says), then the dead bytes
+  // compacted away, so that the space exists on disk for the second try.
+  void MakeRoomAfterNoSpace(uint64_t need) TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(mu_);
   // Touches the prompt's stored prefix, evicts for the new chunks, and says
   // what is written (the longest prefix that fits when the budget is short).
-  Result<PutPlan> PlanPutLocked(std::span<const int32_t> tokens, size_t first_row) TIERKV_REQUIRES(mu_);
+  Result<PutPlan> PlanPutLocked(std::span<const int32_t> tokens, size_t first_row, uint64_t ns)
+      TIERKV_REQUIRES(mu_);
   // Tokens from `start` on (below `end`) whose records fit the budget's room.
   size_t FitLocked(size_t start, size_t end) const TIERKV_REQUIRES(mu_);
   // Appends the records of tokens [plan.start, plan.end): batches of chunks,

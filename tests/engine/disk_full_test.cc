@@ -1,9 +1,10 @@
 // A disk that fills mid-run (label `soak`): the cache directory is a small
 // ext4 file system on a loop device (needs root and a free loop device; the
 // test skips, saying so, without them). Requests keep answering exactly as
-// recompute does while their storing fails (counted in store_failed), a
-// reordering round on the full disk fails cleanly, and once space is freed
-// storing works again.
+// recompute does; a store that meets ENOSPC evicts, compacts and tries once
+// more, so storing goes on (what still fails is counted in store_failed),
+// a reordering round on the full disk fails cleanly, and once space is
+// freed storing works again.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -79,10 +80,18 @@ TEST_F(DiskFullTest, RequestsAnswerWhileStoringFailsAndStoringResumesAfterFreein
     failed += r.stats.store_failed;
     ++requests;
   }
-  std::printf("%d requests on a 24 MiB disk: %d could not store their prompt; max |dlogit| vs "
-              "recompute %.3g\n", requests, failed, worst);
-  EXPECT_GT(failed, 0) << "the disk never filled: make the prompts longer";
+  const store::StoreStats st = eng->StoreStatistics();
+  std::printf("%d requests on a 24 MiB disk: %llu met ENOSPC (evicted, compacted, tried again), %d could "
+              "not store their prompt; max |dlogit| vs recompute %.3g\n",
+              requests, static_cast<unsigned long long>(st.nospace_retries), failed, worst);
+  EXPECT_GT(st.nospace_retries, 0u) << "the disk never filled: make the prompts longer";
+  EXPECT_EQ(st.put_failures, static_cast<uint64_t>(failed));
+  EXPECT_LT(failed, requests / 2) << "a full disk should cost a few stores, not disable storing";
   EXPECT_LE(worst, 5e-2);
+  // Failed writes were cut off again: no empty segment file is left.
+  for (const auto& e : fs::directory_iterator(cache)) {
+    if (e.path().filename().string().rfind("seg-", 0) == 0) EXPECT_GT(e.file_size(), 0u) << e.path();
+  }
   // A reordering round on the full disk fails as a Status, nothing more.
   auto maint = eng->Maintain();
   if (!maint.ok()) std::printf("maintenance on the full disk: %s\n", maint.status().ToString().c_str());

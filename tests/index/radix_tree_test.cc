@@ -258,5 +258,39 @@ TEST(RadixTreeTest, EvictUnknownChunkIsAnError) {
   EXPECT_EQ(tree.Lookup(Tokens{1, 2}).matched_tokens, 0u);
 }
 
+// The same tokens under two namespaces are two prompts: lookups never cross,
+// hashes differ (each chain starts from its namespace), and a namespace's
+// root goes away with its last chunk.
+TEST(RadixTreeTest, NamespacesNeverShareAPrefix) {
+  RadixTree t(4);
+  const Tokens p = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  InsertResult a = t.Insert(p, 11);
+  EXPECT_EQ(a.created.size(), 3u);
+  EXPECT_EQ(t.Lookup(p, 11).matched_tokens, p.size());
+  EXPECT_EQ(t.Lookup(p, 12).matched_tokens, 0u);
+  EXPECT_EQ(t.Lookup(p).matched_tokens, 0u);
+  EXPECT_EQ(t.PlanInsert(p, 12), 0u);
+  EXPECT_EQ(t.PlanInsert(p, 11), p.size());
+  EXPECT_EQ(t.chunk(a.chunks[0]).prefix_hash, ChainHash(11, std::span(p).first(4)));
+  EXPECT_EQ(t.NamespaceOf(a.chunks[2]), 11u);
+  InsertResult shared = t.Insert(p);
+  EXPECT_EQ(shared.created.size(), 3u);
+  EXPECT_EQ(t.chunk(shared.chunks[0]).prefix_hash, ChainHash(0, std::span(p).first(4)));
+  EXPECT_EQ(t.NamespaceOf(shared.chunks[0]), 0u);
+  EXPECT_OK(t.Validate());
+  EXPECT_EQ(t.ParentChunk(a.chunks[0]), kNoChunk);
+  // Evicting namespace 11's chunks removes its root; namespace 0 stays.
+  for (auto it = a.chunks.rbegin(); it != a.chunks.rend(); ++it) ASSERT_OK(t.Evict(*it));
+  EXPECT_OK(t.Validate());
+  EXPECT_EQ(t.Lookup(p, 11).matched_tokens, 0u);
+  EXPECT_EQ(t.Lookup(p).matched_tokens, p.size());
+  EXPECT_EQ(t.num_nodes(), 2u);  // namespace 0's root and its leaf
+  // Truncate also frees an emptied namespace root.
+  InsertResult b = t.Insert(p, 99);
+  ASSERT_OK(t.Truncate(b.chunks[0]).status());
+  EXPECT_OK(t.Validate());
+  EXPECT_EQ(t.num_nodes(), 2u);
+}
+
 }  // namespace
 }  // namespace tierkv::index
