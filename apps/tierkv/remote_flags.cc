@@ -7,9 +7,13 @@ namespace tierkv::app {
 
 void AddRemoteFlags(CLI::App* sub, RemoteOptions* r) {
   sub->add_option("--remote", r->url,
-                  "A shared tier below the disk: redis://HOST:PORT[/DB] or "
-                  "redis-cluster://HOST:PORT[,HOST:PORT...] (docs/remote.md). A request looks past its "
-                  "local match there; chunks go up behind the requests. Its failures are misses")
+                  "A shared tier below the disk: redis://[[USER:]PASSWORD@]HOST:PORT[/DB] or "
+                  "redis-cluster://[[USER:]PASSWORD@]HOST:PORT[,HOST:PORT...] (docs/remote.md). A request "
+                  "looks past its local match there; chunks go up behind the requests. Its failures are misses. "
+                  "Password: better in $TIERKV_REMOTE_PASSWORD than in the URL (which `ps` shows): it is used "
+                  "when the URL has none (redis://HOST:PORT, or redis://USER:@HOST:PORT for an ACL user). "
+                  "Printed with the password as ***. TLS (rediss://) is refused by this build (Debian's "
+                  "hiredis 0.14 has none): use a local TLS tunnel")
       ->check([](const std::string& s) {
         RemoteOptions o;
         o.url = s;

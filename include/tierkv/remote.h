@@ -30,9 +30,15 @@ std::string_view RemoteReadName(RemoteRead r);             // "whole", "importan
 Result<RemoteRead> ParseRemoteRead(std::string_view name);  // InvalidArgument naming them
 
 struct RemoteOptions {
-  // redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...];
-  // empty: no remote tier.
+  // redis[s]://[[USER:]PASSWORD@]HOST:PORT[/DB] or
+  // redis[s]-cluster://[[USER:]PASSWORD@]HOST:PORT[,HOST:PORT...]
+  // (src/remote/redis_url.h; rediss: TLS); empty: no remote tier. Printed
+  // with the password masked, never as given.
   std::string url;
+  // The password when the URL has none (`redis://HOST` or
+  // `redis://USER:@HOST`); empty: $TIERKV_REMOTE_PASSWORD, read when the
+  // tier opens; both empty: no AUTH. Never printed.
+  std::string password;
   // Bound on every connect, send and reply; a slower server is a miss.
   uint32_t timeout_ms = 250;
   RemoteAdmit admit = RemoteAdmit::kReused;
@@ -56,11 +62,13 @@ struct RemoteStats {
   uint64_t misses = 0;             // lookups that found no (further) chunk
   uint64_t corrupt = 0;            // values failing their checksum or identity (never served)
   uint64_t bytes_down = 0, bytes_up = 0;
-  uint64_t uploads = 0;            // chunks written
+  uint64_t uploads = 0;            // chunks Redis accepted: "OK" to the SET of every layer
+  uint64_t upload_refusals = 0;    // chunks Redis answered with an error (OOM, NOAUTH, READONLY, a refused
+                                   // login...): not stored; neither is counted when no answer came (errors)
   uint64_t dropped_writes = 0;     // chunks not queued (queue full)
   uint64_t queued = 0;             // chunks waiting now
-  // Failed operations by kind: connect, timeout, closed, oom, reply.
-  std::array<uint64_t, 5> errors{};
+  // Failed operations by kind: connect, timeout, closed, oom, reply, auth.
+  std::array<uint64_t, 6> errors{};
   uint64_t redirects = 0;          // cluster MOVED and ASK followed
   double fetch_ms_total = 0;       // time spent in lookups and fetches
   // RemoteRead::kImportant: chunks read in part, the bytes that took (also in
@@ -72,8 +80,8 @@ struct RemoteStats {
   uint64_t errors_total() const;
 };
 // The names of RemoteStats::errors' kinds, in order.
-inline constexpr std::array<std::string_view, 5> kRemoteErrorKinds = {"connect", "timeout", "closed", "oom",
-                                                                       "reply"};
+inline constexpr std::array<std::string_view, 6> kRemoteErrorKinds = {"connect", "timeout", "closed", "oom",
+                                                                       "reply",   "auth"};
 
 // What a remote tier holds for one model (tierkv inspect --remote).
 struct RemoteInventory {
@@ -84,7 +92,9 @@ struct RemoteInventory {
   uint64_t bytes = 0;             // their values' bytes
 };
 // Scans every server for the keys of `fingerprint` (SCAN, never KEYS).
-// Unavailable naming the server when one does not answer within timeout_ms.
+// Unavailable naming the server when one does not answer within timeout_ms
+// or refuses the login (Redis's own text). A URL without a password takes
+// $TIERKV_REMOTE_PASSWORD's.
 Result<RemoteInventory> InspectRemote(const std::string& url, uint64_t fingerprint, uint32_t timeout_ms = 1000);
 
 }  // namespace tierkv

@@ -140,7 +140,7 @@ RemoteTier::Take RemoteTier::TakeImportant(const ValueIdentity& id, std::span<co
   for (size_t q = 0; q < replies.size(); ++q) {
     if (errors[q] != ErrorKind::kNone) return Take::kFail;  // counted by RunCounted
     if (replies[q].is_error()) {
-      CountError(KindOfErrorReply(replies[q]));
+      CountErrorReply(replies[q]);
       return Take::kFail;
     }
     if (replies[q].type != Reply::Type::kString || replies[q].str.empty()) return Take::kFail;  // absent: a miss
@@ -203,7 +203,7 @@ size_t RemoteTier::FetchWholeLayers(std::span<const int32_t> tokens, size_t star
                : r.is_error()                 ? Status::Unavailable("remote error reply")
                : r.type != Reply::Type::kString ? Status::NotFound("absent")
                                                 : TakeWholeValue(checker_, id, &r.str);
-    if (r.is_error()) CountError(KindOfErrorReply(r));
+    if (r.is_error()) CountErrorReply(r);
     if (s.code() == StatusCode::kCorruption) CountCorrupt(id.prefix_hash, l, s);
     if (!s.ok()) {
       good = c;

@@ -11,7 +11,7 @@
 namespace tierkv {
 
 Result<RemoteInventory> InspectRemote(const std::string& url, uint64_t fingerprint, uint32_t timeout_ms) {
-  ASSIGN_OR_RETURN(remote::RedisUrl u, remote::ParseRedisUrl(url));
+  ASSIGN_OR_RETURN(remote::RedisUrl u, remote::ResolveRedisUrl(url));
   remote::Router router(u, std::chrono::milliseconds(timeout_ms));
   char pattern[64];
   std::snprintf(pattern, sizeof pattern, "tierkv:{%016" PRIx64 ".*", fingerprint);

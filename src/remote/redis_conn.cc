@@ -61,17 +61,24 @@ std::string_view ErrorKindName(ErrorKind k) {
     case ErrorKind::kClosed: return "closed";
     case ErrorKind::kOom: return "oom";
     case ErrorKind::kReply: return "reply";
+    case ErrorKind::kAuth: return "auth";
     case ErrorKind::kCount: break;
   }
   return "?";
 }
 
 ErrorKind KindOfErrorReply(const Reply& r) {
-  return r.str.starts_with("OOM") ? ErrorKind::kOom : ErrorKind::kReply;
+  if (r.str.starts_with("OOM")) return ErrorKind::kOom;
+  if (r.str.starts_with("NOAUTH") || r.str.starts_with("WRONGPASS") || r.str.starts_with("NOPERM")) {
+    return ErrorKind::kAuth;
+  }
+  return ErrorKind::kReply;
 }
 
-RedisConn::RedisConn(Endpoint endpoint, std::chrono::milliseconds timeout, int db)
-    : endpoint_(std::move(endpoint)), timeout_(timeout), db_(db) {}
+Login Login::Of(const RedisUrl& url) { return Login{url.user, url.password, url.cluster ? 0 : url.db}; }
+
+RedisConn::RedisConn(Endpoint endpoint, std::chrono::milliseconds timeout, Login login)
+    : endpoint_(std::move(endpoint)), timeout_(timeout), login_(std::move(login)) {}
 
 RedisConn::~RedisConn() {
   if (ctx_ != nullptr) redisFree(ctx_);
@@ -84,14 +91,19 @@ Status RedisConn::Fail(ErrorKind kind, const std::string& what, ErrorKind* out) 
   }
   backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(50), std::chrono::milliseconds(2000));
   retry_at_ = std::chrono::steady_clock::now() + backoff_;
+  // A refused login or database does not heal by waiting: calls during its
+  // backoff fail with its kind; after a transport failure, with kConnect.
+  backoff_kind_ = kind == ErrorKind::kTimeout || kind == ErrorKind::kClosed ? ErrorKind::kConnect : kind;
+  last_failure_ = what;
   *out = kind;
   return Status::Unavailable("redis " + endpoint_.ToString() + ": " + what);
 }
 
 Status RedisConn::Connect(ErrorKind* kind) {
   if (std::chrono::steady_clock::now() < retry_at_) {
-    *kind = ErrorKind::kConnect;
-    return Status::Unavailable("redis " + endpoint_.ToString() + ": backing off after a failure");
+    backed_off_ = true;
+    *kind = backoff_kind_;
+    return Status::Unavailable("redis " + endpoint_.ToString() + ": backing off after: " + last_failure_);
   }
   ctx_ = redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, ToTimeval(timeout_));
   if (ctx_ == nullptr) return Fail(ErrorKind::kConnect, "cannot allocate a context", kind);
@@ -99,13 +111,38 @@ Status RedisConn::Connect(ErrorKind* kind) {
   if (redisSetTimeout(ctx_, ToTimeval(timeout_)) != REDIS_OK) {
     return Fail(ErrorKind::kConnect, "cannot set the timeout", kind);
   }
-  if (db_ != 0) {
-    std::vector<Reply> r;
-    const Command select = {"SELECT", std::to_string(db_)};
-    backoff_ = std::chrono::milliseconds(0);
-    RETURN_IF_ERROR(Pipeline(std::span(&select, 1), &r, kind));
-    if (r[0].is_error()) return Fail(ErrorKind::kReply, "SELECT " + std::to_string(db_) + ": " + r[0].str, kind);
+  // The login, in one round trip: AUTH (never echoed: only Redis's reply
+  // is quoted), or a PING without a password (a server wanting one says
+  // NOAUTH here, before a large value is sent: Redis drops the connection
+  // of an unauthenticated client sending one), then SELECT.
+  std::vector<Command> login;
+  if (!login_.password.empty()) {
+    login.push_back(login_.user.empty() ? Command{"AUTH", login_.password}
+                                        : Command{"AUTH", login_.user, login_.password});
+  } else {
+    login.push_back({"PING"});
   }
+  if (login_.db != 0) login.push_back({"SELECT", std::to_string(login_.db)});
+  std::vector<Reply> r;
+  const std::chrono::milliseconds saved = backoff_;  // a failed login doubles the backoff as a failed connect does
+  RETURN_IF_ERROR(Pipeline(login, &r, kind));
+  backoff_ = saved;
+  if (!login_.password.empty() && r[0].is_error()) {
+    return Fail(ErrorKind::kAuth,
+                "AUTH" + (login_.user.empty() ? std::string() : " as user '" + login_.user + "'") +
+                    " refused: " + r[0].str,
+                kind);
+  }
+  if (login_.password.empty() && r[0].is_error() && r[0].str.starts_with("NOAUTH")) {
+    return Fail(ErrorKind::kAuth,
+                r[0].str + " (no password given: put it in $" + kRemotePasswordEnv + " or the URL)", kind);
+  }
+  // Any other error to PING (an ACL user without it, LOADING) is left to the commands.
+  const size_t i = 1;
+  if (login_.db != 0 && r[i].is_error()) {
+    return Fail(KindOfErrorReply(r[i]), "SELECT " + std::to_string(login_.db) + " refused: " + r[i].str, kind);
+  }
+  backoff_ = std::chrono::milliseconds(0);
   return Status::Ok();
 }
 
@@ -113,6 +150,7 @@ Status RedisConn::Pipeline(std::span<const Command> commands, std::vector<Reply>
                            ErrorKind* kind) {
   *kind = ErrorKind::kNone;
   replies->clear();
+  backed_off_ = false;
   if (ctx_ == nullptr) RETURN_IF_ERROR(Connect(kind));
   std::vector<const char*> argv;
   std::vector<size_t> lens;
@@ -132,6 +170,9 @@ Status RedisConn::Pipeline(std::span<const Command> commands, std::vector<Reply>
     void* raw = nullptr;
     if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
       const ErrorKind k = KindOfContextError(ctx_);
+      if (k == ErrorKind::kTimeout) {
+        return Fail(k, "no reply within " + std::to_string(timeout_.count()) + " ms (" + ctx_->errstr + ")", kind);
+      }
       return Fail(k, ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply", kind);
     }
     replies->push_back(Copy(static_cast<redisReply*>(raw)));

@@ -26,7 +26,9 @@ enum class ErrorKind : uint8_t {
   kTimeout,   // no reply within the timeout
   kClosed,    // the server closed the connection (killed, restarted)
   kOom,       // "OOM command not allowed when used memory > 'maxmemory'"
-  kReply,     // any other error reply (CLUSTERDOWN, TRYAGAIN, LOADING, ...)
+  kReply,     // any other error reply (CLUSTERDOWN, TRYAGAIN, LOADING, READONLY, a SELECT refused, ...)
+  kAuth,      // the server refused the login (AUTH: WRONGPASS) or a command for want of one (NOAUTH,
+              // NOPERM); a connection whose AUTH failed backs off as kAuth, not kConnect
   kCount
 };
 std::string_view ErrorKindName(ErrorKind k);  // "connect", "timeout", ...
@@ -40,15 +42,29 @@ struct Reply {
   std::vector<Reply> elements;  // kArray
   bool is_error() const { return type == Type::kError; }
 };
-// The kind of an error reply ("OOM ..." is kOom, anything else kReply).
+// The kind of an error reply ("OOM ..." is kOom; "NOAUTH", "WRONGPASS",
+// "NOPERM" kAuth; anything else kReply).
 ErrorKind KindOfErrorReply(const Reply& r);
 
 using Command = std::vector<std::string>;  // argv, binary-safe
 
+// What every (re)connect does before the first command.
+struct Login {
+  std::string user;      // empty: the default user
+  std::string password;  // non-empty: AUTH [user] password
+  int db = 0;            // non-zero: SELECT db
+  // Builds one from a URL (its user, password and database; database 0 for
+  // a cluster).
+  static Login Of(const RedisUrl& url);
+};
+
+// Every (re)connect logs in before the first command, in one round trip:
+// AUTH when there is a password (a refusal fails the connect as kAuth with
+// Redis's text), else a PING (NOAUTH fails it as kAuth: the server wants a
+// password), then SELECT when db != 0 (a refusal fails it as kReply).
 class RedisConn {
  public:
-  // `db` is selected on every (re)connect when non-zero.
-  RedisConn(Endpoint endpoint, std::chrono::milliseconds timeout, int db = 0);
+  RedisConn(Endpoint endpoint, std::chrono::milliseconds timeout, Login login = {});
   ~RedisConn();
   RedisConn(const RedisConn&) = delete;
   RedisConn& operator=(const RedisConn&) = delete;
@@ -57,10 +73,15 @@ class RedisConn {
   // *replies. Error replies are replies (the caller decides); a transport
   // failure fails the whole call with Unavailable, sets *kind, closes the
   // connection and starts a backoff (50 ms doubling to 2 s) during which
-  // calls fail at once with kConnect.
+  // calls fail at once with kConnect (kAuth after a refused login). The
+  // Unavailable's message names the server and says why: the transport's
+  // error or Redis's own text (an AUTH or SELECT refused), never the password.
   Status Pipeline(std::span<const Command> commands, std::vector<Reply>* replies, ErrorKind* kind);
 
   const Endpoint& endpoint() const { return endpoint_; }
+  // Whether the last Pipeline failed at once, backing off: no connect was
+  // tried (its cause was reported by the call that started the backoff).
+  bool backed_off() const { return backed_off_; }
 
  private:
   Status Connect(ErrorKind* kind);
@@ -68,10 +89,13 @@ class RedisConn {
 
   const Endpoint endpoint_;
   const std::chrono::milliseconds timeout_;
-  const int db_;
+  const Login login_;
   redisContext* ctx_ = nullptr;
   std::chrono::steady_clock::time_point retry_at_{};
   std::chrono::milliseconds backoff_{0};
+  ErrorKind backoff_kind_ = ErrorKind::kConnect;  // what calls fail with while backing off
+  std::string last_failure_;                      // why the backoff started
+  bool backed_off_ = false;
 };
 
 }  // namespace tierkv::remote

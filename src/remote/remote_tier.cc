@@ -33,7 +33,8 @@ Result<RemoteRead> ParseRemoteRead(std::string_view name) {
 
 Status RemoteOptions::Validate() const {
   if (url.empty()) return Status::Ok();
-  RETURN_IF_ERROR(remote::ParseRedisUrl(url).status());
+  ASSIGN_OR_RETURN(remote::RedisUrl u, remote::ParseRedisUrl(url));
+  RETURN_IF_ERROR(remote::CheckSupported(u));
   if (timeout_ms == 0 || timeout_ms > 60000) {
     return Status::InvalidArgument("remote timeout_ms " + std::to_string(timeout_ms) + " is not in 1..60000");
   }
@@ -57,7 +58,9 @@ namespace {
 // Redis caps what clients may keep unread; a run's GETs are sent in
 // pipelines of at most this many chunks.
 constexpr size_t kChunksPerPipeline = 16;
-constexpr auto kLogEvery = std::chrono::seconds(10);
+// A distinct error message is logged when first seen, then at most this often.
+constexpr auto kLogSameEvery = std::chrono::minutes(10);
+constexpr size_t kMaxLoggedMessages = 256;
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -75,7 +78,7 @@ std::string ChunkKey(uint64_t fingerprint, uint64_t prefix_hash, uint16_t layer)
 Result<std::unique_ptr<RemoteTier>> RemoteTier::Open(const RemoteOptions& options, RemoteGeometry geometry,
                                                      store::ChunkStore* store) {
   RETURN_IF_ERROR(options.Validate());
-  ASSIGN_OR_RETURN(RedisUrl url, ParseRedisUrl(options.url));
+  ASSIGN_OR_RETURN(RedisUrl url, ResolveRedisUrl(options.url, options.password));
   return std::unique_ptr<RemoteTier>(new RemoteTier(options, geometry, std::move(url), store));
 }
 
@@ -103,17 +106,28 @@ RemoteTier::~RemoteTier() {
   ahead_thread_.join();
 }
 
-void RemoteTier::CountError(ErrorKind k) {
+void RemoteTier::CountError(ErrorKind k, const std::string& why, bool log) {
   if (k == ErrorKind::kNone) return;
   MutexLock l(&mu_);
   ++stats_.errors[static_cast<size_t>(k) - 1];
+  if (!log) return;
+  const std::string text = why.empty() ? std::string(ErrorKindName(k)) + " error" : why;
   const auto now = std::chrono::steady_clock::now();
-  if (now - last_log_ < kLogEvery) return;
-  last_log_ = now;
-  TIERKV_LOG(kWarn) << "remote tier " << opts_.url << ": " << ErrorKindName(k)
-                    << " error (requests go on with what is local; " << stats_.errors_total()
-                    << " remote errors so far, logged at most every 10 s)";
+  if (logged_.size() >= kMaxLoggedMessages && logged_.count(text) == 0) logged_.clear();  // bounded
+  auto [it, first] = logged_.try_emplace(text, Logged{now, 0});
+  if (!first && now - it->second.at < kLogSameEvery) {
+    ++it->second.since;
+    return;
+  }
+  const uint64_t again = it->second.since;
+  it->second = Logged{now, 0};
+  TIERKV_LOG(kWarn) << "remote tier " << url_.ToString() << ": " << text << " (" << ErrorKindName(k)
+                    << (first ? "" : "; " + std::to_string(again) + " more times in the last 10 min")
+                    << "; a miss, requests go on with what is local; " << stats_.errors_total()
+                    << " remote errors so far; each distinct error logged at most every 10 min)";
 }
+
+void RemoteTier::CountErrorReply(const Reply& r) { CountError(KindOfErrorReply(r), "Redis replied: " + r.str); }
 
 void RemoteTier::CountCorrupt(uint64_t prefix_hash, uint16_t layer, const Status& why) {
   MutexLock l(&mu_);
@@ -122,20 +136,19 @@ void RemoteTier::CountCorrupt(uint64_t prefix_hash, uint16_t layer, const Status
                     << " fails its checks (" << why.ToString() << "): a miss";
 }
 
-void RemoteTier::CountErrors(const std::vector<ErrorKind>& errors) {
-  // One failed pipeline fails all its commands: count it once.
-  ErrorKind last = ErrorKind::kNone;
-  for (ErrorKind k : errors) {
-    if (k != ErrorKind::kNone && k != last) CountError(k);
-    last = k;
-  }
+void RemoteTier::CountErrors(const std::vector<Failure>& failures) {
+  // One failed pipeline fails all its commands: counted once, with why.
+  // A call failing at once while backing off is counted, not logged: the
+  // failure that started the backoff was.
+  for (const Failure& f : failures) CountError(f.kind, f.why, /*log=*/!f.backed_off);
 }
 
 void RemoteTier::RunCounted(Router* router, std::span<const Command> cmds, std::vector<Reply>* replies,
                             std::vector<ErrorKind>* errors) {
   const RouterCounters before = router->counters();
-  router->Run(cmds, replies, errors);
-  CountErrors(*errors);
+  std::vector<Failure> failures;
+  router->Run(cmds, replies, errors, &failures);
+  CountErrors(failures);
   const RouterCounters& after = router->counters();
   MutexLock l(&mu_);
   stats_.redirects += (after.moved - before.moved) + (after.asked - before.asked);
@@ -159,7 +172,7 @@ std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32
          replies[present].type == Reply::Type::kInteger && replies[present].integer == 1) {
     ++present;
   }
-  if (present < hashes.size() && replies[present].is_error()) CountError(KindOfErrorReply(replies[present]));
+  if (present < hashes.size() && replies[present].is_error()) CountErrorReply(replies[present]);
   for (size_t first = 0; first < present; first += kChunksPerPipeline) {
     const size_t last = std::min(present, first + kChunksPerPipeline);
     cmds.clear();
@@ -177,7 +190,7 @@ std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32
         if (errors[j] != ErrorKind::kNone) return out;
         Reply& r = replies[j];
         if (r.is_error()) {
-          CountError(KindOfErrorReply(r));
+          CountErrorReply(r);
           return out;
         }
         if (r.type != Reply::Type::kString) return out;  // evicted since EXISTS: a miss
@@ -195,13 +208,14 @@ std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32
   return out;
 }
 
-FillResult RemoteTier::Fill(std::span<const int32_t> tokens, size_t limit, const AdmittedFn& admitted) {
+FillResult RemoteTier::Fill(std::span<const int32_t> tokens, size_t limit, const AdmittedFn& admitted,
+                            uint64_t ns) {
   FillResult out;
   const size_t C = geo_.chunk_tokens;
   // The local match under fetch_mu_: a fetch of this prompt running ahead
   // has admitted what it found by now.
   MutexLock fetching(&fetch_mu_);
-  const store::LookupResult m = store_->Lookup(tokens);
+  const store::LookupResult m = store_->Lookup(tokens, ns);
   out.match = m;
   // From the last whole chunk of the match: a match ending inside a chunk
   // (a stored prompt sharing only the first tokens of that chunk, or a
@@ -211,7 +225,7 @@ FillResult RemoteTier::Fill(std::span<const int32_t> tokens, size_t limit, const
   const size_t n = std::min<size_t>((limit - start) / C, opts_.max_fetch_chunks);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<uint64_t> hashes(n);
-  uint64_t h = start == 0 ? 0 : m.prefix_hashes[start / C - 1];
+  uint64_t h = start == 0 ? ns : m.prefix_hashes[start / C - 1];
   for (size_t i = 0; i < n; ++i) hashes[i] = h = index::ChainHash(h, tokens.subspan(start + i * C, C));
   const auto chunks = FetchRun(tokens, start, hashes, &out.bytes);
   const double fetch_ms = MsSince(t0);
@@ -230,6 +244,7 @@ FillResult RemoteTier::Fill(std::span<const int32_t> tokens, size_t limit, const
     }
     store::KvInput in;
     in.first_row = start;
+    in.cache_namespace = ns;
     for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
       in.k.emplace_back(k[layer].data(), k[layer].size());
       in.v.emplace_back(v[layer].data(), v[layer].size());
@@ -238,7 +253,7 @@ FillResult RemoteTier::Fill(std::span<const int32_t> tokens, size_t limit, const
     auto put = store_->Put(tokens.first(start + rows), in);
     if (put.ok() && put->stored_tokens >= start + rows) {
       out.chunks = chunks.size();
-      out.match = store_->Lookup(tokens);
+      out.match = store_->Lookup(tokens, ns);
       const auto t_pools = std::chrono::steady_clock::now();
       for (size_t i = 0; admitted && i < chunks.size(); ++i) {
         for (uint16_t layer = 0; layer < geo_.layers; ++layer) {
@@ -264,7 +279,8 @@ FillResult RemoteTier::Fill(std::span<const int32_t> tokens, size_t limit, const
   return out;
 }
 
-void RemoteTier::OnReused(std::span<const int32_t> tokens, const store::LookupResult& m, size_t reused) {
+void RemoteTier::OnReused(std::span<const int32_t> tokens, const store::LookupResult& m, size_t reused,
+                          uint64_t ns) {
   if (opts_.admit != RemoteAdmit::kReused) return;
   const size_t C = geo_.chunk_tokens;
   std::vector<uint32_t> up;
@@ -282,15 +298,15 @@ void RemoteTier::OnReused(std::span<const int32_t> tokens, const store::LookupRe
       end = (i + 1) * C;
     }
   }
-  if (!up.empty()) Enqueue(tokens.first(end), std::move(up), hashes);
+  if (!up.empty()) Enqueue(tokens.first(end), std::move(up), hashes, ns);
 }
 
-void RemoteTier::OnStored(std::span<const int32_t> tokens) {
+void RemoteTier::OnStored(std::span<const int32_t> tokens, uint64_t ns) {
   if (opts_.admit != RemoteAdmit::kAlways) return;
   const size_t C = geo_.chunk_tokens;
   std::vector<uint32_t> up;
   std::vector<uint64_t> hashes;
-  uint64_t h = 0;
+  uint64_t h = ns;
   size_t end = 0;
   MutexLock l(&mu_);
   for (size_t i = 0; i < tokens.size() / C; ++i) {
@@ -300,17 +316,17 @@ void RemoteTier::OnStored(std::span<const int32_t> tokens) {
     hashes.push_back(h);
     end = (i + 1) * C;
   }
-  if (!up.empty()) EnqueueLocked(tokens.first(end), std::move(up), hashes);
+  if (!up.empty()) EnqueueLocked(tokens.first(end), std::move(up), hashes, ns);
 }
 
 void RemoteTier::Enqueue(std::span<const int32_t> tokens, std::vector<uint32_t> chunks,
-                         const std::vector<uint64_t>& hashes) {
+                         const std::vector<uint64_t>& hashes, uint64_t ns) {
   MutexLock l(&mu_);
-  EnqueueLocked(tokens, std::move(chunks), hashes);
+  EnqueueLocked(tokens, std::move(chunks), hashes, ns);
 }
 
 void RemoteTier::EnqueueLocked(std::span<const int32_t> tokens, std::vector<uint32_t> chunks,
-                               const std::vector<uint64_t>& hashes) {
+                               const std::vector<uint64_t>& hashes, uint64_t ns) {
   if (queued_chunks_ + chunks.size() > opts_.queue_chunks) {
     stats_.dropped_writes += chunks.size();
     return;
@@ -319,7 +335,7 @@ void RemoteTier::EnqueueLocked(std::span<const int32_t> tokens, std::vector<uint
   sent_.insert(hashes.begin(), hashes.end());
   queued_chunks_ += chunks.size();
   queue_.push_back(Upload{std::make_shared<const std::vector<int32_t>>(tokens.begin(), tokens.end()),
-                          std::move(chunks)});
+                          std::move(chunks), ns});
   cv_.SignalAll();  // the ahead thread waits on it too
 }
 
@@ -345,7 +361,7 @@ void RemoteTier::UploadLoop() {
 void RemoteTier::WriteChunks(const Upload& u) {
   const uint32_t C = geo_.chunk_tokens;
   const size_t half = size_t{C} * geo_.row_bytes;  // K (or V) of one chunk layer
-  const store::LookupResult m = store_->Lookup(*u.tokens);
+  const store::LookupResult m = store_->Lookup(*u.tokens, u.ns);
   for (uint32_t i : u.chunks) {
     if (i >= m.chunks.size() || m.chunk_tokens[i] != C) continue;  // evicted meanwhile
     // Every layer in one batch, each straight into its record's payload (K then V).
@@ -383,32 +399,45 @@ void RemoteTier::WriteChunks(const Upload& u) {
     std::vector<Reply> replies;
     std::vector<ErrorKind> errors;
     RunCounted(&up_router_, cmds, &replies, &errors);
+    // Accepted: "OK" to every layer's SET. Refused: Redis answered one with
+    // an error (or refused the login of the connection that would carry
+    // it). Neither: no answer came (a transport error, counted as such).
     uint64_t bytes = 0;
-    bool ok = true;
+    size_t accepted = 0;
+    bool refused = false;
     for (size_t j = 0; j < cmds.size(); ++j) {
-      if (errors[j] != ErrorKind::kNone) {
-        ok = false;
-      } else if (replies[j].is_error()) {
-        ok = false;
-        CountError(KindOfErrorReply(replies[j]));
-      } else {
+      if (errors[j] == ErrorKind::kAuth) {
+        refused = true;  // counted by RunCounted
+      } else if (errors[j] != ErrorKind::kNone) {
+        // counted by RunCounted
+      } else if (replies[j].type == Reply::Type::kStatus && replies[j].str == "OK") {
+        ++accepted;
         bytes += cmds[j][2].size();
+      } else {
+        refused = true;
+        if (replies[j].is_error()) {
+          CountErrorReply(replies[j]);
+        } else {
+          CountError(ErrorKind::kReply, "SET answered with something other than OK");
+        }
       }
     }
+    const bool ok = accepted == cmds.size();
     MutexLock l(&mu_);
     stats_.bytes_up += bytes;
     if (ok) ++stats_.uploads;
+    if (refused) ++stats_.upload_refusals;
     if (!ok) sent_.erase(m.prefix_hashes[i]);  // may go up again later
   }
 }
 
-void RemoteTier::FetchAhead(std::span<const int32_t> tokens, size_t limit, AdmittedFn admitted) {
+void RemoteTier::FetchAhead(std::span<const int32_t> tokens, size_t limit, AdmittedFn admitted, uint64_t ns) {
   MutexLock l(&mu_);
   if (ahead_.size() >= opts_.ahead_prompts) {
     ++stats_.ahead_dropped;
     return;
   }
-  ahead_.push_back(Ahead{std::vector<int32_t>(tokens.begin(), tokens.end()), limit, std::move(admitted)});
+  ahead_.push_back(Ahead{std::vector<int32_t>(tokens.begin(), tokens.end()), limit, std::move(admitted), ns});
   cv_.SignalAll();
 }
 
@@ -423,7 +452,7 @@ void RemoteTier::AheadLoop() {
       ahead_.pop_front();
       ahead_busy_ = true;
     }
-    const FillResult f = Fill(a.tokens, a.limit, a.admitted);
+    const FillResult f = Fill(a.tokens, a.limit, a.admitted, a.ns);
     MutexLock l(&mu_);
     ahead_busy_ = false;
     ++stats_.ahead_fetches;

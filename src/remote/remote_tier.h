@@ -95,16 +95,20 @@ class RemoteTier {
   // store with each chunk layer's payload (K then V, token-major), for the
   // caller's pools.
   using AdmittedFn = std::function<void(uint64_t prefix_hash, uint16_t layer, std::span<const char> payload)>;
-  FillResult Fill(std::span<const int32_t> tokens, size_t limit, const AdmittedFn& admitted = {})
-      TIERKV_EXCLUDES(fetch_mu_);
+  // `ns`: the prompt's namespace (store::KvInput::cache_namespace), the seed
+  // of its chunks' hash chain and so of their remote keys.
+  FillResult Fill(std::span<const int32_t> tokens, size_t limit, const AdmittedFn& admitted = {},
+                  uint64_t ns = 0) TIERKV_EXCLUDES(fetch_mu_);
 
   // Fill on the `tierkv-remote-ahead` thread, returning at once: for a
   // request that will start later (a server's queue). At most
   // RemoteOptions::ahead_prompts wait; more are dropped (counted).
   // `admitted` must stay callable until the tier is destroyed.
-  void FetchAhead(std::span<const int32_t> tokens, size_t limit, AdmittedFn admitted) TIERKV_EXCLUDES(mu_);
+  void FetchAhead(std::span<const int32_t> tokens, size_t limit, AdmittedFn admitted, uint64_t ns = 0)
+      TIERKV_EXCLUDES(mu_);
 
-  // Past `start` (a chunk boundary whose chain hash is `parent_hash`), up
+  // Past `start` (a chunk boundary whose chain hash is `parent_hash`: the
+  // namespace at 0), up
   // to `limit` tokens: of each chunk whose value is ordered, the first
   // keep[layer] rows of each layer, fetched by GETRANGE (the header block,
   // then the pages holding those rows of K and of V) and verified page by
@@ -115,9 +119,10 @@ class RemoteTier {
 
   // A request reused `reused` tokens of the local match `m` (admit
   // kReused: the chunks reaching their second reuse go up).
-  void OnReused(std::span<const int32_t> tokens, const store::LookupResult& m, size_t reused);
+  void OnReused(std::span<const int32_t> tokens, const store::LookupResult& m, size_t reused,
+                uint64_t ns = 0);
   // A request stored its prompt (admit kAlways: its whole chunks go up).
-  void OnStored(std::span<const int32_t> tokens);
+  void OnStored(std::span<const int32_t> tokens, uint64_t ns = 0);
 
   // Waits until the upload and ahead queues are empty and their threads
   // idle (tests, benchmarks before a second process reads).
@@ -129,18 +134,20 @@ class RemoteTier {
   struct Upload {
     std::shared_ptr<const std::vector<int32_t>> tokens;
     std::vector<uint32_t> chunks;  // chunk indices of `tokens` to write
+    uint64_t ns = 0;               // the prompt's namespace
   };
   RemoteTier(const RemoteOptions& o, RemoteGeometry g, RedisUrl url, store::ChunkStore* store);
   void Enqueue(std::span<const int32_t> tokens, std::vector<uint32_t> chunks,
-               const std::vector<uint64_t>& hashes) TIERKV_EXCLUDES(mu_);
+               const std::vector<uint64_t>& hashes, uint64_t ns) TIERKV_EXCLUDES(mu_);
   void EnqueueLocked(std::span<const int32_t> tokens, std::vector<uint32_t> chunks,
-                     const std::vector<uint64_t>& hashes) TIERKV_REQUIRES(mu_);
+                     const std::vector<uint64_t>& hashes, uint64_t ns) TIERKV_REQUIRES(mu_);
   void UploadLoop();
   void AheadLoop();
   struct Ahead {
     std::vector<int32_t> tokens;
     size_t limit = 0;
     AdmittedFn admitted;
+    uint64_t ns = 0;
   };
   void WriteChunks(const Upload& u);
   // The verified records of `hashes`' chunks (in order) that are present,
@@ -170,8 +177,14 @@ class RemoteTier {
   // Router::Run, its failures and redirects counted.
   void RunCounted(Router* router, std::span<const Command> cmds, std::vector<Reply>* replies,
                   std::vector<ErrorKind>* errors) TIERKV_EXCLUDES(mu_);
-  void CountError(ErrorKind k) TIERKV_EXCLUDES(mu_);
-  void CountErrors(const std::vector<ErrorKind>& errors) TIERKV_EXCLUDES(mu_);
+  // Counts one error of kind `k`; logs `why` (Redis's own text, or the
+  // transport's) when this text was not logged in the last 10 minutes: one
+  // line per distinct error, never one per request. `why` never holds the
+  // password (RedisConn does not quote it; the URL is printed masked).
+  void CountError(ErrorKind k, const std::string& why, bool log = true) TIERKV_EXCLUDES(mu_);
+  void CountErrorReply(const Reply& r) TIERKV_EXCLUDES(mu_);  // an error reply, its text quoted
+  // A batch's failures (Router::Run's: one per failed pipeline).
+  void CountErrors(const std::vector<Failure>& failures) TIERKV_EXCLUDES(mu_);
 
   const RemoteOptions opts_;
   const RemoteGeometry geo_;
@@ -193,7 +206,11 @@ class RemoteTier {
   std::unordered_map<uint64_t, uint32_t> reuses_ TIERKV_GUARDED_BY(mu_);  // prefix hash -> local reuses
   std::unordered_set<uint64_t> sent_ TIERKV_GUARDED_BY(mu_);  // prefix hashes queued or written
   RemoteStats stats_ TIERKV_GUARDED_BY(mu_);
-  std::chrono::steady_clock::time_point last_log_ TIERKV_GUARDED_BY(mu_){};
+  struct Logged {
+    std::chrono::steady_clock::time_point at;  // last logged
+    uint64_t since = 0;                        // times seen since, not logged
+  };
+  std::unordered_map<std::string, Logged> logged_ TIERKV_GUARDED_BY(mu_);  // by message
 
   Router up_router_;  // the upload thread's own
   std::thread thread_;

@@ -52,7 +52,7 @@ Router::~Router() = default;
 
 RedisConn* Router::Conn(const Endpoint& e) {
   auto& c = conns_[e.ToString()];
-  if (!c) c = std::make_unique<RedisConn>(e, timeout_, url_.cluster ? 0 : url_.db);
+  if (!c) c = std::make_unique<RedisConn>(e, timeout_, Login::Of(url_));
   return c.get();
 }
 
@@ -107,13 +107,17 @@ void Router::RefreshSlots() {
   TIERKV_LOG(kDebug) << "remote: no cluster node answered CLUSTER SLOTS";
 }
 
-void Router::RunOne(const Command& c, Endpoint e, bool asking, Reply* reply, ErrorKind* error) {
+void Router::RunOne(const Command& c, Endpoint e, bool asking, Reply* reply, ErrorKind* error,
+                    std::vector<Failure>* failures) {
   for (int hop = 0; hop < 4; ++hop) {
     std::vector<Command> cmds;
     if (asking) cmds.push_back({"ASKING"});
     cmds.push_back(c);
     std::vector<Reply> r;
-    if (!Conn(e)->Pipeline(cmds, &r, error).ok()) return;
+    if (Status s = Conn(e)->Pipeline(cmds, &r, error); !s.ok()) {
+      if (failures != nullptr) failures->push_back({*error, s.message(), Conn(e)->backed_off()});
+      return;
+    }
     *reply = std::move(r.back());
     int slot = 0;
     if (ParseRedirect(*reply, "MOVED", &slot, &e)) {
@@ -131,10 +135,11 @@ void Router::RunOne(const Command& c, Endpoint e, bool asking, Reply* reply, Err
     return;
   }
   *error = ErrorKind::kReply;  // redirected in circles: a cluster mid-change
+  if (failures != nullptr) failures->push_back({*error, "redirected more than three times (a cluster mid-change)"});
 }
 
 void Router::Run(std::span<const Command> commands, std::vector<Reply>* replies,
-                 std::vector<ErrorKind>* errors) {
+                 std::vector<ErrorKind>* errors, std::vector<Failure>* failures) {
   replies->assign(commands.size(), Reply{});
   errors->assign(commands.size(), ErrorKind::kNone);
   if (url_.cluster && !have_slots_) RefreshSlots();
@@ -152,8 +157,9 @@ void Router::Run(std::span<const Command> commands, std::vector<Reply>* replies,
     for (size_t i : group.second) batch.push_back(commands[i]);
     std::vector<Reply> r;
     ErrorKind kind;
-    if (!Conn(group.first)->Pipeline(batch, &r, &kind).ok()) {
+    if (Status s = Conn(group.first)->Pipeline(batch, &r, &kind); !s.ok()) {
       for (size_t i : group.second) (*errors)[i] = kind;
+      if (failures != nullptr) failures->push_back({kind, s.message(), Conn(group.first)->backed_off()});
       continue;
     }
     for (size_t j = 0; j < group.second.size(); ++j) {
@@ -171,6 +177,7 @@ void Router::Run(std::span<const Command> commands, std::vector<Reply>* replies,
     const bool ask = ParseRedirect((*replies)[i], "ASK", &slot, &to);
     if (!ask && !ParseRedirect((*replies)[i], "MOVED", &slot, &to)) {
       (*errors)[i] = ErrorKind::kReply;
+      if (failures != nullptr) failures->push_back({ErrorKind::kReply, "a redirection that does not parse: " + (*replies)[i].str});
       continue;
     }
     if (ask) {
@@ -180,7 +187,7 @@ void Router::Run(std::span<const Command> commands, std::vector<Reply>* replies,
       if (!refreshed) RefreshSlots();  // once per batch: one map answers every MOVED
       refreshed = true;
     }
-    RunOne(commands[i], to, ask, &(*replies)[i], &(*errors)[i]);
+    RunOne(commands[i], to, ask, &(*replies)[i], &(*errors)[i], failures);
   }
 }
 

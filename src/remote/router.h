@@ -5,6 +5,9 @@
 // MOVED), MOVED (the slot moved: follow it, refresh the map) and ASK (a slot
 // being migrated: ASKING, then the command, on the target).
 //
+// Every connection logs in as the URL says (RedisConn's Login: AUTH on
+// each node of a cluster; SELECT for redis:// only).
+//
 // Thread safety: none; one owner at a time (it owns its connections).
 #pragma once
 
@@ -29,6 +32,13 @@ inline constexpr int kClusterSlots = 16384;
 // part between the first '{' and the next '}', when not empty), mod 16384.
 uint16_t KeySlot(std::string_view key);
 
+// Why one pipeline (or one redirected command) got no reply.
+struct Failure {
+  ErrorKind kind = ErrorKind::kNone;
+  std::string why;  // RedisConn::Pipeline's message: the transport's error or Redis's refusal of the login
+  bool backed_off = false;  // failed at once while backing off (RedisConn::backed_off): its cause was reported
+};
+
 struct RouterCounters {
   uint64_t moved = 0, asked = 0, slot_refreshes = 0;
 };
@@ -44,9 +54,11 @@ class Router {
   // one server in one pipeline. (*replies)[i] answers commands[i];
   // (*errors)[i] is kNone with a reply (which may be an error reply the
   // caller judges), or why there is none (the server was unreachable, timed
-  // out, or redirected more than three times).
+  // out, or redirected more than three times). `failures`, if given, gets
+  // one entry per failed pipeline (a whole server's group) or redirected
+  // command that failed.
   void Run(std::span<const Command> commands, std::vector<Reply>* replies,
-           std::vector<ErrorKind>* errors);
+           std::vector<ErrorKind>* errors, std::vector<Failure>* failures = nullptr);
 
   const RouterCounters& counters() const { return counters_; }
 
@@ -62,7 +74,8 @@ class Router {
   Endpoint Owner(std::string_view key) const;
   void RefreshSlots();
   // One command on `e` (after ASKING when `asking`), following redirects.
-  void RunOne(const Command& c, Endpoint e, bool asking, Reply* reply, ErrorKind* error);
+  void RunOne(const Command& c, Endpoint e, bool asking, Reply* reply, ErrorKind* error,
+              std::vector<Failure>* failures);
 
   const RedisUrl url_;
   const std::chrono::milliseconds timeout_;

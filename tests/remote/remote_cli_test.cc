@@ -22,10 +22,11 @@ struct RunOutput {
   std::string text, stats;
 };
 
-RunOutput TierkvRun(const std::string& dir, const std::string& args) {
+// `env`: assignments put before the command ("NAME=value ").
+RunOutput TierkvRun(const std::string& dir, const std::string& args, const std::string& env = "") {
   RunOutput r;
   const std::string err = dir + "/stderr";
-  r.code = testing::Shell(std::string(TIERKV_BINARY) + " run " + args + " 2>" + err, &r.text);
+  r.code = testing::Shell(env + std::string(TIERKV_BINARY) + " run " + args + " 2>" + err, &r.text);
   std::ifstream in(err);
   std::stringstream s;
   s << in.rdbuf();
@@ -75,6 +76,62 @@ TEST(RemoteCliTest, ASecondProcessIsServedTheFirstOnesPrefixFromRedis) {
   std::filesystem::remove_all(b);
 }
 
+// Issue 34 (8): a Redis with a password, through the command line: the
+// password in the URL or in $TIERKV_REMOTE_PASSWORD; a wrong or missing
+// one is a miss (exit 0) with Redis's reason in the log, never the password.
+TEST(RemoteCliTest, APasswordInTheUrlOrTheEnvironmentLogsInAndAWrongOneIsAMissSayingWhy) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::RedisServer redis;
+  ASSERT_EQ(redis.Cli("CONFIG SET requirepass s3cret-pw"), "OK\n");
+  const std::string hp = "127.0.0.1:" + std::to_string(redis.port());
+  const std::string a = testing::MakeTempDir("remote_pw_a"), b = testing::MakeTempDir("remote_pw_b"),
+                    c = testing::MakeTempDir("remote_pw_c"), d = testing::MakeTempDir("remote_pw_d");
+  std::string card = std::string(TIERKV_DEFAULT_MODEL);
+  card = card.substr(0, card.rfind('/')) + "/README.md";
+  const std::string prompt = "\"$(head -c 1500 " + card + " | tr -d '\\\"$`')\"";
+  const std::string common = " --prompt " + prompt + " --max-tokens 4 --temperature 0 --stats --remote-admit always --remote ";
+  const std::string clean = "env -u TIERKV_REMOTE_PASSWORD ";
+
+  const RunOutput first = TierkvRun(a, "--cache-dir " + a + "/cache" + common + "redis://:s3cret-pw@" + hp, clean);
+  ASSERT_EQ(first.code, 0) << first.stats;
+  EXPECT_NE(first.stats.find("0 errors"), std::string::npos) << first.stats;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(first.stats, m, std::regex("remote: (\\d+) chunks written"))) << first.stats;
+  const int written = std::stoi(m[1]);
+  EXPECT_GE(written, 4);
+  EXPECT_EQ(redis.Cli("-a s3cret-pw --no-auth-warning DBSIZE"), std::to_string(written * 8) + "\n");
+
+  // The environment's password, the URL without one: logged in, no error
+  // (that a second process is served the first one's chunks is
+  // ASecondProcessIsServedTheFirstOnesPrefixFromRedis's to show).
+  const RunOutput second =
+      TierkvRun(b, "--cache-dir " + b + "/cache" + common + "redis://" + hp, "TIERKV_REMOTE_PASSWORD=s3cret-pw ");
+  ASSERT_EQ(second.code, 0) << second.stats;
+  EXPECT_NE(second.stats.find(" 0 errors"), std::string::npos) << second.stats;
+  EXPECT_EQ(second.stats.find("NOAUTH"), std::string::npos) << second.stats;
+  EXPECT_EQ(second.text, first.text);
+
+  // A wrong password: a miss, the same text, WRONGPASS in the log, the URL masked.
+  const RunOutput wrong = TierkvRun(c, "--cache-dir " + c + "/cache" + common + "redis://:n0t-it@" + hp, clean);
+  ASSERT_EQ(wrong.code, 0) << wrong.stats;
+  ASSERT_TRUE(std::regex_search(wrong.stats, m, std::regex("remote: (\\d+) chunks whole"))) << wrong.stats;
+  EXPECT_EQ(std::stoi(m[1]), 0);
+  EXPECT_EQ(wrong.text, first.text);
+  EXPECT_NE(wrong.stats.find("WRONGPASS"), std::string::npos) << wrong.stats;
+  EXPECT_NE(wrong.stats.find("redis://***@" + hp), std::string::npos) << wrong.stats;
+  EXPECT_EQ(wrong.stats.find("n0t-it"), std::string::npos) << wrong.stats;
+
+  // None: NOAUTH, and what to do about it.
+  const RunOutput none = TierkvRun(d, "--cache-dir " + d + "/cache" + common + "redis://" + hp, clean);
+  ASSERT_EQ(none.code, 0) << none.stats;
+  EXPECT_NE(none.stats.find("NOAUTH"), std::string::npos) << none.stats;
+  EXPECT_NE(none.stats.find("TIERKV_REMOTE_PASSWORD"), std::string::npos) << none.stats;
+  for (const RunOutput* r : {&first, &second, &wrong, &none}) {
+    EXPECT_EQ(r->stats.find("s3cret"), std::string::npos) << r->stats;
+  }
+  for (const std::string& dir : {a, b, c, d}) std::filesystem::remove_all(dir);
+}
+
 TEST(RemoteCliTest, ABadRemoteIsRefusedNamingThePart) {
   std::string out;
   const int rc = testing::Shell(std::string(TIERKV_BINARY) +
@@ -85,6 +142,29 @@ TEST(RemoteCliTest, ABadRemoteIsRefusedNamingThePart) {
   out.clear();
   EXPECT_NE(testing::Shell(std::string(TIERKV_BINARY) + " serve --remote memcached://h:1 2>&1", &out), 0);
   EXPECT_NE(out.find("unknown scheme"), std::string::npos) << out;
+  // A bad URL with a password: refused naming the part, the password not echoed.
+  out.clear();
+  EXPECT_NE(testing::Shell(std::string(TIERKV_BINARY) +
+                               " run --prompt x --cache-dir /tmp/x --remote redis://:s3cret@host:99999 2>&1",
+                           &out),
+            0);
+  EXPECT_NE(out.find("port '99999'"), std::string::npos) << out;
+  EXPECT_EQ(out.find("s3cret"), std::string::npos) << out;
+  out.clear();
+  EXPECT_NE(testing::Shell(std::string(TIERKV_BINARY) +
+                               " run --prompt x --cache-dir /tmp/x --remote redis-cluster://:s3cret@h:1/3 2>&1",
+                           &out),
+            0);
+  EXPECT_NE(out.find("database 0 only"), std::string::npos) << out;
+  EXPECT_EQ(out.find("s3cret"), std::string::npos) << out;
+  // TLS: refused before anything runs (no password sent in clear to a TLS port), saying what to do.
+  out.clear();
+  EXPECT_NE(testing::Shell(std::string(TIERKV_BINARY) +
+                               " run --prompt x --cache-dir /tmp/x --remote rediss://:s3cret@h:6380 2>&1",
+                           &out),
+            0);
+  EXPECT_NE(out.find("TLS (rediss://) is not supported"), std::string::npos) << out;
+  EXPECT_EQ(out.find("s3cret"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -9,12 +9,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/model_fixture.h"
 #include "remote/redis_conn.h"
+#include "remote/redis_url.h"
 #include "remote/remote_tier.h"
 #include "remote/value.h"
 #include "store/chunk_store.h"
@@ -159,6 +163,22 @@ class RemoteEngineTest : public DefaultModelTest {
     o.retention = 0.25;
     o.remote.read = RemoteRead::kImportant;
     return o;
+  }
+  // How many chunks `redis` holds every layer of (KEYS: a test's small server).
+  static uint64_t ChunksWithEveryLayer(const testing::RedisServer& redis, const std::string& cli_args) {
+    std::map<std::string, int> layers;
+    std::istringstream keys(redis.Cli(cli_args + " --no-auth-warning KEYS 'tierkv:*'"));
+    for (std::string k; std::getline(keys, k);) {
+      if (k.starts_with("tierkv:")) ++layers[k.substr(0, k.rfind(':'))];
+    }
+    uint64_t n = 0;
+    for (const auto& [chunk, count] : layers) n += count == 8 ? 1 : 0;
+    return n;
+  }
+  static size_t Count(const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
   }
   static uint64_t FingerprintOf(const testing::RedisServer& redis) {
     remote::RedisConn conn({"127.0.0.1", redis.port()}, milliseconds(1000));
@@ -526,18 +546,143 @@ TEST_F(RemoteEngineTest, RedisKilledSlowRestartedOrFullIsAMissAndACounter) {
   EXPECT_EQ(MaxDiff(late.logits, computed), 0.0);
 }
 
+// Issue 34 (8): an upload is counted when Redis accepted it ("OK" to every
+// layer's SET), a refusal apart; Redis's own text is logged once.
 TEST_F(RemoteEngineTest, AFullRedisRefusesWritesAndRequestsGoOn) {
   TIERKV_SKIP_WITHOUT_REDIS();
   testing::RedisServer redis({"--maxmemory", "1mb", "--maxmemory-policy", "noeviction"});
-  TempDir da;
+  TempDir da, db;
   ASSERT_OK_AND_ASSIGN(auto writer, Engine::Open(*model_, Options(da.path(), redis.url())));
+  ::testing::internal::CaptureStderr();
   ASSERT_TRUE(writer->Serve(A()).ok());
   writer->DrainRemote();
+  std::string log = ::testing::internal::GetCapturedStderr();
   const RemoteStats s = writer->RemoteStatistics();
   EXPECT_GE(s.errors[3], 1u);  // oom
   EXPECT_LT(s.uploads, 4u);
+  EXPECT_GE(s.upload_refusals, 1u);
+  EXPECT_EQ(s.uploads + s.upload_refusals, 4u);
+  // What Redis holds: exactly the chunks counted as uploads have every layer.
+  EXPECT_EQ(ChunksWithEveryLayer(redis, ""), s.uploads);
+  EXPECT_EQ(Count(log, "OOM command not allowed"), 1u) << log;  // once, though every refused SET said so
   ASSERT_OK_AND_ASSIGN(ServeResult local, writer->Serve(B(), FromP()));
   EXPECT_EQ(local.stats.reused_tokens, kP);
+
+  // Full before the first write (the issue's case): nothing accepted, nothing counted as written.
+  redis.Cli("CONFIG SET maxmemory 1");
+  ASSERT_OK_AND_ASSIGN(auto late, Engine::Open(*model_, Options(db.path(), redis.url())));
+  const std::string before = redis.Cli("DBSIZE");
+  ASSERT_TRUE(late->Serve(Prompt(kP, 2500, kQ)).ok());
+  late->DrainRemote();
+  const RemoteStats t = late->RemoteStatistics();
+  EXPECT_EQ(redis.Cli("DBSIZE"), before);
+  EXPECT_EQ(t.uploads, 0u);
+  EXPECT_EQ(t.bytes_up, 0u);
+  EXPECT_GE(t.upload_refusals, 1u);
+}
+
+// Issue 34 (8): redis://[USER:]PASSWORD@HOST, $TIERKV_REMOTE_PASSWORD; a
+// missing or wrong password is a miss with Redis's reason logged once,
+// never the password.
+TEST_F(RemoteEngineTest, APasswordProtectedRedisServesTheRightLoginAndSaysWhyOthersMiss) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::RedisServer redis;
+  ASSERT_EQ(redis.Cli("CONFIG SET requirepass s3cret"), "OK\n");
+  ASSERT_EQ(redis.Cli("-a s3cret --no-auth-warning ACL SETUSER alice on '>a1ice-pw' '~*' '+@all'"), "OK\n");
+  const std::string hp = "127.0.0.1:" + std::to_string(redis.port());
+  ::unsetenv(remote::kRemotePasswordEnv);
+  const std::vector<float> computed = Computed();
+  std::string logs;
+  TempDir da, db, dc, dd, de, df;
+
+  // No password: every write refused (NOAUTH): refusals, not uploads.
+  ASSERT_OK_AND_ASSIGN(auto anon, Engine::Open(*model_, Options(da.path(), "redis://" + hp)));
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(anon->Serve(A()).ok());
+  anon->DrainRemote();
+  std::string log = ::testing::internal::GetCapturedStderr();
+  logs += log;
+  RemoteStats s = anon->RemoteStatistics();
+  EXPECT_EQ(s.uploads, 0u);
+  EXPECT_EQ(s.upload_refusals, 4u) << log << " errors " << s.errors_total() << " dropped " << s.dropped_writes;
+  EXPECT_GE(s.errors[5], 1u);  // auth
+  EXPECT_EQ(Count(log, "NOAUTH Authentication required"), 1u) << log;  // once, not per command
+  EXPECT_EQ(redis.Cli("-a s3cret --no-auth-warning DBSIZE"), "0\n");
+
+  // The right password in the URL: written, every layer.
+  ASSERT_OK_AND_ASSIGN(auto writer, Engine::Open(*model_, Options(db.path(), "redis://:s3cret@" + hp)));
+  ::testing::internal::CaptureStderr();
+  const std::vector<float> want = WriteAndReuseLocally(writer.get());
+  logs += ::testing::internal::GetCapturedStderr();
+  s = writer->RemoteStatistics();
+  EXPECT_EQ(s.uploads, 4u);
+  EXPECT_EQ(s.upload_refusals, 0u);
+  EXPECT_EQ(s.errors_total(), 0u);
+  EXPECT_EQ(redis.Cli("-a s3cret --no-auth-warning DBSIZE"), "32\n");
+
+  // A wrong password: a miss, the same answer as computing, WRONGPASS logged.
+  ASSERT_OK_AND_ASSIGN(auto wrong, Engine::Open(*model_, Options(dc.path(), "redis://:n0t-it@" + hp)));
+  ::testing::internal::CaptureStderr();
+  ASSERT_OK_AND_ASSIGN(ServeResult miss, wrong->Serve(B(), FromP()));
+  log = ::testing::internal::GetCapturedStderr();
+  logs += log;
+  EXPECT_EQ(miss.stats.remote_chunks, 0u);
+  EXPECT_EQ(MaxDiff(miss.logits, computed), 0.0);
+  EXPECT_GE(wrong->RemoteStatistics().errors[5], 1u);  // auth
+  EXPECT_NE(log.find("WRONGPASS"), std::string::npos) << log;
+  EXPECT_NE(log.find("redis://***@" + hp), std::string::npos) << log;  // which tier, masked
+  EXPECT_EQ(log.find("n0t-it"), std::string::npos) << log;
+
+  // The password from $TIERKV_REMOTE_PASSWORD, the URL without one.
+  ::setenv(remote::kRemotePasswordEnv, "s3cret", 1);
+  ASSERT_OK_AND_ASSIGN(auto env, Engine::Open(*model_, Options(dd.path(), "redis://" + hp)));
+  ::unsetenv(remote::kRemotePasswordEnv);
+  ASSERT_OK_AND_ASSIGN(ServeResult got, env->Serve(B(), FromP()));
+  EXPECT_EQ(got.stats.remote_chunks, 4u);
+  EXPECT_EQ(MaxDiff(got.logits, want), 0.0);
+
+  // An ACL user; and RemoteOptions::password for a URL naming the user alone.
+  ASSERT_OK_AND_ASSIGN(auto alice, Engine::Open(*model_, Options(de.path(), "redis://alice:a1ice-pw@" + hp)));
+  ASSERT_OK_AND_ASSIGN(got, alice->Serve(B(), FromP()));
+  EXPECT_EQ(got.stats.remote_chunks, 4u);
+  EngineOptions o = Options(df.path(), "redis://alice:@" + hp);
+  o.remote.password = "a1ice-pw";
+  ASSERT_OK_AND_ASSIGN(auto alice2, Engine::Open(*model_, o));
+  ASSERT_OK_AND_ASSIGN(got, alice2->Serve(B(), FromP()));
+  EXPECT_EQ(got.stats.remote_chunks, 4u);
+  EXPECT_EQ(logs.find("s3cret"), std::string::npos) << logs;
+}
+
+// Issue 34 (8): the URL's database holds the keys; a database Redis
+// refuses is a miss with Redis's reason logged.
+TEST_F(RemoteEngineTest, TheUrlsDatabaseHoldsTheKeysAndARefusedOneIsAMissSayingWhy) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::RedisServer redis;
+  TempDir da, db, dc, dd;
+  ASSERT_OK_AND_ASSIGN(auto writer, Engine::Open(*model_, Options(da.path(), redis.url() + "/5")));
+  const std::vector<float> want = WriteAndReuseLocally(writer.get());
+  EXPECT_EQ(writer->RemoteStatistics().uploads, 4u);
+  EXPECT_EQ(redis.Cli("-n 5 DBSIZE"), "32\n");
+  EXPECT_EQ(redis.Cli("DBSIZE"), "0\n");
+  EXPECT_EQ(ChunksWithEveryLayer(redis, "-n 5"), 4u);
+  ASSERT_OK_AND_ASSIGN(auto five, Engine::Open(*model_, Options(db.path(), redis.url() + "/5")));
+  ASSERT_OK_AND_ASSIGN(ServeResult got, five->Serve(B(), FromP()));
+  EXPECT_EQ(got.stats.remote_chunks, 4u);
+  EXPECT_EQ(MaxDiff(got.logits, want), 0.0);
+  ASSERT_OK_AND_ASSIGN(auto zero, Engine::Open(*model_, Options(dc.path(), redis.url())));
+  ASSERT_OK_AND_ASSIGN(got, zero->Serve(B(), FromP()));
+  EXPECT_EQ(got.stats.remote_chunks, 0u);
+
+  // Database 99 of a server with 16: SELECT refused, Redis's words in the log.
+  ASSERT_OK_AND_ASSIGN(auto bad, Engine::Open(*model_, Options(dd.path(), redis.url() + "/99")));
+  ::testing::internal::CaptureStderr();
+  ASSERT_OK_AND_ASSIGN(got, bad->Serve(B(), FromP()));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(got.stats.remote_chunks, 0u);
+  EXPECT_EQ(got.stats.reused_tokens, 0u);
+  EXPECT_GE(bad->RemoteStatistics().errors[4], 1u);  // reply
+  EXPECT_NE(log.find("SELECT 99"), std::string::npos) << log;
+  EXPECT_NE(log.find("DB index is out of range"), std::string::npos) << log;
 }
 
 TEST_F(RemoteEngineTest, AClusterServesThePrefixAfterAReshardingMovedItsChunks) {
