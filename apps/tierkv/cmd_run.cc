@@ -17,7 +17,7 @@ struct RunArgs {
   float temperature = 0.8f, top_p = 0.9f;
   uint64_t seed = 0;
   bool stats = false;
-  std::string cache_dir, system = "as-like";
+  std::string cache_dir, system = "as-like", disk_budget = "auto";
   double retention = 1.0;
   engine::StoreOrder store_order = engine::StoreOrder::kOff;
   RemoteOptions remote;
@@ -33,6 +33,11 @@ Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& to
   engine::EngineOptions o;
   o.system = *system;
   o.cache_dir = a.cache_dir;
+  const DiskBudget budget = ResolveDiskBudget(a.disk_budget, a.cache_dir);
+  o.disk_budget_bytes = budget.bytes;
+  if (a.stats) {
+    std::fprintf(stderr, "disk budget %.1f MiB (%s)\n", double(budget.bytes) / double(1u << 20), budget.how.c_str());
+  }
   o.retention = a.retention;
   o.store_order = a.store_order;
   o.tokenizer_hash = TokenizerHash(a.tokenizer);
@@ -62,8 +67,11 @@ Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& to
   eng->DrainRemote();  // the chunks queued for the remote tier go up before the process ends
   if (a.stats && !a.remote.url.empty()) {
     const RemoteStats rs = eng->RemoteStatistics();
-    std::fprintf(stderr, "remote: %llu chunks written (%llu bytes), %llu dropped, %llu errors, %llu corrupt\n",
+    std::fprintf(stderr,
+                 "remote: %llu chunks written (%llu bytes), %llu refused by Redis, %llu dropped, %llu errors, "
+                 "%llu corrupt\n",
                  static_cast<unsigned long long>(rs.uploads), static_cast<unsigned long long>(rs.bytes_up),
+                 static_cast<unsigned long long>(rs.upload_refusals),
                  static_cast<unsigned long long>(rs.dropped_writes),
                  static_cast<unsigned long long>(rs.errors_total()),
                  static_cast<unsigned long long>(rs.corrupt));
@@ -104,6 +112,7 @@ void AddRun(CLI::App& app, Action* run) {
                   "missing): a later run whose prompt starts the same reuses that prefix, and "
                   "the tokens generated attend the rows the prompt attended. Without it the "
                   "prompt is computed in memory and nothing is kept");
+  AddDiskBudgetFlag(sub, &a->disk_budget);  // with --cache-dir
   sub->add_option("--system", a->system,
                   "With --cache-dir: how the stored prefix is reused (tierkv compare's systems: "
                   "as-like reads all of it, as fp16 rows; the selective ones read a share)")

@@ -1,4 +1,5 @@
 // tierkv serve: the engine behind an OpenAI-compatible HTTP API.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -21,6 +22,8 @@ struct ServeArgs {
   uint64_t device_mib = 64, host_mib = 256;
   server::ServerOptions server;
   double grace_seconds = 10;
+  std::string disk_budget = "auto";
+  double request_timeout_seconds = 30;
   RemoteOptions remote;
 };
 
@@ -43,6 +46,28 @@ Result<std::string> DefaultCacheDir() {
   return dir;
 }
 
+// --api-key values and $TIERKV_API_KEYS (comma-separated), without
+// duplicates; InvalidArgument for an empty or blank key.
+Result<std::vector<std::string>> ApiKeys(std::vector<std::string> keys) {
+  if (const char* env = std::getenv("TIERKV_API_KEYS"); env && *env) {
+    std::string all = env;
+    size_t at = 0;
+    while (at <= all.size()) {
+      const size_t comma = std::min(all.find(',', at), all.size());
+      keys.push_back(all.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    if (k.empty() || k.find_first_not_of(" \t") == std::string::npos || k.find_first_of(" \t\r\n") != std::string::npos) {
+      return Status::InvalidArgument("--api-key: keys must be non-empty and contain no spaces (check $TIERKV_API_KEYS)");
+    }
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+  }
+  return out;
+}
+
 Result<int> Serve(const ServeArgs& a) {
   ASSIGN_OR_RETURN(auto loaded, LoadModelAndTokenizer(a.model, a.tokenizer, a.weights));
   // Before the engine opens the store: a template this build cannot render stops here.
@@ -57,6 +82,9 @@ Result<int> Serve(const ServeArgs& a) {
   } else {
     o.cache_dir = a.cache_dir;
   }
+  const DiskBudget budget = ResolveDiskBudget(a.disk_budget, o.cache_dir);
+  o.disk_budget_bytes = budget.bytes;
+  std::fprintf(stderr, "tierkv: disk budget %.1f MiB (%s)\n", double(budget.bytes) / double(1u << 20), budget.how.c_str());
   o.retention = a.retention;
   o.device_bytes = a.device_mib << 20;
   o.host_bytes = a.host_mib << 20;
@@ -68,6 +96,15 @@ Result<int> Serve(const ServeArgs& a) {
   so.grace_ms = static_cast<int>(a.grace_seconds * 1000);
   if (so.admin_token.empty()) {
     if (const char* t = std::getenv("TIERKV_ADMIN_TOKEN"); t) so.admin_token = t;
+  }
+  so.request_timeout_ms = static_cast<int>(a.request_timeout_seconds * 1000);
+  ASSIGN_OR_RETURN(so.api_keys, ApiKeys(a.server.api_keys));
+  if (so.api_keys.empty() && !server::IsLoopbackAddress(so.host)) {
+    std::fprintf(stderr,
+                 "tierkv: warning: listening on %s without --api-key: anyone who can reach it may "
+                 "use it, and prompts' shared prefixes tell one client what another sent "
+                 "(cached_tokens)\n",
+                 so.host.c_str());
   }
   ASSIGN_OR_RETURN(auto srv, server::Server::Create(*loaded.model, *loaded.tokenizer, eng.get(), so));
   ASSIGN_OR_RETURN(int port, srv->Bind());
@@ -113,6 +150,7 @@ void AddServe(CLI::App& app, Action* run) {
   sub->add_option("--cache-dir", a->cache_dir,
                   "Where prompt K/V is stored and found again across restarts (default: "
                   "$XDG_CACHE_HOME/tierkv, else ~/.cache/tierkv); each model has its own namespace in it");
+  AddDiskBudgetFlag(sub, &a->disk_budget);
   sub->add_option("--system", a->system,
                   "How a stored prefix is reused (tierkv compare's systems; as-like reads all of it, "
                   "the selective ones a share)")
@@ -159,8 +197,34 @@ void AddServe(CLI::App& app, Action* run) {
                   "Token that DELETE /v1/cache (drop every stored prefix) must send as 'Authorization: Bearer "
                   "TOKEN' (default: $TIERKV_ADMIN_TOKEN, which keeps it out of the process list; none: the "
                   "flush is refused)");
+  sub->add_option("--api-key", a->server.api_keys,
+                  "An API key the /v1/ routes accept as 'Authorization: Bearer KEY' (401 otherwise); "
+                  "repeat for several (also $TIERKV_API_KEYS, comma-separated, which keeps them out of the "
+                  "process list). Each key's stored prefixes are its own: one key never reuses, nor learns "
+                  "of, another's (a request's cache_salt splits them further)");
+  sub->add_option("--share-prefixes", a->server.share_prefixes,
+                  "With --api-key: the keys trust each other and share one prefix cache (true or false)")
+      ->capture_default_str();
+  sub->add_option("--allowed-hosts", a->server.allowed_hosts,
+                  "Host names requests may carry besides the listen address (and localhost on a loopback "
+                  "address); '*': any. Others get 403, which stops DNS-rebinding pages. Listening on "
+                  "0.0.0.0 or :: without it accepts any Host")
+      ->delimiter(',');
+  sub->add_option("--cors-origin", a->server.cors_origin,
+                  "The one browser origin (e.g. https://app.example.com) allowed to call the server "
+                  "cross-site; default: none, and requests from other sites' pages get 403");
+  sub->add_option("--max-connections", a->server.max_connections,
+                  "Connections served at once (a worker each); one more is answered 503 at once")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{100000}));
+  sub->add_option("--request-timeout-seconds", a->request_timeout_seconds,
+                  "How long a client may take to send one whole request (head and body); slower ones "
+                  "get 408 and their connection closes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   sub->add_option("--grace-seconds", a->grace_seconds,
-                  "On SIGTERM or SIGINT, how long running requests may finish before they are cancelled")
+                  "On SIGTERM or SIGINT, how long queued and running requests may finish (new ones get 503) "
+                  "before they are cancelled (a stream then ends with an error event and [DONE])")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   sub->callback([a, run] {

@@ -175,7 +175,10 @@ struct EngineOptions {
   PoolPolicy policy = PoolPolicy::kSystemDefault;
   uint32_t chunk_tokens = 64;
   std::string cache_dir;           // the disk tier; required unless system is recompute
-  uint64_t disk_budget_bytes = 0;  // 0: unlimited
+  // Bytes the cache directory's segment files may hold, live and dead records
+  // together (store::SetDiskBudget splits it); 0: unlimited. The commands'
+  // --disk-budget-mib auto sets half the free space at start.
+  uint64_t disk_budget_bytes = 0;
   uint64_t device_bytes = 64ull << 20;
   uint64_t host_bytes = 256ull << 20;
   std::string io_backend = "auto";  // auto, io_uring or pread (the store checks it)
@@ -309,6 +312,11 @@ struct ServeOptions {
   // (Engine::OnSchedulerEvent); false: Serve raises window entry and start
   // as it begins and finish as it returns.
   bool scheduler_events = false;
+  // Whose stored prefixes this request may reuse and adds to: a tenant's
+  // namespace (the server's API key and cache_salt), 0 the shared one. A
+  // prefix stored under one namespace is never found under another, in the
+  // disk tier, the pools or the remote tier (index/radix_tree.h).
+  uint64_t cache_namespace = 0;
 };
 
 // Where a prompt's stored prefix is, as a scheduler sees it (CaR III-B1's
@@ -367,7 +375,7 @@ class Engine {
   // while other threads serve. Locate is a look: it hashes the prompt and
   // asks the pools where the entries are, reading nothing and counting no
   // access.
-  PrefixLocation Locate(std::span<const int32_t> tokens);
+  PrefixLocation Locate(std::span<const int32_t> tokens, uint64_t cache_namespace = 0);
   // Locate's class of a request already served, from what its reads found
   // (no second lookup): kNone below one chunk reused, kDisk when a chunk
   // layer came from disk, else kPools.
@@ -376,14 +384,14 @@ class Engine {
   // its queries (Locate's kPools afterwards, while the pools keep it). The
   // reads are verified as a request's are; one that fails is an error here
   // and a miss for the request.
-  Result<PrefetchResult> Prefetch(std::span<const int32_t> tokens);
+  Result<PrefetchResult> Prefetch(std::span<const int32_t> tokens, uint64_t cache_namespace = 0);
   // Looks the remote tier up for what the local store lacks of `tokens` and
   // admits what it finds (whole chunks, into the disk tier and pools), on
   // the remote tier's ahead thread; returns at once. For a request that
   // will start later (a server's queue): its own lookup then finds the
   // chunks local, or waits for this fetch rather than fetching again. A
   // no-op without --remote and for a reader of important parts.
-  void FetchAhead(std::span<const int32_t> tokens);
+  void FetchAhead(std::span<const int32_t> tokens, uint64_t cache_namespace = 0);
   // The score event for the entries `where` named (car policy; a no-op for
   // other policies).
   void OnSchedulerEvent(const PrefixLocation& where, SchedulerEvent event);

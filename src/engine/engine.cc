@@ -84,7 +84,7 @@ Status Engine::Impl::OpenStore() {
   so.row_bytes = row_bytes;
   so.probe_bytes = probe_bytes;
   so.dtype = store::KvDtype::kF16;
-  so.disk_budget_bytes = opts.disk_budget_bytes;
+  store::SetDiskBudget(&so, opts.disk_budget_bytes);  // the segment files' bound: live and dead records
   so.io_backend = opts.io_backend;
   so.direct_io = opts.direct_io;
   so.merge_read_gaps = opts.merge_read_gaps;
@@ -235,16 +235,16 @@ size_t Engine::Impl::Reusable(const store::LookupResult& m, size_t cap) const {
   return R;
 }
 
-store::LookupResult Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, size_t cap,
+store::LookupResult Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, uint64_t ns, size_t cap,
                                                bool first_attempt, const std::vector<uint32_t>& keep,
                                                remote::FarRows* far, RequestStats* st) {
-  if (!remote || !first_attempt) return store->Lookup(tokens);
+  if (!remote || !first_attempt) return store->Lookup(tokens, ns);
   if (!keep.empty()) {
-    store::LookupResult m = store->Lookup(tokens);
+    store::LookupResult m = store->Lookup(tokens, ns);
     // From the reusable prefix's end: a short local last chunk (a shorter
     // prompt stored before) does not hide the remote tier's whole one.
     const size_t R = Reusable(m, cap), C = opts.chunk_tokens;
-    *far = remote->FetchImportant(tokens, R, R == 0 ? 0 : m.prefix_hashes[R / C - 1], cap, keep);
+    *far = remote->FetchImportant(tokens, R, R == 0 ? ns : m.prefix_hashes[R / C - 1], cap, keep);
     if (far->chunks > 0) {
       st->remote_important_chunks = far->chunks;
       st->remote_bytes = far->bytes;
@@ -254,7 +254,7 @@ store::LookupResult Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, 
   }
   // Fill looks the prompt up itself (after a fetch ahead for it, after its
   // own Put): its match is the one to reuse.
-  remote::FillResult f = remote->Fill(tokens, cap, AdmitFetched());
+  remote::FillResult f = remote->Fill(tokens, cap, AdmitFetched(), ns);
   st->remote_chunks = f.chunks;
   st->remote_bytes = f.bytes;
   st->remote_ms += f.ms;
@@ -269,12 +269,12 @@ remote::RemoteTier::AdmittedFn Engine::Impl::AdmitFetched() {
   };
 }
 
-void Engine::FetchAhead(std::span<const int32_t> tokens) {
+void Engine::FetchAhead(std::span<const int32_t> tokens, uint64_t cache_namespace) {
   Impl& im = *impl_;
   if (!im.remote || !im.row.reuses() || tokens.size() < 2) return;
   // A reader of important parts fetches per request (nothing is kept).
   if (im.ReadsImportant(im.opts.retention)) return;
-  im.remote->FetchAhead(tokens, tokens.size() - 1, im.AdmitFetched());
+  im.remote->FetchAhead(tokens, tokens.size() - 1, im.AdmitFetched(), cache_namespace);
 }
 
 std::vector<uint64_t> Engine::Impl::ScoreKeys(const store::LookupResult& m, size_t R) const {
@@ -350,10 +350,14 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   if (profile) layer_retention = own_retention ? profile->LayerRetention(retention) : profile->LayerRetention();
   store::LookupResult m;
   remote::FarRows far;
-  if (row.reuses()) m = LookupPrefix(tokens, cap, attempt == 1, ImportantKeep(retention, layer_retention), &far, &st);
+  const uint64_t ns = so.cache_namespace;
+  if (row.reuses()) {
+    m = LookupPrefix(tokens, ns, cap, attempt == 1, ImportantKeep(retention, layer_retention), &far, &st);
+  }
   const size_t R = row.reuses() ? Reusable(m, cap) : 0;
-  if (remote && R > 0) remote->OnReused(tokens, m, R);  // fetched chunks are up there already
+  if (remote && R > 0) remote->OnReused(tokens, m, R, ns);  // fetched chunks are up there already
   Request rq(&m, R, t0, c.n_layers);
+  rq.cache_namespace = ns;
   rq.far = std::move(far);
   const size_t E = rq.End();  // R, then the remote chunks read in part
   *reused = E;
@@ -397,7 +401,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
     out.sequence = std::move(rq.keep);
   }
   if (storing) writer->Store(tokens, rq, std::move(r->kv), &st);
-  if (storing && remote && !st.store_failed) remote->OnStored(tokens);
+  if (storing && remote && !st.store_failed) remote->OnStored(tokens, ns);
   return out;
 }
 

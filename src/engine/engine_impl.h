@@ -45,7 +45,7 @@ struct Engine::Impl {
   // with `keep` (rows per layer; ImportantKeep), the important part of the
   // chunks past the reusable prefix into *far if there are ordered ones;
   // otherwise whole chunks, admitted locally.
-  store::LookupResult LookupPrefix(std::span<const int32_t> tokens, size_t cap, bool first_attempt,
+  store::LookupResult LookupPrefix(std::span<const int32_t> tokens, uint64_t ns, size_t cap, bool first_attempt,
                                    const std::vector<uint32_t>& keep, remote::FarRows* far, RequestStats* st);
   // Rows per layer of a remote chunk a request at `retention` (per layer:
   // `layer_retention`, when set) reads in part; empty when it reads whole

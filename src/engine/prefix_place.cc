@@ -18,11 +18,11 @@ std::string_view PrefixPlaceName(PrefixPlace p) {
   return "?";
 }
 
-PrefixLocation Engine::Locate(std::span<const int32_t> tokens) {
+PrefixLocation Engine::Locate(std::span<const int32_t> tokens, uint64_t cache_namespace) {
   Impl& im = *impl_;
   PrefixLocation out;
   if (!im.row.reuses() || tokens.size() < 2) return out;
-  const store::LookupResult m = im.store->Lookup(tokens);
+  const store::LookupResult m = im.store->Lookup(tokens, cache_namespace);
   const size_t R = im.Reusable(m, tokens.size() - 1);
   out.reusable_tokens = R;
   // Less than a chunk (a shared BOS, a few tokens of a system prompt): next
@@ -50,12 +50,12 @@ PrefixPlace Engine::PlaceServed(const RequestStats& stats) const {
   return stats.disk_reads > 0 ? PrefixPlace::kDisk : PrefixPlace::kPools;
 }
 
-Result<PrefetchResult> Engine::Prefetch(std::span<const int32_t> tokens) {
+Result<PrefetchResult> Engine::Prefetch(std::span<const int32_t> tokens, uint64_t cache_namespace) {
   Impl& im = *impl_;
   const auto t0 = Clock::now();
   PrefetchResult out;
   if (!im.row.reuses() || tokens.size() < 2) return out;
-  const store::LookupResult m = im.store->Lookup(tokens);
+  const store::LookupResult m = im.store->Lookup(tokens, cache_namespace);
   const size_t R = im.Reusable(m, tokens.size() - 1);
   out.reusable_tokens = R;
   const StartReads sr = im.source->QueryFreeReads();

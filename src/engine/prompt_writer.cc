@@ -64,6 +64,7 @@ void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
     importance = rq.order->Scores(k);
     for (const auto& s : importance) in.importance.emplace_back(s);
   }
+  in.cache_namespace = rq.cache_namespace;
   auto put = store_->Put(tokens, in);
   if (!put.ok()) {
     // The answer stands; only later requests lose this reuse.

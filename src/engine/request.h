@@ -35,6 +35,8 @@ struct FarScratch {
 };
 
 struct Request {
+  // The namespace the prompt is looked up and stored under (ServeOptions::cache_namespace).
+  uint64_t cache_namespace = 0;
   Request(const store::LookupResult* match, size_t reused, Clock::time_point start, int n_layers)
       : m(match), R(reused), t0(start), layers(n_layers), whole(n_layers), probe_fetch(n_layers),
         key_fetch(n_layers), prefetch(n_layers), predicted(n_layers), speculate(n_layers, true) {}

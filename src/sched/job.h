@@ -35,6 +35,9 @@ struct GenerationParams {
   // More tokens that end it as EOS does (a chat format's end of turn).
   std::vector<int32_t> stop_tokens;
   double retention = -1;    // the request's share of prefix rows (< 0: the engine's)
+  // Whose stored prefixes the request may reuse and adds to (a tenant's API
+  // key and cache_salt; engine::ServeOptions::cache_namespace). 0: shared.
+  uint64_t cache_namespace = 0;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

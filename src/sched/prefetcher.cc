@@ -60,7 +60,7 @@ void Prefetcher::Loop() {
       if (stop_) return;
       job = next_;
     }
-    auto r = engine_->Prefetch(job->params().prompt);
+    auto r = engine_->Prefetch(job->params().prompt, job->params().cache_namespace);
     if (!r.ok()) {
       TIERKV_LOG(kWarn) << "prefetch: " << r.status().ToString();
     }

@@ -109,7 +109,7 @@ Status Scheduler::Submit(std::shared_ptr<Job> job) {
     cv_.SignalAll();
   }
   // Its remote lookups run while it waits (a no-op without a remote tier).
-  engine_->FetchAhead(queued->params().prompt);
+  engine_->FetchAhead(queued->params().prompt, queued->params().cache_namespace);
   return Status::Ok();
 }
 
@@ -188,7 +188,7 @@ void Scheduler::Loop() {
 }
 
 void Scheduler::Locate(WindowEntry& e) {
-  engine::PrefixLocation now = engine_->Locate(e.job->params().prompt);
+  engine::PrefixLocation now = engine_->Locate(e.job->params().prompt, e.job->params().cache_namespace);
   if (now.score_keys != e.where.score_keys) {
     // Chunks stored since (or evicted): the window's +1 moves to them.
     engine_->OnSchedulerEvent(e.where, engine::SchedulerEvent::kLeaveWindow);
@@ -201,7 +201,7 @@ void Scheduler::RunWindow(std::vector<std::shared_ptr<Job>> arrived, bool past_d
   for (auto& job : arrived) {
     WindowEntry e;
     e.job = std::move(job);
-    e.where = engine_->Locate(e.job->params().prompt);
+    e.where = engine_->Locate(e.job->params().prompt, e.job->params().cache_namespace);
     e.entered_as = e.where.place;
     engine_->OnSchedulerEvent(e.where, engine::SchedulerEvent::kEnterWindow);
     window_.Add(std::move(e));
@@ -271,6 +271,7 @@ void Scheduler::Start(std::shared_ptr<Job> job, engine::PrefixLocation where,
   so.keep_kv = true;
   so.scheduler_events = r->events;
   so.retention = p.retention;
+  so.cache_namespace = p.cache_namespace;
   if (r->events) engine_->OnSchedulerEvent(r->where, engine::SchedulerEvent::kStart);
   r->served = true;
   auto served = engine_->Serve(p.prompt, so);

@@ -184,6 +184,48 @@ Status ParseStreaming(const json& body, CompletionRequest* r) {
   return Status::Ok();
 }
 
+// OpenAI fields that change the answer and are not implemented: refused
+// unless absent, null or their default.
+Status RefuseUnsupported(const json& body) {
+  struct Field {
+    const char* name;
+    bool (*is_default)(const json&);
+  };
+  static const Field kFields[] = {
+      {"logprobs", [](const json& v) { return v.is_boolean() ? !v.get<bool>() : v == 0; }},
+      {"top_logprobs", [](const json& v) { return v == 0; }},
+      {"echo", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }},
+      {"best_of", [](const json& v) { return v == 1; }},
+      {"suffix", [](const json& v) { return v.is_string() && v.get<std::string>().empty(); }},
+      {"logit_bias", [](const json& v) { return v.is_object() && v.empty(); }},
+      {"presence_penalty", [](const json& v) { return v.is_number() && v.get<double>() == 0; }},
+      {"frequency_penalty", [](const json& v) { return v.is_number() && v.get<double>() == 0; }},
+      {"response_format",
+       [](const json& v) { return v.is_object() && v.size() == 1 && v.value("type", "") == "text"; }},
+      {"tools", [](const json& v) { return v.is_array() && v.empty(); }},
+      {"functions", [](const json& v) { return v.is_array() && v.empty(); }},
+      {"tool_choice", [](const json& v) { return v == "none"; }},
+      {"function_call", [](const json& v) { return v == "none"; }},
+  };
+  for (const Field& f : kFields) {
+    if (!body.contains(f.name) || body[f.name].is_null() || f.is_default(body[f.name])) continue;
+    return Bad(f.name, "not supported by this server (only its default is accepted), got " +
+                           body[f.name].dump().substr(0, 100));
+  }
+  return Status::Ok();
+}
+
+Status ParseCacheSalt(const json& body, CompletionRequest* r) {
+  if (!body.contains("cache_salt") || body["cache_salt"].is_null()) return Status::Ok();
+  const json& v = body["cache_salt"];
+  if (!v.is_string()) return Bad("cache_salt", "must be a string");
+  r->cache_salt = v.get<std::string>();
+  if (r->cache_salt.empty() || r->cache_salt.size() > 256) {
+    return Bad("cache_salt", "must be 1 to 256 bytes, got " + std::to_string(r->cache_salt.size()));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<CompletionRequest> ParseCompletionRequest(std::string_view text, bool chat) {
@@ -201,6 +243,8 @@ Result<CompletionRequest> ParseCompletionRequest(std::string_view text, bool cha
     RETURN_IF_ERROR(ParseSampling(body, &r));
     RETURN_IF_ERROR(ParseLimits(body, &r));
     RETURN_IF_ERROR(ParseStreaming(body, &r));
+    RETURN_IF_ERROR(ParseCacheSalt(body, &r));
+    RETURN_IF_ERROR(RefuseUnsupported(body));
     if (body.contains("stop")) {
       ASSIGN_OR_RETURN(r.stop, ParseStop(body["stop"]));
     }

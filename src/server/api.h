@@ -32,6 +32,9 @@ struct CompletionRequest {
   // Generate max_tokens tokens even past the model's end of text (llama.cpp's
   // and vLLM's extension; load generators use it for fixed output lengths).
   bool ignore_eos = false;
+  // vLLM's field: splits the prefix cache's namespace further, so that only
+  // requests with the same salt (and the same API key) share prefixes.
+  std::string cache_salt;
 };
 
 // Parses a POST /v1/completions (chat = false) or /v1/chat/completions body.

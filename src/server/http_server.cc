@@ -7,9 +7,16 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <optional>
+#include <variant>
+#include <pthread.h>
+
+#include <xxhash.h>
 
 #include "sched/scheduler.h"
 #include "server/api.h"
+#include "server/http_checks.h"
+#include "server/http_guard.h"
 #include "tierkv/chat.h"
 #include "server/metrics.h"
 #include "server/openai_format.h"
@@ -42,6 +49,9 @@ std::string CacheStatsJson(const store::StoreStats& s, const cache::CacheStats& 
                            {"corrupt_records", s.corrupt_records},
                            {"read_errors", s.read_errors},
                            {"evicted_chunks", s.evicted_chunks},
+                           {"budget_bytes", s.budget_bytes},
+                           {"put_failures", s.put_failures},
+                           {"nospace_retries", s.nospace_retries},
                            {"dropped_chunks", s.dropped_chunks},
                            {"recovered_chunks", s.recovered_chunks},
                            {"compactions", s.compactions},
@@ -78,6 +88,54 @@ bool TokenMatches(const std::string& header, const std::string& token) {
   return diff == 0;
 }
 
+// The API key an Authorization header carries, from `keys` (every key is
+// compared, so the time does not tell which matched); null when none.
+const std::string* MatchingKey(const std::string& header, const std::vector<std::string>& keys) {
+  const std::string* found = nullptr;
+  for (const std::string& k : keys) {
+    if (TokenMatches(header, k)) found = &k;
+  }
+  return found;
+}
+
+// The namespace of a request's prefixes: its tenant (the API key, or ""
+// when keys are shared or absent) and its cache_salt, hashed with a domain
+// tag; 0 (the shared namespace, that of stores written before tenants
+// existed) when both are empty. Stable across restarts: the store keeps it.
+uint64_t CacheNamespace(const std::string& tenant, const std::string& salt) {
+  if (tenant.empty() && salt.empty()) return 0;
+  const std::string material = "tierkv-ns:" + std::to_string(tenant.size()) + ":" + tenant + salt;
+  const uint64_t ns = XXH3_64bits(material.data(), material.size());
+  return ns == 0 ? 1 : ns;
+}
+
+// The routes API keys guard (with keys, GET /v1/cache needs the admin token).
+bool NeedsApiKey(const std::string& path) {
+  return path.rfind("/v1/", 0) == 0 && path != "/v1/cache";
+}
+
+bool IsInferencePath(const std::string& path) {
+  return path == "/v1/completions" || path == "/v1/chat/completions";
+}
+
+RequestHead HeadOf(const httplib::Request& q) {
+  RequestHead h;
+  h.method = q.method;
+  h.version = q.version;
+  const auto values = [&](const char* name) {
+    std::vector<std::string> out;
+    const size_t n = q.get_header_value_count(name);
+    for (size_t i = 0; i < n; ++i) out.push_back(q.get_header_value(name, i));
+    return out;
+  };
+  h.content_length = values("Content-Length");
+  h.transfer_encoding = values("Transfer-Encoding");
+  if (q.has_header("Host")) h.host = q.get_header_value("Host");
+  if (q.has_header("Origin")) h.origin = q.get_header_value("Origin");
+  if (q.has_header("Content-Type")) h.content_type = q.get_header_value("Content-Type");
+  return h;
+}
+
 // The scheduler's options within the server's; InvalidArgument naming the field.
 Result<sched::SchedulerOptions> SchedulerOptionsOf(const ServerOptions& o) {
   sched::SchedulerOptions s;
@@ -92,11 +150,18 @@ Result<sched::SchedulerOptions> SchedulerOptionsOf(const ServerOptions& o) {
 
 }  // namespace
 
+bool IsLoopbackAddress(const std::string& host) { return IsLoopbackHost(host); }
+
 Status ServerOptions::Validate() const {
   if (port < 0 || port > 65535) return Status::InvalidArgument("port: must be in [0, 65535]");
   RETURN_IF_ERROR(SchedulerOptionsOf(*this).status());
   if (max_body_bytes == 0) return Status::InvalidArgument("max_body_bytes: must be at least 1");
   if (grace_ms < 0) return Status::InvalidArgument("grace_ms: must not be negative");
+  if (max_connections == 0) return Status::InvalidArgument("max_connections: must be at least 1");
+  if (request_timeout_ms <= 0) return Status::InvalidArgument("request_timeout_ms: must be positive");
+  for (const std::string& k : api_keys) {
+    if (k.empty()) return Status::InvalidArgument("api_keys: a key is empty");
+  }
   return Status::Ok();
 }
 
@@ -105,18 +170,25 @@ struct Server::Impl {
   const Tokenizer& tok;
   engine::Engine* const engine;
   const ServerOptions opts;
-  httplib::Server http;
+  GuardedHttpServer http;
+  std::vector<std::string> allowed_hosts;  // AllowedHostNames (empty: any); set by Bind
+  int port = 0;                            // set by Bind
   Metrics metrics;
   sched::Scheduler sched;
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_id{1};
+  // Responses not yet written whole: a handler's, or a stream's until its
+  // last event. The drain waits for none before it stops the listener.
+  std::atomic<int64_t> inflight{0};
   // cpp-httplib 0.11's stop() does nothing until listen_after_bind has begun
   // its loop (cpp-httplib #1645), so a Shutdown between Bind and that moment
-  // would be lost and Run would never return. Run and Shutdown meet here.
+  // would be lost and Run would never return. Run and the drain meet here.
   enum class Listen { kNotYet, kEntered, kDone };
   Mutex listen_mu;
   Listen listen TIERKV_GUARDED_BY(listen_mu) = Listen::kNotYet;
   bool stop_asked TIERKV_GUARDED_BY(listen_mu) = false;
+  // `tierkv-drain`: started by the first Shutdown, joined by ~Server.
+  std::thread drainer TIERKV_GUARDED_BY(listen_mu);
   const uint64_t id_salt = std::random_device{}();
 
   Impl(const Model& m, const Tokenizer& t, engine::Engine* e, ServerOptions o)
@@ -124,19 +196,33 @@ struct Server::Impl {
         tok(t),
         engine(e),
         opts(std::move(o)),
+        http(LimitsOf(opts)),
         sched(m, t, e, *SchedulerOptionsOf(opts),
               [this](const sched::Outcome& o, double seconds) {
                 metrics.ObserveOutcome(o, seconds);
               }) {}
 
+  static ConnectionLimits LimitsOf(const ServerOptions& o) {
+    ConnectionLimits l;
+    l.max_connections = o.max_connections;
+    l.request_timeout = std::chrono::milliseconds(o.request_timeout_ms);
+    return l;
+  }
+
   void Routes();
   void Reply(httplib::Response& res, const std::string& endpoint, int status,
              const std::string& body, const char* type = "application/json");
   void Fail(httplib::Response& res, const std::string& endpoint, const Status& s);
-  Result<sched::GenerationParams> Prepare(const CompletionRequest& r);
-  void Complete(const httplib::Request& req, httplib::Response& res, bool chat);
-  void Stream(httplib::Response& res, const std::string& endpoint, std::shared_ptr<sched::Job> job,
-              ResponseHead head, bool include_usage, PeerWatch peer);
+  void Refuse(httplib::Response& res, int status, const std::string& message);
+  bool CheckHead(const httplib::Request& req, httplib::Response& res);
+  void AddCorsHeaders(const httplib::Request& req, httplib::Response& res) const;
+  std::optional<std::string> ReadBody(const httplib::Request& req, httplib::Response& res,
+                                      const httplib::ContentReader& read, const std::string& endpoint);
+  Result<sched::GenerationParams> Prepare(const CompletionRequest& r, const httplib::Request& req);
+  void Complete(const httplib::Request& req, const std::string& body, httplib::Response& res, bool chat);
+  void Stream(const httplib::Request& req, httplib::Response& res, const std::string& endpoint,
+              std::shared_ptr<sched::Job> job, ResponseHead head, bool include_usage, PeerWatch peer);
+  void Drain();
   std::string NewId(bool chat);
 };
 
@@ -149,8 +235,98 @@ void Server::Impl::Reply(httplib::Response& res, const std::string& endpoint, in
 
 void Server::Impl::Fail(httplib::Response& res, const std::string& endpoint, const Status& s) {
   const int code = HttpStatusOf(s);
-  if (code == 429) res.set_header("Retry-After", "1");
+  if (code == 429 || code == 503) res.set_header("Retry-After", "1");
   Reply(res, endpoint, code, ErrorBody(code, s));
+}
+
+// A refusal from the request's head: its body (if any) is never read, so
+// the connection closes after the answer.
+void Server::Impl::Refuse(httplib::Response& res, int status, const std::string& message) {
+  res.status = status;
+  const Status s = status >= 500 ? Status::Unavailable(message) : Status::InvalidArgument(message);
+  res.set_content(ErrorBody(status, s), "application/json");
+  if (status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  GuardedHttpServer::CloseAfterResponse();
+}
+
+// Everything decided from the head, before the body is read: Host and
+// Origin, CORS preflight, the body's framing and size, JSON, the API key.
+// False when `res` holds the answer.
+bool Server::Impl::CheckHead(const httplib::Request& req, httplib::Response& res) {
+  if (draining) GuardedHttpServer::CloseAfterResponse();
+  const RequestHead head = HeadOf(req);
+  if (auto r = CheckHostAndOrigin(head, allowed_hosts, port, opts.cors_origin)) {
+    Refuse(res, r->status, r->message);
+    return false;
+  }
+  if (req.method == "OPTIONS") {
+    // A preflight: only the --cors-origin page gets one (CheckHostAndOrigin let it through).
+    if (opts.cors_origin.empty() || !head.origin) {
+      Refuse(res, 405, "OPTIONS: no cross-origin access (tierkv serve --cors-origin allows one origin)");
+      return false;
+    }
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    res.set_header("Access-Control-Max-Age", "600");
+    return false;
+  }
+  const auto framing = CheckFraming(head, opts.max_body_bytes);
+  if (const auto* r = std::get_if<HeadRefusal>(&framing)) {
+    Refuse(res, r->status, r->message);
+    return false;
+  }
+  if (req.method == "POST" && IsInferencePath(req.path)) {
+    if (auto r = CheckJsonBody(head)) {
+      Refuse(res, r->status, r->message);
+      return false;
+    }
+  }
+  if (!opts.api_keys.empty() && NeedsApiKey(req.path) &&
+      !MatchingKey(req.get_header_value("Authorization"), opts.api_keys)) {
+    Refuse(res, 401, "Authorization: missing or not an API key of this server ('Bearer KEY')");
+    return false;
+  }
+  return true;
+}
+
+void Server::Impl::AddCorsHeaders(const httplib::Request& req, httplib::Response& res) const {
+  if (opts.cors_origin.empty() || req.get_header_value("Origin") != opts.cors_origin) return;
+  res.set_header("Access-Control-Allow-Origin", opts.cors_origin);
+  res.set_header("Vary", "Origin");
+}
+
+// The body, read as it arrives (chunked or not) and never past the limit:
+// a longer one is 413 and the connection closes. nullopt when `res` holds
+// the answer.
+std::optional<std::string> Server::Impl::ReadBody(const httplib::Request& req, httplib::Response& res,
+                                                  const httplib::ContentReader& read,
+                                                  const std::string& endpoint) {
+  std::string body;
+  bool over = false;
+  const bool ok = read([&](const char* data, size_t n) {
+    if (n > opts.max_body_bytes - body.size()) {
+      over = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (ok && !over) return body;
+  GuardedHttpServer::CloseAfterResponse();
+  if (over) {
+    Reply(res, endpoint, 413,
+          ErrorBody(413, Status::InvalidArgument("body: larger than the server's limit of " +
+                                                 std::to_string(opts.max_body_bytes) + " bytes")));
+  } else if (GuardedHttpServer::RequestTimedOut()) {
+    Reply(res, endpoint, 408,
+          ErrorBody(408, Status::InvalidArgument("body: not received within " +
+                                                 std::to_string(opts.request_timeout_ms / 1000.0) + " s")));
+  } else {
+    Reply(res, endpoint, 400,
+          ErrorBody(400, Status::InvalidArgument("body: incomplete, or its chunked framing is malformed")));
+  }
+  return std::nullopt;
 }
 
 std::string Server::Impl::NewId(bool chat) {
@@ -161,7 +337,8 @@ std::string Server::Impl::NewId(bool chat) {
 }
 
 // The request's tokens and limits, checked against the model.
-Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r) {
+Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r,
+                                                      const httplib::Request& req) {
   const engine::System system = engine->options().system;
   if (r.retention && *r.retention != 1 && !engine::TraitsOf(system).selective) {
     return Status::InvalidArgument(std::string("retention: this server's system, ") +
@@ -171,6 +348,9 @@ Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r
   }
   sched::GenerationParams p;
   p.retention = r.retention.value_or(-1);
+  const std::string* key = opts.share_prefixes ? nullptr
+                                                : MatchingKey(req.get_header_value("Authorization"), opts.api_keys);
+  p.cache_namespace = CacheNamespace(key ? *key : std::string(), r.cache_salt);
   if (r.chat) {
     ASSIGN_OR_RETURN(p.prompt, ChatPromptTokens(tok, opts.chat, r.messages));
     if (auto eot = ChatEndOfTurnToken(tok, opts.chat)) p.stop_tokens.push_back(*eot);
@@ -188,8 +368,13 @@ Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r
   }
   const int context = model.config().context_length;
   const int n = static_cast<int>(p.prompt.size());
+  if (n >= context) {
+    return Status::InvalidArgument(std::string(r.chat ? "messages" : "prompt") + ": " +
+                                   std::to_string(n) + " tokens, the model's context is " +
+                                   std::to_string(context) + " tokens (leave at least one to generate)");
+  }
   p.max_tokens = r.max_tokens.value_or(r.chat ? context - n : kDefaultCompletionTokens);
-  if (n >= context || p.max_tokens < 1 || n + p.max_tokens > context) {
+  if (n + p.max_tokens > context) {
     return Status::InvalidArgument("max_tokens: the prompt's " + std::to_string(n) +
                                    " tokens plus max_tokens " + std::to_string(p.max_tokens) +
                                    " exceed the model's context of " + std::to_string(context) +
@@ -201,11 +386,12 @@ Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r
   return p;
 }
 
-void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+void Server::Impl::Complete(const httplib::Request& req, const std::string& body,
+                            httplib::Response& res, bool chat) {
   const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
-  auto parsed = ParseCompletionRequest(req.body, chat);
+  auto parsed = ParseCompletionRequest(body, chat);
   if (!parsed.ok()) return Fail(res, endpoint, parsed.status());
-  auto params = Prepare(*parsed);
+  auto params = Prepare(*parsed, req);
   if (!params.ok()) return Fail(res, endpoint, params.status());
   const size_t prompt_tokens = params->prompt.size();
   auto job = std::make_shared<sched::Job>(std::move(*params));
@@ -213,7 +399,7 @@ void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res,
   ResponseHead head{NewId(chat), UnixNow(), opts.model_id, chat};
   const PeerWatch peer(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   if (parsed->stream)
-    return Stream(res, endpoint, std::move(job), std::move(head), parsed->include_usage, peer);
+    return Stream(req, res, endpoint, std::move(job), std::move(head), parsed->include_usage, peer);
   while (!job->WaitFor(kPeerCheck)) {
     if (peer.Gone()) job->Cancel();
   }
@@ -232,72 +418,126 @@ void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res,
 // Streams the job's text as server-sent events. The provider runs on this
 // request's HTTP worker after the handler returns; a client that went away
 // (seen while no text comes, or as a failed write) ends it, and the
-// releaser then cancels the job.
-void Server::Impl::Stream(httplib::Response& res, const std::string& endpoint,
-                          std::shared_ptr<sched::Job> job, ResponseHead head, bool include_usage,
-                          PeerWatch peer) {
+// releaser then cancels the job. A job the drain cancels still ends with an
+// error event and [DONE]. An HTTP/1.0 client gets the events without
+// chunked framing, ended by closing the connection.
+void Server::Impl::Stream(const httplib::Request& req, httplib::Response& res,
+                          const std::string& endpoint, std::shared_ptr<sched::Job> job,
+                          ResponseHead head, bool include_usage, PeerWatch peer) {
   metrics.CountRequest(endpoint, 200);
   auto first = std::make_shared<bool>(true);
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [job, head, include_usage, first, peer](size_t, httplib::DataSink& sink) {
-        bool ended = false;
-        const std::string text = job->Next(kPeerCheck, &ended);
-        if (text.empty() && !ended && peer.Gone()) return false;
-        if (!text.empty()) {
-          const std::string ev = ChunkEvent(head, text, *first, nullptr);
-          *first = false;
-          if (!sink.write(ev.data(), ev.size())) return false;
-        }
-        if (!ended) return true;
-        const sched::Outcome o = job->Wait();
-        std::string tail;
-        if (o.reason == sched::FinishReason::kError ||
-            o.reason == sched::FinishReason::kCancelled) {
-          const Status s =
-              o.reason == sched::FinishReason::kError
-                  ? o.status
-                  : Status::Unavailable("the server shut down before the request finished");
-          tail = "data: " + ErrorBody(HttpStatusOf(s), s) + "\n\n";
-        } else {
-          tail = ChunkEvent(head, "", *first, sched::FinishReasonName(o.reason));
-          if (include_usage) tail += UsageEvent(head, UsageOf(o, job->params().prompt.size()));
-        }
-        tail += kDoneEvent;
-        if (!sink.write(tail.data(), tail.size())) return false;
-        sink.done();
-        return true;
-      },
-      [job](bool success) {
-        // The client left (or a write failed): the scheduler drops the job at
-        // its next step.
-        if (!success) job->Cancel();
-      });
+  ++inflight;  // until the releaser: the stream's last event is written (or the client left)
+  auto provider = [job, head, include_usage, first, peer](size_t, httplib::DataSink& sink) {
+    bool ended = false;
+    const std::string text = job->Next(kPeerCheck, &ended);
+    if (text.empty() && !ended && peer.Gone()) return false;
+    if (!text.empty()) {
+      const std::string ev = ChunkEvent(head, text, *first, nullptr);
+      *first = false;
+      if (!sink.write(ev.data(), ev.size())) return false;
+    }
+    if (!ended) return true;
+    const sched::Outcome o = job->Wait();
+    std::string tail;
+    if (o.reason == sched::FinishReason::kError || o.reason == sched::FinishReason::kCancelled) {
+      const Status s = o.reason == sched::FinishReason::kError
+                           ? o.status
+                           : Status::Unavailable("the server shut down before the request finished");
+      tail = "data: " + ErrorBody(HttpStatusOf(s), s) + "\n\n";
+    } else {
+      tail = ChunkEvent(head, "", *first, sched::FinishReasonName(o.reason));
+      if (include_usage) tail += UsageEvent(head, UsageOf(o, job->params().prompt.size()));
+    }
+    tail += kDoneEvent;
+    if (!sink.write(tail.data(), tail.size())) return false;
+    sink.done();
+    return true;
+  };
+  auto releaser = [this, job](bool success) {
+    // The client left (or a write failed): the scheduler drops the job at
+    // its next step.
+    if (!success) job->Cancel();
+    --inflight;
+  };
+  if (req.version == "HTTP/1.0") {
+    GuardedHttpServer::CloseAfterResponse();
+    res.set_content_provider("text/event-stream", std::move(provider), std::move(releaser));
+  } else {
+    res.set_chunked_content_provider("text/event-stream", std::move(provider), std::move(releaser));
+  }
 }
 
 void Server::Impl::Routes() {
-  http.Post("/v1/completions",
-            [this](const httplib::Request& q, httplib::Response& r) { Complete(q, r, false); });
-  http.Post("/v1/chat/completions",
-            [this](const httplib::Request& q, httplib::Response& r) { Complete(q, r, true); });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
-    const nlohmann::json j{
-        {"object", "list"},
-        {"data",
-         {{{"id", opts.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "tierkv"}}}}};
+  http.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& r) {
+    return CheckHead(q, r) ? httplib::Server::HandlerResponse::Unhandled
+                           : httplib::Server::HandlerResponse::Handled;
+  });
+  // A client that waits for "100 Continue" before its body gets the head's
+  // refusal instead.
+  http.set_expect_100_continue_handler([this](const httplib::Request& q, httplib::Response& r) {
+    return CheckHead(q, r) ? 100 : r.status;
+  });
+  http.set_post_routing_handler([this](const httplib::Request& q, httplib::Response& r) {
+    AddCorsHeaders(q, r);
+    if (draining) GuardedHttpServer::CloseAfterResponse();
+    if (r.get_header_value("Connection") == "close" || GuardedHttpServer::ClosingAfterResponse()) {
+      r.headers.erase("Keep-Alive");
+      r.headers.erase("Connection");
+      r.set_header("Connection", "close");
+    }
+  });
+  for (const bool chat : {false, true}) {
+    const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
+    http.Post(path, [this, chat, path](const httplib::Request& q, httplib::Response& r,
+                                       const httplib::ContentReader& read) {
+      ++inflight;
+      if (auto body = ReadBody(q, r, read, path)) Complete(q, *body, r, chat);
+      --inflight;
+    });
+  }
+  const auto model_json = [this] {
+    return nlohmann::json{{"id", opts.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "tierkv"}};
+  };
+  http.Get("/v1/models", [this, model_json](const httplib::Request&, httplib::Response& r) {
+    const nlohmann::json j{{"object", "list"}, {"data", {model_json()}}};
     Reply(r, "/v1/models", 200, j.dump());
+  });
+  http.Get("/v1/models/(.+)", [this, model_json](const httplib::Request& q, httplib::Response& r) {
+    if (q.matches[1] != opts.model_id) {
+      return Reply(r, "/v1/models", 404,
+                   ErrorBody(404, Status::NotFound("model: '" + std::string(q.matches[1]).substr(0, 200) +
+                                                   "' is not served here (GET /v1/models lists it)")));
+    }
+    Reply(r, "/v1/models", 200, model_json().dump());
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
     if (draining) return Reply(r, "/health", 503, R"({"status":"shutting down"})");
     Reply(r, "/health", 200, R"({"status":"ok"})");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
-    const Snapshot now{sched.queued(), sched.running(), engine->StoreStatistics(), engine->PoolStatistics(),
-                       sched.stats(), engine->RemoteStatistics(), !engine->options().remote.url.empty()};
+    const ConnectionCounts conns = http.counts();
+    const Snapshot now{sched.queued(),
+                       sched.running(),
+                       engine->StoreStatistics(),
+                       engine->PoolStatistics(),
+                       sched.stats(),
+                       engine->RemoteStatistics(),
+                       !engine->options().remote.url.empty(),
+                       conns.open,
+                       conns.refused,
+                       conns.timed_out};
     Reply(r, "/metrics", 200, metrics.Render(now), "text/plain; version=0.0.4");
   });
-  http.Get("/v1/cache", [this](const httplib::Request&, httplib::Response& r) {
+  http.Get("/v1/cache", [this](const httplib::Request& q, httplib::Response& r) {
+    // With tenants, the store's totals are the operator's: they count every key's prefixes.
+    if (!opts.api_keys.empty() && (opts.admin_token.empty() ||
+                                   !TokenMatches(q.get_header_value("Authorization"), opts.admin_token))) {
+      r.set_header("WWW-Authenticate", "Bearer");
+      return Reply(r, "/v1/cache", 401,
+                   ErrorBody(401, Status::InvalidArgument(
+                                      "Authorization: with API keys, the cache's figures need the admin token")));
+    }
     Reply(r, "/v1/cache", 200, CacheStatsJson(engine->StoreStatistics(), engine->PoolStatistics()));
   });
   http.Delete("/v1/cache", [this](const httplib::Request& q, httplib::Response& r) {
@@ -316,13 +556,21 @@ void Server::Impl::Routes() {
     TIERKV_LOG(kInfo) << "cache flushed: " << *dropped << " chunks dropped";
     Reply(r, "/v1/cache", 200, nlohmann::json{{"flushed_chunks", *dropped}}.dump());
   });
-  // Errors cpp-httplib raises itself (413, 404, 405) get OpenAI's error body.
+  // Errors cpp-httplib raises itself (400, 404, 405, 408) get OpenAI's error body.
   http.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
+    if (GuardedHttpServer::RequestTimedOut() && r.status == 400) {
+      r.status = 408;
+      r.body.clear();
+      GuardedHttpServer::CloseAfterResponse();
+    }
     if (!r.body.empty()) return;
     const std::string why = r.status == 413 ? "body: larger than the server's limit of " +
                                                   std::to_string(opts.max_body_bytes) + " bytes"
+                            : r.status == 408 ? "request: not received within " +
+                                                    std::to_string(opts.request_timeout_ms / 1000.0) + " s"
                             : r.status == 404 ? "no route " + q.method + " " + q.path
                                               : "the request could not be handled";
+    if (r.status == 400 || r.status == 413) GuardedHttpServer::CloseAfterResponse();
     r.set_content(
         ErrorBody(r.status, r.status >= 500 ? Status::IOError(why) : Status::InvalidArgument(why)),
         "application/json");
@@ -340,17 +588,21 @@ Result<std::unique_ptr<Server>> Server::Create(const Model& model, const Tokeniz
   auto impl = std::make_unique<Impl>(model, tokenizer, engine, std::move(options));
   Impl& im = *impl;
   im.http.set_payload_max_length(im.opts.max_body_bytes);
-  im.http.set_keep_alive_timeout(2);
-  // A worker per request in flight (a stream holds its worker), plus room
-  // for the refusals and the metrics scrapes.
-  const size_t workers = im.opts.max_queue + im.opts.max_running + 4;
-  im.http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   im.Routes();
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Server::~Server() { impl_->sched.Shutdown(std::chrono::milliseconds(0)); }
+
+Server::~Server() {
+  std::thread drainer;
+  {
+    MutexLock l(&impl_->listen_mu);
+    drainer = std::move(impl_->drainer);
+  }
+  if (drainer.joinable()) drainer.join();
+  impl_->sched.Shutdown(std::chrono::milliseconds(0));
+}
 
 Result<int> Server::Bind() {
   Impl& im = *impl_;
@@ -359,8 +611,10 @@ Result<int> Server::Bind() {
                        : (im.http.bind_to_port(im.opts.host, im.opts.port) ? im.opts.port : -1);
   if (port < 0) {
     return Status::IOError("cannot listen on " + im.opts.host + ":" + std::to_string(im.opts.port) +
-                           " (in use, or not an address of this machine)");
+                           " (address in use, or not an address of this machine)");
   }
+  im.port = port;
+  im.allowed_hosts = AllowedHostNames(im.opts.host, im.opts.allowed_hosts);
   return port;
 }
 
@@ -380,27 +634,46 @@ Status Server::Run() {
   return Status::Ok();
 }
 
-void Server::Shutdown() {
-  Impl& im = *impl_;
-  im.draining = true;
-  im.sched.Drain(std::chrono::milliseconds(im.opts.grace_ms));
+// On `tierkv-drain`: the scheduler finishes or cancels every job, then the
+// responses are written (streams end with their last event), then the
+// listener stops. Until then new requests are answered 503.
+void Server::Impl::Drain() {
+  pthread_setname_np(pthread_self(), "tierkv-drain");
+  const auto grace = std::chrono::milliseconds(opts.grace_ms);
+  sched.Drain(grace);
+  // After the grace period jobs are cancelled at the scheduler's next round;
+  // their responses then need at most a write timeout each to go out.
+  const auto limit = std::chrono::steady_clock::now() + grace + http.limits().write_timeout +
+                     std::chrono::seconds(5);
+  while ((inflight > 0 || sched.queued() + sched.running() > 0) &&
+         std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   {
-    MutexLock l(&im.listen_mu);
-    im.stop_asked = true;
+    MutexLock l(&listen_mu);
+    stop_asked = true;
   }
   // While Run is in, or about to enter, httplib's loop: stop it once it is
   // there. Not entered: Run sees stop_asked and returns. Done: nothing to stop.
   for (;;) {
     {
-      MutexLock l(&im.listen_mu);
-      if (im.listen != Impl::Listen::kEntered) return;
+      MutexLock l(&listen_mu);
+      if (listen != Listen::kEntered) return;
     }
-    if (im.http.is_running()) {
-      im.http.stop();
+    if (http.is_running()) {
+      http.stop();
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+void Server::Shutdown() {
+  Impl& im = *impl_;
+  im.draining = true;
+  MutexLock l(&im.listen_mu);
+  if (im.drainer.joinable()) return;
+  im.drainer = std::thread([&im] { im.Drain(); });
 }
 
 }  // namespace tierkv::server

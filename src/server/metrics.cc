@@ -65,7 +65,11 @@ void RenderRemote(const RemoteStats& r, std::string* out) {
   One(out, "tierkv_remote_ahead_dropped_total", "counter", "Lookups ahead not run: their queue was full.",
       double(r.ahead_dropped));
   One(out, "tierkv_remote_bytes_up_total", "counter", "Bytes written to the remote tier.", double(r.bytes_up));
-  One(out, "tierkv_remote_uploads_total", "counter", "Chunks written to the remote tier.", double(r.uploads));
+  One(out, "tierkv_remote_uploads_total", "counter", "Chunks written to the remote tier (Redis replied OK to every layer).",
+      double(r.uploads));
+  One(out, "tierkv_remote_upload_refusals_total", "counter",
+      "Chunks Redis refused to store (an error reply: OOM, NOAUTH, READONLY, a refused login).",
+      double(r.upload_refusals));
   One(out, "tierkv_remote_dropped_writes_total", "counter", "Chunks not written: the upload queue was full.",
       double(r.dropped_writes));
   One(out, "tierkv_remote_queued_chunks", "gauge", "Chunks waiting to go up.", double(r.queued));
@@ -189,11 +193,25 @@ std::string Metrics::Render(const Snapshot& now) const {
       static_cast<double>(t.retried));
   One(&out, "tierkv_queue_length", "gauge", "Requests waiting to start.", static_cast<double>(now.queued));
   One(&out, "tierkv_running_requests", "gauge", "Requests generating.", static_cast<double>(now.running));
+  One(&out, "tierkv_http_connections", "gauge", "Connections in service (each on a worker).",
+      static_cast<double>(now.http_open));
+  One(&out, "tierkv_http_connections_refused_total", "counter",
+      "Connections answered 503 at once: --max-connections were in service.", static_cast<double>(now.http_refused));
+  One(&out, "tierkv_http_request_timeouts_total", "counter",
+      "Requests not received whole within --request-timeout-seconds (408).", static_cast<double>(now.http_timed_out));
   One(&out, "tierkv_store_corrupt_records_total", "counter", "Stored records that failed verification (served as misses).",
       static_cast<double>(now.store.corrupt_records));
   One(&out, "tierkv_store_evicted_chunks_total", "counter", "Chunks evicted from the disk tier for its budget.",
       static_cast<double>(now.store.evicted_chunks));
   One(&out, "tierkv_store_live_bytes", "gauge", "Bytes of live records on disk.", static_cast<double>(now.store.live_bytes));
+  One(&out, "tierkv_store_dead_bytes", "gauge", "Bytes of dead records on disk (awaiting compaction).",
+      static_cast<double>(now.store.dead_bytes));
+  One(&out, "tierkv_store_budget_bytes", "gauge", "The bound on live plus dead bytes on disk (0: unlimited).",
+      static_cast<double>(now.store.budget_bytes));
+  One(&out, "tierkv_store_put_failures_total", "counter", "Prompts that could not be stored (a full disk after evicting and retrying, an I/O error).",
+      static_cast<double>(now.store.put_failures));
+  One(&out, "tierkv_store_nospace_retries_total", "counter", "Stores that met a full file system and tried again after evicting and compacting.",
+      static_cast<double>(now.store.nospace_retries));
   One(&out, "tierkv_store_live_chunks", "gauge", "Chunks the disk tier holds.", static_cast<double>(now.store.live_chunks));
   ByTier(&out, "tierkv_tier_used_bytes", "gauge", "Bytes each tier holds (device and host pools, live records on disk).",
          {double(now.pools.device_used), double(now.pools.host_used), double(now.store.live_bytes)});

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-30}
-for t in gguf record manifest prompt request; do
+for t in gguf record manifest prompt request http; do
   work=$(mktemp -d "${TMPDIR:-/tmp}/tierkv-fuzz-$t-XXXXXX")
   echo "=== fuzz_$t: $seconds s"
   if ! build/fuzz/tests/fuzz/fuzz_$t "$work" "tests/fuzz/corpus/$t" -max_total_time="$seconds" \

@@ -1,0 +1,300 @@
+#include "server/http_guard.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tierkv::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Waits up to `ms` (negative: 0) for `events` on fd; true when ready.
+bool WaitFor(int fd, short events, int64_t ms) {
+  pollfd p{fd, events, 0};
+  for (;;) {
+    const int r = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ms, INT32_MAX))));
+    if (r > 0) return true;
+    if (r == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+void Endpoint(int fd, bool peer, std::string& ip, int& port) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  const int r = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                     : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (r != 0) return;
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+    ip = host;
+    port = std::atoi(serv);
+  }
+}
+
+// One connection's bytes, read through a small buffer (httplib reads a
+// request's head a byte at a time). Every read of a request must happen
+// before its deadline; writes wait at most write_timeout for room.
+class ConnectionStream final : public httplib::Stream {
+ public:
+  // `stopping`: true once the server stops listening; a request still
+  // being read then ends at once instead of at its deadline.
+  ConnectionStream(int fd, std::chrono::milliseconds write_timeout, std::function<bool()> stopping)
+      : fd_(fd), write_timeout_ms_(write_timeout.count()), stopping_(std::move(stopping)) {}
+
+  void StartRequest(Clock::time_point deadline) {
+    deadline_ = deadline;
+    timed_out_ = false;
+  }
+  bool timed_out() const { return timed_out_; }
+  bool buffered() const { return off_ < len_; }
+
+  bool is_readable() const override { return buffered() || WaitFor(fd_, POLLIN, LeftMs()); }
+  bool is_writable() const override { return WaitFor(fd_, POLLOUT, write_timeout_ms_); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (!buffered()) {
+      // In slices, so that a stopping server is noticed.
+      for (;;) {
+        const int64_t left = LeftMs();
+        if (left <= 0) {
+          timed_out_ = true;
+          return -1;
+        }
+        if (stopping_()) return -1;
+        if (WaitFor(fd_, POLLIN, std::min<int64_t>(left, 200))) break;
+      }
+      ssize_t n;
+      do {
+        n = ::recv(fd_, buf_, sizeof buf_, 0);
+      } while (n < 0 && errno == EINTR);
+      if (n <= 0) return n;
+      off_ = 0;
+      len_ = static_cast<size_t>(n);
+    }
+    const size_t n = std::min(size, len_ - off_);
+    std::memcpy(ptr, buf_ + off_, n);
+    off_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!WaitFor(fd_, POLLOUT, write_timeout_ms_)) return -1;
+    ssize_t n;
+    do {
+      n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    return n;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { Endpoint(fd_, true, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { Endpoint(fd_, false, ip, port); }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  int64_t LeftMs() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+  }
+
+  const int fd_;
+  const int64_t write_timeout_ms_;
+  const std::function<bool()> stopping_;
+  Clock::time_point deadline_ = Clock::now();
+  bool timed_out_ = false;
+  char buf_[4096];
+  size_t off_ = 0, len_ = 0;
+};
+
+// What the thread serving a connection knows of it (a worker serves one
+// connection at a time; handlers run on the same thread).
+struct ThreadConnection {
+  ConnectionStream* stream = nullptr;
+  bool close_after = false;
+};
+thread_local ThreadConnection t_conn;
+// Set on the accepting thread while it refuses a connection inline.
+thread_local bool t_refusing = false;
+
+// httplib listens with SO_REUSEPORT, which lets a second process bind the
+// same port and take half the connections. Only SO_REUSEADDR here (a
+// restart may bind while old connections sit in TIME_WAIT).
+void ListenSocketOptions(socket_t sock) {
+  int yes = 1;
+  ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+}
+
+// Closes a connection the way a client still sending (a body the server
+// refused unread) sees the answer: the write side first, then what the
+// client sends is read and dropped for up to 1 s or 1 MiB, then the socket
+// closes. Closing with unread bytes would reset the connection, and a reset
+// can reach the client before it has read the refusal.
+void LingeringClose(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  size_t dropped = 0;
+  char buf[16384];
+  while (dropped < (1u << 20)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (left <= 0 || !WaitFor(fd, POLLIN, left)) break;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    dropped += static_cast<size_t>(n);
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+// Workers started as connections arrive, up to max_connections, then kept
+// idle for the next ones. A connection beyond them is refused on the
+// accepting thread (httplib calls enqueue there).
+class GuardedHttpServer::Pool final : public httplib::TaskQueue {
+ public:
+  explicit Pool(size_t max) : max_(max) {}
+  ~Pool() override = default;
+
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (busy_ + jobs_.size() < max_) {
+        jobs_.push_back(std::move(fn));
+        // A worker for each waiting connection: idle_ counts the workers
+        // waiting (or woken and not yet running), each of which takes one.
+        if (jobs_.size() > idle_ && threads_.size() < max_) threads_.emplace_back([this] { Work(); });
+        cv_.notify_one();
+        return;
+      }
+    }
+    // Every worker is in use: fn runs here, and process_and_close_socket
+    // answers 503 without reading (a write to a fresh socket does not block).
+    t_refusing = true;
+    fn();
+    t_refusing = false;
+  }
+
+  void shutdown() override {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  void Work() {
+    pthread_setname_np(pthread_self(), "tierkv-http");
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;  // stop_, and nothing left to serve
+      std::function<void()> fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      ++busy_;
+      l.unlock();
+      fn();
+      l.lock();
+      --busy_;
+    }
+  }
+
+  const size_t max_;
+  // std::mutex, not util/mutex.h's: the condition variable waits on it.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;  // guarded by mu_
+  std::vector<std::thread> threads_;        // guarded by mu_ (grown in enqueue, joined in shutdown)
+  size_t busy_ = 0, idle_ = 0;              // guarded by mu_
+  bool stop_ = false;                       // guarded by mu_
+};
+
+GuardedHttpServer::GuardedHttpServer(ConnectionLimits limits) : limits_(limits) {
+  set_socket_options(ListenSocketOptions);
+  const size_t max = limits_.max_connections;
+  new_task_queue = [max] { return new Pool(max); };
+  set_keep_alive_max_count(limits_.keep_alive_requests);
+  // Only what the Keep-Alive header says: the wait itself is ServeConnection's.
+  set_keep_alive_timeout(
+      std::max<time_t>(1, std::chrono::duration_cast<std::chrono::seconds>(limits_.keep_alive).count()));
+}
+
+GuardedHttpServer::~GuardedHttpServer() = default;
+
+ConnectionCounts GuardedHttpServer::counts() const {
+  return ConnectionCounts{open_.load(), refused_.load(), timed_out_.load()};
+}
+
+void GuardedHttpServer::CloseAfterResponse() { t_conn.close_after = true; }
+
+bool GuardedHttpServer::ClosingAfterResponse() { return t_conn.close_after; }
+
+bool GuardedHttpServer::RequestTimedOut() { return t_conn.stream && t_conn.stream->timed_out(); }
+
+void GuardedHttpServer::Refuse(int fd) {
+  ++refused_;
+  static const std::string kBody =
+      R"({"error":{"message":"the server is serving its maximum of connections; retry later","type":"server_error","param":null,"code":503}})";
+  const std::string resp = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                           "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
+                           std::to_string(kBody.size()) + "\r\n\r\n" + kBody;
+  (void)::send(fd, resp.data(), resp.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
+
+bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
+  if (t_refusing) {
+    Refuse(sock);
+    return false;
+  }
+  ServeConnection(sock);
+  return true;
+}
+
+void GuardedHttpServer::ServeConnection(int fd) {
+  ++open_;
+  ConnectionStream stream(fd, limits_.write_timeout,
+                          [this] { return is_running() && svr_sock_ == INVALID_SOCKET; });
+  t_conn = ThreadConnection{&stream, false};
+  // A stopped listener ends its connections between requests (a server
+  // that never listened, the fuzzer's, serves the one it is given).
+  for (size_t left = limits_.keep_alive_requests; left > 0; --left) {
+    if (is_running() && svr_sock_ == INVALID_SOCKET) break;
+    if (!stream.buffered() && !WaitFor(fd, POLLIN, limits_.keep_alive.count())) break;
+    stream.StartRequest(Clock::now() + limits_.request_timeout);
+    bool closed = false;
+    const bool ok = process_request(stream, left == 1, closed, nullptr);
+    if (stream.timed_out()) {
+      ++timed_out_;
+      // Timed out inside the request line: httplib wrote nothing (a later
+      // timeout is answered 408 by the error handler).
+      if (!ok) {
+        static const char k408[] =
+            "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+        (void)stream.write(k408, sizeof k408 - 1);
+      }
+    }
+    if (!ok || closed || t_conn.close_after || stream.timed_out()) break;
+  }
+  t_conn = ThreadConnection{};
+  LingeringClose(fd);
+  --open_;
+}
+
+}  // namespace tierkv::server

@@ -1,0 +1,74 @@
+// The server's connections, on cpp-httplib 0.11's request parser and routes
+// but with the limits it lacks:
+//   - a deadline for reading a whole request (head and body), so a client
+//     that sends a byte every few seconds holds a worker for at most
+//     `request_timeout` (httplib's own timeout is per read) and then gets 408;
+//   - at most `max_connections` connections served at once, each on its own
+//     worker (started as needed, kept); one more is answered 503 at once
+//     on the accepting thread and closed, never queued behind slow ones;
+//   - a listening socket without SO_REUSEPORT (httplib sets it), so a
+//     second server on the same port fails with "address in use" instead of
+//     sharing the port;
+//   - a connection closes after any response that did not read the request's
+//     body (a refusal from the head), so unread bytes are never parsed as
+//     the next request.
+// Threads: the caller's (Run: httplib's accept loop), one `tierkv-http`
+// worker per connection in service.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+#include "tierkv/mutex.h"
+
+namespace tierkv::server {
+
+struct ConnectionLimits {
+  size_t max_connections = 256;
+  std::chrono::milliseconds request_timeout{30000};  // head and body of one request
+  std::chrono::milliseconds keep_alive{2000};        // idle wait for the next request
+  size_t keep_alive_requests = 100;                  // requests per connection
+  std::chrono::milliseconds write_timeout{10000};    // a client that stops reading
+};
+
+struct ConnectionCounts {
+  uint64_t open = 0;        // connections in service now
+  uint64_t refused = 0;     // answered 503 because max_connections were open
+  uint64_t timed_out = 0;   // requests not received within request_timeout (408)
+};
+
+class GuardedHttpServer : public httplib::Server {
+ public:
+  explicit GuardedHttpServer(ConnectionLimits limits);
+  ~GuardedHttpServer() override;
+
+  ConnectionCounts counts() const;
+  const ConnectionLimits& limits() const { return limits_; }
+
+  // Serves one connection on the calling thread until it closes, as a
+  // worker does (requests in turn, keep-alive, the deadline), then closes
+  // `fd`. The fuzzer drives the parser through it over a socketpair.
+  void ServeConnection(int fd);
+
+  // For a handler: the connection of the request this thread is answering
+  // closes after the response (its body was not read, or the server drains).
+  static void CloseAfterResponse();
+  static bool ClosingAfterResponse();
+  // For the error handler: whether this thread's current request ran out of
+  // its deadline while being read.
+  static bool RequestTimedOut();
+
+ private:
+  class Pool;
+  bool process_and_close_socket(socket_t sock) override;
+  void Refuse(int fd);
+
+  const ConnectionLimits limits_;
+  std::atomic<uint64_t> open_{0}, refused_{0}, timed_out_{0};
+};
+
+}  // namespace tierkv::server

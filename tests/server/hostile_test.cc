@@ -1,0 +1,478 @@
+// Black-box tests of `tierkv serve` against what a hostile client, a
+// browser page or an operator's mistake does (issue 34): the real binary on
+// a loopback port, raw sockets for framings an HTTP library will not send,
+// and the official OpenAI Node client (tools/openai; skipped without it)
+// where a client's view matters.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "testing/serve_process.h"
+#include "tierkv/tokenizer.h"
+
+namespace tierkv {
+namespace {
+
+using namespace serve_testing;
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A connection on a plain socket: sends what it is given, reads until the
+// server closes (or `seconds` pass).
+class Conn {
+ public:
+  explicit Conn(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~Conn() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool connected() const { return connected_; }
+  bool Send(const std::string& bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+  // Whatever has arrived within `ms`, without waiting for the close.
+  std::string Poll(int ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, ms) > 0) ReadSome();
+    return got_;
+  }
+  // Reads until the peer closes or `seconds` pass; true if it closed.
+  bool ReadToClose(double seconds) {
+    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < until) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      if (!ReadSome()) return true;
+    }
+    return false;
+  }
+  const std::string& got() const { return got_; }
+  int status() const {
+    return got_.rfind("HTTP/1.", 0) == 0 && got_.size() > 12 ? std::atoi(got_.c_str() + 9) : 0;
+  }
+
+ private:
+  bool ReadSome() {
+    char buf[65536];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    got_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string got_;
+};
+
+// One raw request; the status line's code and the whole answer (the
+// server must close the connection within `seconds`).
+int Exchange(int port, const std::string& request, std::string* answer = nullptr, double seconds = 10) {
+  Conn c(port);
+  EXPECT_TRUE(c.connected());
+  c.Send(request);
+  EXPECT_TRUE(c.ReadToClose(seconds)) << "the server kept the connection open after: " << request.substr(0, 200);
+  if (answer) *answer = c.got();
+  return c.status();
+}
+
+uint64_t RssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  return 0;
+}
+
+const std::string kHead = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+
+TEST(HostileClientTest, BodiesOverTheLimitAreRefusedHoweverFramed) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--max-body-bytes", "65536"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  const uint64_t rss0 = RssKiB(srv.pid());
+  // 200 chunks of 1 MiB: answered 413 as soon as the limit is passed.
+  {
+    Conn c(srv.port());
+    ASSERT_TRUE(c.connected());
+    const auto t0 = Clock::now();
+    c.Send(kHead + "Transfer-Encoding: chunked\r\n\r\n");
+    const std::string chunk = "100000\r\n" + std::string(1 << 20, 'a') + "\r\n";
+    for (int i = 0; i < 200 && c.status() == 0; ++i) {
+      if (!c.Send(chunk)) break;
+      c.Poll(0);
+    }
+    c.ReadToClose(10);
+    EXPECT_EQ(c.status(), 413) << c.got().substr(0, 300);
+    EXPECT_NE(c.got().find("larger than the server's limit of 65536 bytes"), std::string::npos);
+    EXPECT_LT(SecondsSince(t0), 10);
+  }
+  EXPECT_LT(RssKiB(srv.pid()), rss0 + 64 * 1024) << "the server buffered the body";
+  // Content-Length over the limit, huge, negative, conflicting, beside chunked.
+  std::string ans;
+  auto t0 = Clock::now();
+  EXPECT_EQ(Exchange(srv.port(), kHead + "Content-Length: 1099511627776\r\n\r\n", &ans), 413) << ans;
+  EXPECT_EQ(Exchange(srv.port(), kHead + "Content-Length: -1\r\n\r\n", &ans), 400) << ans;
+  EXPECT_NE(ans.find("Content-Length"), std::string::npos) << ans;
+  EXPECT_LT(SecondsSince(t0), 3) << "refusals must not wait for a body";
+  EXPECT_EQ(Exchange(srv.port(), kHead + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", &ans), 400) << ans;
+  EXPECT_NE(ans.find("conflicting"), std::string::npos) << ans;
+  EXPECT_EQ(Exchange(srv.port(), kHead + "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}", &ans), 400);
+  EXPECT_EQ(Exchange(srv.port(), kHead + "Transfer-Encoding: gzip\r\n\r\n", &ans), 501) << ans;
+  EXPECT_EQ(Exchange(srv.port(), kHead + "\r\n", &ans), 411) << ans;
+  // Malformed chunked framing: 400 and the connection closes.
+  EXPECT_EQ(Exchange(srv.port(), kHead + "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", &ans), 400);
+  // A well-formed chunked body under the limit is served.
+  const std::string body = R"({"prompt":"Once upon a time","max_tokens":2})";
+  char len[16];
+  std::snprintf(len, sizeof len, "%zx", body.size());
+  EXPECT_EQ(Exchange(srv.port(), kHead + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + len + "\r\n" +
+                                     body + "\r\n0\r\n\r\n", &ans), 200) << ans;
+  httplib::Client h("127.0.0.1", srv.port());
+  auto r = h.Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+TEST(HostileClientTest, SlowClientsAreCutOffAndHealthIsAlwaysAnswered) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--request-timeout-seconds", "3"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  std::vector<std::unique_ptr<Conn>> slow;
+  // 80: more than the 76 workers cpp-httplib's pool had (max_queue + max_running + 4).
+  for (int i = 0; i < 80; ++i) {
+    slow.push_back(std::make_unique<Conn>(srv.port()));
+    ASSERT_TRUE(slow.back()->connected());
+    slow.back()->Send(kHead + "Content-Length: 1000\r\n\r\n{");
+  }
+  std::atomic<bool> stop{false};
+  std::thread drip([&] {
+    while (!stop) {
+      for (auto& c : slow) c->Send(" ");
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  });
+  httplib::Client h("127.0.0.1", srv.port());
+  h.set_read_timeout(2);
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    auto r = h.Get("/health");
+    EXPECT_TRUE(r) << "/health not answered beside 80 slow clients";
+    if (r) EXPECT_EQ(r->status, 200);
+    EXPECT_LT(SecondsSince(t0), 1.0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  // Past the deadline every slow client has been answered 408 and closed.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  int timed_out = 0;
+  for (auto& c : slow) {
+    c->ReadToClose(5);
+    timed_out += c->status() == 408;
+  }
+  stop = true;
+  drip.join();
+  EXPECT_EQ(timed_out, 80);
+  EXPECT_GE(At(Metrics(h), "tierkv_http_request_timeouts_total"), 80);
+  // Beyond --max-connections, one more is answered 503 at once.
+  ServerProcess capped({"--port", "0", "--cache-dir", dir.path + "/capped", "--max-connections", "4"});
+  ASSERT_GT(capped.port(), 0) << capped.first_line();
+  std::vector<std::unique_ptr<Conn>> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(std::make_unique<Conn>(capped.port()));
+    held.back()->Send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");  // the head never ends
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::string ans;
+  const auto t0 = Clock::now();
+  EXPECT_EQ(Exchange(capped.port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", &ans), 503) << ans;
+  EXPECT_LT(SecondsSince(t0), 2);
+  held.clear();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  httplib::Client hc("127.0.0.1", capped.port());
+  EXPECT_GE(At(Metrics(hc), "tierkv_http_connections_refused_total"), 1);
+  EXPECT_EQ(capped.Stop(), 0);
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+TEST(HostileClientTest, ASecondServerOnTheSamePortFails) {
+  TempDir dir;
+  ServerProcess first({"--port", "0", "--cache-dir", dir.path + "/a"});
+  ASSERT_GT(first.port(), 0) << first.first_line();
+  const std::string err = dir.path + "/second.err";
+  ServerProcess second({"--port", std::to_string(first.port()), "--cache-dir", dir.path + "/b"}, {}, err);
+  EXPECT_EQ(second.port(), -1) << "the second server started: " << second.first_line();
+  EXPECT_EQ(second.Stop(), 1);
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("address in use"), std::string::npos) << text;
+  EXPECT_EQ(first.Stop(), 0);
+}
+
+TEST(HostileClientTest, BrowserPagesCannotDriveTheServer) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  const std::string body = R"({"prompt":"Once upon a time","max_tokens":2})";
+  const auto post = [&](const std::string& headers) {
+    std::string ans;
+    const int code = Exchange(srv.port(),
+                              "POST /v1/completions HTTP/1.1\r\n" + headers + "Content-Length: " +
+                                  std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body,
+                              &ans);
+    return std::make_pair(code, ans);
+  };
+  // A form or text/plain post, which a page sends cross-site without asking.
+  auto [code, ans] = post("Host: 127.0.0.1\r\nContent-Type: text/plain\r\n");
+  EXPECT_EQ(code, 415) << ans;
+  EXPECT_EQ(post("Host: 127.0.0.1\r\n").first, 415);
+  // DNS rebinding: the page's own host name.
+  std::tie(code, ans) = post("Host: evil.example:" + std::to_string(srv.port()) + "\r\nContent-Type: application/json\r\n");
+  EXPECT_EQ(code, 403) << ans;
+  EXPECT_EQ(post("Content-Type: application/json\r\n").first, 400) << "HTTP/1.1 without Host";
+  // Another site's page.
+  std::tie(code, ans) = post("Host: 127.0.0.1\r\nOrigin: http://evil.example\r\nContent-Type: application/json\r\n");
+  EXPECT_EQ(code, 403) << ans;
+  EXPECT_EQ(ans.find("Access-Control-Allow-Origin"), std::string::npos);
+  std::tie(code, ans) = post("Host: localhost\r\nContent-Type: application/json; charset=utf-8\r\n");
+  EXPECT_EQ(code, 200) << ans;
+  // No CORS by default: a preflight gets no grant.
+  EXPECT_EQ(Exchange(srv.port(), "OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: "
+                                 "https://app.example\r\nAccess-Control-Request-Method: POST\r\n\r\n", &ans), 403);
+  EXPECT_EQ(ans.find("Access-Control-Allow-Origin"), std::string::npos) << ans;
+  EXPECT_EQ(srv.Stop(), 0);
+
+  // --cors-origin and --allowed-hosts grant one origin and one name.
+  ServerProcess open({"--port", "0", "--cache-dir", dir.path, "--cors-origin", "https://app.example",
+                      "--allowed-hosts", "tierkv.internal"});
+  ASSERT_GT(open.port(), 0) << open.first_line();
+  EXPECT_EQ(Exchange(open.port(), "OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: "
+                                  "https://app.example\r\nAccess-Control-Request-Method: POST\r\n"
+                                  "Connection: close\r\n\r\n", &ans), 204) << ans;
+  EXPECT_NE(ans.find("Access-Control-Allow-Origin: https://app.example"), std::string::npos) << ans;
+  httplib::Client c("127.0.0.1", open.port());
+  auto r = c.Post("/v1/completions", {{"Origin", "https://app.example"}, {"Host", "tierkv.internal"}}, body,
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+  EXPECT_EQ(open.Stop(), 0);
+}
+
+// Runs the OpenAI Node client (tools/openai/client.mjs); its one JSON line.
+json OpenAiClient(int port, const std::string& key, const std::string& command, const json& req) {
+  const std::string cmd = "node " + std::string(TIERKV_SOURCE_DIR) + "/tools/openai/client.mjs http://127.0.0.1:" +
+                          std::to_string(port) + "/v1 " + key + " " + command + " '" + req.dump() + "'";
+  std::string out;
+  RunCommand(cmd, &out);
+  return json::parse(out, nullptr, false);
+}
+
+bool HaveOpenAiClient() {
+  return std::filesystem::exists(std::string(TIERKV_SOURCE_DIR) + "/tools/openai/node_modules/openai");
+}
+
+#define REQUIRE_OPENAI_CLIENT()                                                                  \
+  do {                                                                                           \
+    if (!HaveOpenAiClient()) GTEST_SKIP() << "needs the OpenAI client: bash tools/openai/setup.sh"; \
+  } while (0)
+
+TEST(HostileClientTest, SigtermEndsEveryStreamWithItsLastEventAndRefusesNewOnes) {
+  REQUIRE_OPENAI_CLIENT();
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--grace-seconds", "1"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  std::vector<json> results(4);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&, i] {
+      results[i] = OpenAiClient(srv.port(), "-", "completion",
+                                json{{"model", "tierkv"}, {"prompt", std::string(kPrefix) + std::to_string(i)},
+                                     {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}});
+    });
+  }
+  httplib::Client c("127.0.0.1", srv.port());
+  EXPECT_TRUE(AwaitMetrics(c, [](const auto& m) { return At(m, "tierkv_running_requests") == 4; }));
+  ::kill(srv.pid(), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Draining: new requests are answered 503, not refused at the socket.
+  auto h = c.Get("/health");
+  auto p = c.Post("/v1/completions", R"({"prompt":"x","max_tokens":1})", "application/json");
+  for (auto& t : clients) t.join();
+  EXPECT_TRUE(h) << "the listener closed before the streams ended";
+  if (h) EXPECT_EQ(h->status, 503);
+  EXPECT_TRUE(p);
+  if (p) EXPECT_EQ(p->status, 503);
+  for (const json& r : results) {
+    // Either finished, or ended by the server's error event: never a cut connection.
+    if (r.value("ok", false)) continue;
+    EXPECT_EQ(r.value("kind", ""), "APIError") << r.dump();
+    EXPECT_NE(r.value("message", "").find("shut down"), std::string::npos) << r.dump();
+  }
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+TEST(HostileClientTest, ShortStreamsFinishWithinTheGracePeriod) {
+  REQUIRE_OPENAI_CLIENT();
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--grace-seconds", "60"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  std::vector<json> results(3);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.emplace_back([&, i] {
+      results[i] = OpenAiClient(srv.port(), "-", "chat",
+                                json{{"model", "tierkv"}, {"messages", {{{"role", "user"}, {"content", kPrefix}}}},
+                                     {"max_tokens", 150}, {"ignore_eos", true}, {"stream", true}});
+    });
+  }
+  httplib::Client c("127.0.0.1", srv.port());
+  EXPECT_TRUE(AwaitMetrics(c, [](const auto& m) { return At(m, "tierkv_running_requests") == 3; }));
+  ::kill(srv.pid(), SIGTERM);
+  for (auto& t : clients) t.join();
+  for (const json& r : results) {
+    ASSERT_TRUE(r.value("ok", false)) << r.dump();
+    EXPECT_EQ(r["result"].value("finish_reason", ""), "length") << r.dump();
+  }
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+TEST(HostileClientTest, ASmallerFaultsListIsAnsweredCleanly) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--model-id", "kv-model"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  int status = 0;
+  // A chat over the context without max_tokens names the prompt's length.
+  std::string longtext;
+  for (int i = 0; i < 60; ++i) longtext += kPrefix;
+  json r = Post(c, "/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", longtext}}}}}, &status);
+  EXPECT_EQ(status, 400);
+  const std::string m = r["error"].value("message", "");
+  EXPECT_NE(m.find("the model's context is"), std::string::npos) << m;
+  EXPECT_EQ(m.find("max_tokens -"), std::string::npos) << m;
+  // Fields that would change the answer are refused, named.
+  for (const json& extra : {json{{"logprobs", 3}}, json{{"echo", true}}, json{{"best_of", 2}},
+                            json{{"logit_bias", {{"50", 10}}}}, json{{"presence_penalty", 0.5}},
+                            json{{"frequency_penalty", 1}}, json{{"response_format", {{"type", "json_object"}}}}}) {
+    json body{{"prompt", "Once"}, {"max_tokens", 1}};
+    body.update(extra);
+    r = Post(c, "/v1/completions", body, &status);
+    EXPECT_EQ(status, 400) << body.dump();
+    EXPECT_EQ(r["error"].value("param", ""), extra.begin().key()) << r.dump();
+  }
+  json body{{"prompt", "Once"}, {"max_tokens", 1}, {"logprobs", nullptr}, {"presence_penalty", 0}, {"echo", false}};
+  Post(c, "/v1/completions", body, &status);
+  EXPECT_EQ(status, 200) << "defaults are accepted";
+  auto g = c.Get("/v1/models/kv-model");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->status, 200);
+  EXPECT_EQ(json::parse(g->body).value("id", ""), "kv-model");
+  g = c.Get("/v1/models/other");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->status, 404);
+  if (HaveOpenAiClient()) {
+    const json got = OpenAiClient(srv.port(), "-", "retrieve", json{{"id", "kv-model"}});
+    EXPECT_TRUE(got.value("ok", false)) << got.dump();
+    EXPECT_EQ(got["result"].value("id", ""), "kv-model") << got.dump();
+  }
+  // An HTTP/1.0 client is streamed without chunked framing, ended by the close.
+  const std::string sbody = R"({"prompt":"Once upon a time","max_tokens":3,"stream":true})";
+  std::string ans;
+  EXPECT_EQ(Exchange(srv.port(), "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: " +
+                                     std::to_string(sbody.size()) + "\r\n\r\n" + sbody, &ans), 200) << ans;
+  EXPECT_EQ(ans.find("Transfer-Encoding: chunked"), std::string::npos) << ans;
+  EXPECT_NE(ans.find("data: [DONE]"), std::string::npos) << ans;
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// The tokens the server stores for a completion prompt (BOS first).
+std::vector<int32_t> PromptTokens(const Tokenizer& tok, const std::string& text) {
+  auto t = tok.Encode(text, /*add_bos=*/true);
+  EXPECT_TRUE(t.ok());
+  return t.ok() ? *t : std::vector<int32_t>{};
+}
+
+size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  return i;
+}
+
+TEST(HostileClientTest, OneKeyNeverLearnsWhatAnotherStored) {
+  auto tok = LoadGgufTokenizer(TIERKV_DEFAULT_MODEL);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--api-key", "key-alice"},
+                    {"TIERKV_API_KEYS=key-bob"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  httplib::Client alice("127.0.0.1", srv.port()), bob("127.0.0.1", srv.port()), anon("127.0.0.1", srv.port());
+  alice.set_bearer_token_auth("key-alice");
+  bob.set_bearer_token_auth("key-bob");
+  int status = 0;
+  Post(anon, "/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 1}}, &status);
+  EXPECT_EQ(status, 401);
+  auto models = anon.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 401);
+  const auto prompt = [](int secret) {
+    return std::string(kPrefix) + " The secret number is " + std::to_string(secret) +
+           ". Lily smiled and walked home with Max, and the sun went down behind the hills.";
+  };
+  const int secret = 73914;
+  const auto cached = [](const json& r) { return r["usage"]["prompt_tokens_details"].value("cached_tokens", -1); };
+  Post(alice, "/v1/completions", json{{"prompt", prompt(secret)}, {"max_tokens", 1}}, &status);
+  ASSERT_EQ(status, 200);
+  json again = Post(alice, "/v1/completions", json{{"prompt", prompt(secret)}, {"max_tokens", 1}}, &status);
+  const std::vector<int32_t> secret_tokens = PromptTokens(**tok, prompt(secret));
+  EXPECT_GE(cached(again), 64) << "alice reuses her own prefix";
+  // Bob guesses 100 times, the right number among them: each answer
+  // reports at most what his own earlier guesses share with it.
+  std::vector<std::vector<int32_t>> bobs;
+  for (int i = 0; i < 100; ++i) {
+    const int guess = i == 57 ? secret : 73000 + i * 7;
+    const std::vector<int32_t> t = PromptTokens(**tok, prompt(guess));
+    size_t own = 0;
+    for (const auto& b : bobs) own = std::max(own, CommonPrefix(b, t));
+    own = std::min(own, t.size() - 1);
+    json r = Post(bob, "/v1/completions", json{{"prompt", prompt(guess)}, {"max_tokens", 1}}, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_LE(cached(r), static_cast<int>(own)) << "guess " << guess << " (the secret: " << (guess == secret) << ")";
+    EXPECT_EQ(r["tierkv"].value("reused_tokens", -1), cached(r));
+    bobs.push_back(t);
+  }
+  // A cache_salt splits alice's own namespace.
+  json salted = Post(alice, "/v1/completions",
+                     json{{"prompt", prompt(secret)}, {"max_tokens", 1}, {"cache_salt", "team-2"}}, &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(cached(salted), 0);
+  // Nothing of the prompts, nor per-key counts, in /metrics; /v1/cache is the operator's.
+  auto metrics = anon.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->body.find("73914"), std::string::npos);
+  EXPECT_EQ(metrics->body.find("key-"), std::string::npos);
+  auto cache = bob.Get("/v1/cache");
+  ASSERT_TRUE(cache);
+  EXPECT_EQ(cache->status, 401);
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace tierkv
