@@ -240,6 +240,10 @@ ConnectionCounts GuardedHttpServer::counts() const {
   return ConnectionCounts{open_.load(), refused_.load(), timed_out_.load()};
 }
 
+void GuardedHttpServer::WidenBacklog(int n) {
+  if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, n);
+}
+
 void GuardedHttpServer::CloseAfterResponse() { t_conn.close_after = true; }
 
 bool GuardedHttpServer::ClosingAfterResponse() { return t_conn.close_after; }

@@ -47,6 +47,10 @@ class GuardedHttpServer : public httplib::Server {
   ~GuardedHttpServer() override;
 
   ConnectionCounts counts() const;
+  // After bind: a listen backlog of `n` (cpp-httplib 0.11 listens with 5, so
+  // a burst of clients overflowed the accept queue and some saw their
+  // request go unanswered); Linux takes a second listen() as the new size.
+  void WidenBacklog(int n);
   const ConnectionLimits& limits() const { return limits_; }
 
   // Serves one connection on the calling thread until it closes, as a

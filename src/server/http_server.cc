@@ -615,6 +615,7 @@ Result<int> Server::Bind() {
   }
   im.port = port;
   im.allowed_hosts = AllowedHostNames(im.opts.host, im.opts.allowed_hosts);
+  im.http.WidenBacklog(static_cast<int>(std::min<size_t>(im.opts.max_connections + 64, 4096)));
   return port;
 }
 
