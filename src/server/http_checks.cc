@@ -34,6 +34,25 @@ bool MethodMayHaveBody(const std::string& m) { return MethodHasBody(m) || m == "
 
 }  // namespace
 
+RequestHead HeadOf(const httplib::Request& q) {
+  RequestHead h;
+  h.method = q.method;
+  h.version = q.version;
+  const auto values = [&](const char* name) {
+    std::vector<std::string> out;
+    const size_t n = q.get_header_value_count(name);
+    for (size_t i = 0; i < n; ++i) out.push_back(q.get_header_value(name, i));
+    return out;
+  };
+  h.content_length = values("Content-Length");
+  h.transfer_encoding = values("Transfer-Encoding");
+  const std::vector<std::string> hosts = values("Host");
+  if (!hosts.empty()) h.host = hosts.size() == 1 ? hosts[0] : std::string();
+  if (q.has_header("Origin")) h.origin = q.get_header_value("Origin");
+  if (q.has_header("Content-Type")) h.content_type = q.get_header_value("Content-Type");
+  return h;
+}
+
 std::variant<BodyFraming, HeadRefusal> CheckFraming(const RequestHead& head, size_t max_body) {
   BodyFraming f;
   if (!head.transfer_encoding.empty()) {

@@ -7,6 +7,8 @@
 // the fuzzer and the unit tests call them without a socket.
 #pragma once
 
+#include <httplib.h>
+
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -40,6 +42,10 @@ struct BodyFraming {
   bool chunked = false;
   size_t length = 0;  // Content-Length (0 when chunked or absent on a method without a body)
 };
+
+// The head of a parsed request. A Host sent more than once is kept as
+// malformed (an empty name).
+RequestHead HeadOf(const httplib::Request& q);
 
 // Content-Length: digits only, one value (repeats must agree), at most
 // max_body (413 otherwise, before a byte of the body is read);

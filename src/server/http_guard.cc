@@ -59,8 +59,13 @@ class ConnectionStream final : public httplib::Stream {
   void StartRequest(Clock::time_point deadline) {
     deadline_ = deadline;
     timed_out_ = false;
+    head_done_ = false;
+    head_too_large_ = false;
+    head_bytes_ = 0;
+    last4_ = 0;
   }
   bool timed_out() const { return timed_out_; }
+  bool head_too_large() const { return head_too_large_; }
   bool buffered() const { return off_ < len_; }
 
   bool is_readable() const override { return buffered() || WaitFor(fd_, POLLIN, LeftMs()); }
@@ -86,7 +91,25 @@ class ConnectionStream final : public httplib::Stream {
       off_ = 0;
       len_ = static_cast<size_t>(n);
     }
-    const size_t n = std::min(size, len_ - off_);
+    size_t n = std::min(size, len_ - off_);
+    if (!head_done_) {
+      // The head (request line and headers) ends at its first empty line;
+      // cpp-httplib grows a line until its end before it checks its length,
+      // and counts no headers, so a head that does not end is cut here.
+      for (size_t i = 0; i < n; ++i) {
+        last4_ = (last4_ << 8) | static_cast<unsigned char>(buf_[off_ + i]);
+        if (last4_ == 0x0d0a0d0au) {  // CRLF CRLF, as cpp-httplib ends a head
+          head_done_ = true;
+          n = i + 1;  // the rest is the body's, counted from here
+          break;
+        }
+      }
+      head_bytes_ += n;
+      if (!head_done_ && head_bytes_ > GuardedHttpServer::kMaxHeadBytes) {
+        head_too_large_ = true;
+        return -1;
+      }
+    }
     std::memcpy(ptr, buf_ + off_, n);
     off_ += n;
     return static_cast<ssize_t>(n);
@@ -113,6 +136,9 @@ class ConnectionStream final : public httplib::Stream {
   const int fd_;
   const int64_t write_timeout_ms_;
   const std::function<bool()> stopping_;
+  bool head_done_ = false, head_too_large_ = false;
+  size_t head_bytes_ = 0;
+  uint32_t last4_ = 0;  // the last bytes of the head read, newest lowest
   Clock::time_point deadline_ = Clock::now();
   bool timed_out_ = false;
   char buf_[4096];
@@ -250,6 +276,8 @@ bool GuardedHttpServer::ClosingAfterResponse() { return t_conn.close_after; }
 
 bool GuardedHttpServer::RequestTimedOut() { return t_conn.stream && t_conn.stream->timed_out(); }
 
+bool GuardedHttpServer::HeadTooLarge() { return t_conn.stream && t_conn.stream->head_too_large(); }
+
 void GuardedHttpServer::Refuse(int fd) {
   ++refused_;
   static const std::string kBody =
@@ -284,17 +312,18 @@ void GuardedHttpServer::ServeConnection(int fd) {
     stream.StartRequest(Clock::now() + limits_.request_timeout);
     bool closed = false;
     const bool ok = process_request(stream, left == 1, closed, nullptr);
-    if (stream.timed_out()) {
-      ++timed_out_;
-      // Timed out inside the request line: httplib wrote nothing (a later
-      // timeout is answered 408 by the error handler).
-      if (!ok) {
-        static const char k408[] =
-            "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
-        (void)stream.write(k408, sizeof k408 - 1);
-      }
+    if (stream.timed_out()) ++timed_out_;
+    // Cut inside the request line: httplib wrote nothing (a cut in the
+    // headers or the body is answered 431 or 408 by the error handler).
+    if (!ok && stream.timed_out()) {
+      static const char k408[] = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+      (void)stream.write(k408, sizeof k408 - 1);
+    } else if (!ok && stream.head_too_large()) {
+      static const char k431[] =
+          "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+      (void)stream.write(k431, sizeof k431 - 1);
     }
-    if (!ok || closed || t_conn.close_after || stream.timed_out()) break;
+    if (!ok || closed || t_conn.close_after || stream.timed_out() || stream.head_too_large()) break;
   }
   t_conn = ThreadConnection{};
   LingeringClose(fd);

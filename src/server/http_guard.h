@@ -6,6 +6,8 @@
 //   - at most `max_connections` connections served at once, each on its own
 //     worker (started as needed, kept); one more is answered 503 at once
 //     on the accepting thread and closed, never queued behind slow ones;
+//   - a request head (line and headers) of at most kMaxHeadBytes (431);
+//     cpp-httplib grows a line until it ends and counts no headers;
 //   - a listening socket without SO_REUSEPORT (httplib sets it), so a
 //     second server on the same port fails with "address in use" instead of
 //     sharing the port;
@@ -65,6 +67,10 @@ class GuardedHttpServer : public httplib::Server {
   // For the error handler: whether this thread's current request ran out of
   // its deadline while being read.
   static bool RequestTimedOut();
+  // Whether this thread's current request's head (request line and
+  // headers) passed kMaxHeadBytes before it ended (431).
+  static bool HeadTooLarge();
+  static constexpr size_t kMaxHeadBytes = 64 * 1024;
 
  private:
   class Pool;

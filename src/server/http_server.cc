@@ -118,24 +118,6 @@ bool IsInferencePath(const std::string& path) {
   return path == "/v1/completions" || path == "/v1/chat/completions";
 }
 
-RequestHead HeadOf(const httplib::Request& q) {
-  RequestHead h;
-  h.method = q.method;
-  h.version = q.version;
-  const auto values = [&](const char* name) {
-    std::vector<std::string> out;
-    const size_t n = q.get_header_value_count(name);
-    for (size_t i = 0; i < n; ++i) out.push_back(q.get_header_value(name, i));
-    return out;
-  };
-  h.content_length = values("Content-Length");
-  h.transfer_encoding = values("Transfer-Encoding");
-  if (q.has_header("Host")) h.host = q.get_header_value("Host");
-  if (q.has_header("Origin")) h.origin = q.get_header_value("Origin");
-  if (q.has_header("Content-Type")) h.content_type = q.get_header_value("Content-Type");
-  return h;
-}
-
 // The scheduler's options within the server's; InvalidArgument naming the field.
 Result<sched::SchedulerOptions> SchedulerOptionsOf(const ServerOptions& o) {
   sched::SchedulerOptions s;
@@ -563,11 +545,18 @@ void Server::Impl::Routes() {
       r.body.clear();
       GuardedHttpServer::CloseAfterResponse();
     }
+    if (GuardedHttpServer::HeadTooLarge() && r.status == 400) {
+      r.status = 431;
+      r.body.clear();
+      GuardedHttpServer::CloseAfterResponse();
+    }
     if (!r.body.empty()) return;
     const std::string why = r.status == 413 ? "body: larger than the server's limit of " +
                                                   std::to_string(opts.max_body_bytes) + " bytes"
                             : r.status == 408 ? "request: not received within " +
                                                     std::to_string(opts.request_timeout_ms / 1000.0) + " s"
+                            : r.status == 431 ? "headers: the request line and headers exceed " +
+                                                    std::to_string(GuardedHttpServer::kMaxHeadBytes) + " bytes"
                             : r.status == 404 ? "no route " + q.method + " " + q.path
                                               : "the request could not be handled";
     if (r.status == 400 || r.status == 413) GuardedHttpServer::CloseAfterResponse();

@@ -21,22 +21,9 @@ namespace {
 
 constexpr size_t kLimit = 4096;
 
-tierkv::server::RequestHead HeadOf(const httplib::Request& q) {
-  tierkv::server::RequestHead h;
-  h.method = q.method;
-  h.version = q.version;
-  for (size_t i = 0; i < q.get_header_value_count("Content-Length"); ++i)
-    h.content_length.push_back(q.get_header_value("Content-Length", i));
-  for (size_t i = 0; i < q.get_header_value_count("Transfer-Encoding"); ++i)
-    h.transfer_encoding.push_back(q.get_header_value("Transfer-Encoding", i));
-  if (q.has_header("Host")) h.host = q.get_header_value("Host");
-  if (q.has_header("Origin")) h.origin = q.get_header_value("Origin");
-  if (q.has_header("Content-Type")) h.content_type = q.get_header_value("Content-Type");
-  return h;
-}
 
 bool Refused(const httplib::Request& q) {
-  const auto head = HeadOf(q);
+  const auto head = tierkv::server::HeadOf(q);
   static const auto allowed = tierkv::server::AllowedHostNames("127.0.0.1", {});
   if (tierkv::server::CheckHostAndOrigin(head, allowed, 8080, "").has_value()) return true;
   return std::holds_alternative<tierkv::server::HeadRefusal>(tierkv::server::CheckFraming(head, kLimit));

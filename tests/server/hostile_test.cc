@@ -152,6 +152,36 @@ TEST(HostileClientTest, BodiesOverTheLimitAreRefusedHoweverFramed) {
   EXPECT_EQ(srv.Stop(), 0);
 }
 
+// cpp-httplib grows a header line until it ends and counts no headers: a
+// head that never ends is cut at 64 KiB (431), its memory with it.
+TEST(HostileClientTest, HeadsThatNeverEndAreCut) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  const uint64_t rss0 = RssKiB(srv.pid());
+  std::string ans;
+  {
+    Conn c(srv.port());
+    c.Send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: ");
+    const std::string mib(1 << 20, 'a');
+    for (int i = 0; i < 256 && c.status() == 0; ++i) {
+      if (!c.Send(mib)) break;
+      c.Poll(0);
+    }
+    c.ReadToClose(10);
+    EXPECT_EQ(c.status(), 431) << c.got().substr(0, 200);
+  }
+  std::string many = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  for (int i = 0; i < 20000; ++i) many += "X-H" + std::to_string(i) + ": v\r\n";
+  EXPECT_EQ(Exchange(srv.port(), many + "\r\n", &ans), 431) << ans.substr(0, 200);
+  EXPECT_LT(RssKiB(srv.pid()), rss0 + 64 * 1024) << "the server kept the head";
+  EXPECT_EQ(Exchange(srv.port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n", &ans),
+            400) << ans;
+  EXPECT_EQ(Exchange(srv.port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nGET /", &ans),
+            400) << "a GET's body would be read as the next request";
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
 TEST(HostileClientTest, SlowClientsAreCutOffAndHealthIsAlwaysAnswered) {
   TempDir dir;
   ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--request-timeout-seconds", "3"});
