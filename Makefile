@@ -3,7 +3,7 @@
 #   make test   installs what is missing, builds, runs every test
 # Debian packages the build needs (installed with apt-get when missing):
 DEB_PACKAGES := cmake ninja-build g++ pkg-config libdnnl-dev libsentencepiece-dev \
-  libcli11-dev libxxhash-dev libpcre2-dev liburing-dev libhiredis-dev redis-server redis-tools libcpp-httplib-dev nlohmann-json3-dev googletest libgtest-dev libgmock-dev \
+  libcli11-dev libxxhash-dev libpcre2-dev liburing-dev libhiredis-dev libssl-dev openssl redis-server redis-tools libcpp-httplib-dev nlohmann-json3-dev googletest libgtest-dev libgmock-dev \
   libbenchmark-dev gnuplot-nox python3-jinja2
 
 PRESET ?= release

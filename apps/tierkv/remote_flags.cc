@@ -12,14 +12,29 @@ void AddRemoteFlags(CLI::App* sub, RemoteOptions* r) {
                   "looks past its local match there; chunks go up behind the requests. Its failures are misses. "
                   "Password: better in $TIERKV_REMOTE_PASSWORD than in the URL (which `ps` shows): it is used "
                   "when the URL has none (redis://HOST:PORT, or redis://USER:@HOST:PORT for an ACL user). "
-                  "Printed with the password as ***. TLS (rediss://) is refused by this build (Debian's "
-                  "hiredis 0.14 has none): use a local TLS tunnel")
+                  "Printed with the password as ***. TLS: rediss://... or rediss-cluster://... (the server's "
+                  "certificate is verified, against the system's CAs or --remote-tls-ca, and must name the "
+                  "host given)")
       ->check([](const std::string& s) {
         RemoteOptions o;
         o.url = s;
         const Status st = o.Validate();
         return st.ok() ? std::string() : st.message();
       });
+  sub->add_option("--remote-tls-ca", r->tls_ca_file,
+                  "--remote rediss://: a PEM file of the CA certificates that verify the server (default: the "
+                  "system's CA store). The server's certificate must also name the host in the URL (its DNS "
+                  "name, or its IP address for an IP). A failed verification is a miss, logged; no command or "
+                  "password is sent")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--remote-tls-cert", r->tls_cert_file,
+                  "--remote rediss://: a PEM client certificate, for servers that ask for one (mutual TLS: "
+                  "redis-server's tls-auth-clients); default: none")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--remote-tls-key", r->tls_key_file,
+                  "--remote rediss://: the PEM private key of --remote-tls-cert (default: read from "
+                  "--remote-tls-cert's file)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--remote-timeout-ms", r->timeout_ms,
                   "--remote: the bound on every connect, send and reply (a slower server is a miss)")
       ->capture_default_str()

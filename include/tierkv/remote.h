@@ -32,13 +32,21 @@ Result<RemoteRead> ParseRemoteRead(std::string_view name);  // InvalidArgument n
 struct RemoteOptions {
   // redis[s]://[[USER:]PASSWORD@]HOST:PORT[/DB] or
   // redis[s]-cluster://[[USER:]PASSWORD@]HOST:PORT[,HOST:PORT...]
-  // (src/remote/redis_url.h; rediss: TLS); empty: no remote tier. Printed
+  // (src/remote/redis_url.h; rediss: TLS, tls_* below); empty: no remote tier. Printed
   // with the password masked, never as given.
   std::string url;
   // The password when the URL has none (`redis://HOST` or
   // `redis://USER:@HOST`); empty: $TIERKV_REMOTE_PASSWORD, read when the
   // tier opens; both empty: no AUTH. Never printed.
   std::string password;
+  // rediss:// only (a TLS file with redis:// is refused by Validate): PEM
+  // files. The server's certificate is always verified, against
+  // tls_ca_file (empty: the system's CA store), and must name the host
+  // connected to (its DNS name, or its IP address for an IP literal).
+  // tls_cert_file and tls_key_file: a client certificate and its key for
+  // servers that ask for one (mutual TLS; empty: none; key empty: in the
+  // certificate's file).
+  std::string tls_ca_file, tls_cert_file, tls_key_file;
   // Bound on every connect, send and reply; a slower server is a miss.
   uint32_t timeout_ms = 250;
   RemoteAdmit admit = RemoteAdmit::kReused;

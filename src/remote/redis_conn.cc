@@ -75,19 +75,27 @@ ErrorKind KindOfErrorReply(const Reply& r) {
   return ErrorKind::kReply;
 }
 
-Login Login::Of(const RedisUrl& url) { return Login{url.user, url.password, url.cluster ? 0 : url.db}; }
+Login Login::Of(const RedisUrl& url, TlsFiles tls_files) {
+  return Login{url.user, url.password, url.cluster ? 0 : url.db, url.tls, url.tls ? std::move(tls_files) : TlsFiles{}};
+}
 
 RedisConn::RedisConn(Endpoint endpoint, std::chrono::milliseconds timeout, Login login)
     : endpoint_(std::move(endpoint)), timeout_(timeout), login_(std::move(login)) {}
 
 RedisConn::~RedisConn() {
   if (ctx_ != nullptr) redisFree(ctx_);
+  if (reader_ != nullptr) redisReaderFree(reader_);
 }
 
 Status RedisConn::Fail(ErrorKind kind, const std::string& what, ErrorKind* out) {
   if (ctx_ != nullptr) {
     redisFree(ctx_);
     ctx_ = nullptr;
+  }
+  link_.Close();
+  if (reader_ != nullptr) {
+    redisReaderFree(reader_);
+    reader_ = nullptr;
   }
   backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(50), std::chrono::milliseconds(2000));
   retry_at_ = std::chrono::steady_clock::now() + backoff_;
@@ -99,11 +107,15 @@ Status RedisConn::Fail(ErrorKind kind, const std::string& what, ErrorKind* out) 
   return Status::Unavailable("redis " + endpoint_.ToString() + ": " + what);
 }
 
-Status RedisConn::Connect(ErrorKind* kind) {
-  if (std::chrono::steady_clock::now() < retry_at_) {
-    backed_off_ = true;
-    *kind = backoff_kind_;
-    return Status::Unavailable("redis " + endpoint_.ToString() + ": backing off after: " + last_failure_);
+Status RedisConn::Open(ErrorKind* kind) {
+  if (login_.tls) {
+    LinkError e;
+    const Status s = link_.Connect(endpoint_.host, endpoint_.port, login_.tls_files, timeout_, &e);
+    // A slow connect or handshake is a failed connect, as on the hiredis path.
+    if (!s.ok()) return Fail(ErrorKind::kConnect, s.message(), kind);
+    reader_ = redisReaderCreate();
+    if (reader_ == nullptr) return Fail(ErrorKind::kConnect, "cannot allocate a reply reader", kind);
+    return Status::Ok();
   }
   ctx_ = redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, ToTimeval(timeout_));
   if (ctx_ == nullptr) return Fail(ErrorKind::kConnect, "cannot allocate a context", kind);
@@ -111,6 +123,16 @@ Status RedisConn::Connect(ErrorKind* kind) {
   if (redisSetTimeout(ctx_, ToTimeval(timeout_)) != REDIS_OK) {
     return Fail(ErrorKind::kConnect, "cannot set the timeout", kind);
   }
+  return Status::Ok();
+}
+
+Status RedisConn::Connect(ErrorKind* kind) {
+  if (std::chrono::steady_clock::now() < retry_at_) {
+    backed_off_ = true;
+    *kind = backoff_kind_;
+    return Status::Unavailable("redis " + endpoint_.ToString() + ": backing off after: " + last_failure_);
+  }
+  RETURN_IF_ERROR(Open(kind));
   // The login, in one round trip: AUTH (never echoed: only Redis's reply
   // is quoted), or a PING without a password (a server wanting one says
   // NOAUTH here, before a large value is sent: Redis drops the connection
@@ -151,7 +173,8 @@ Status RedisConn::Pipeline(std::span<const Command> commands, std::vector<Reply>
   *kind = ErrorKind::kNone;
   replies->clear();
   backed_off_ = false;
-  if (ctx_ == nullptr) RETURN_IF_ERROR(Connect(kind));
+  if (!connected()) RETURN_IF_ERROR(Connect(kind));
+  if (login_.tls) return PipelineTls(commands, replies, kind);
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   for (const Command& c : commands) {
@@ -177,6 +200,48 @@ Status RedisConn::Pipeline(std::span<const Command> commands, std::vector<Reply>
     }
     replies->push_back(Copy(static_cast<redisReply*>(raw)));
     freeReplyObject(raw);
+  }
+  backoff_ = std::chrono::milliseconds(0);
+  return Status::Ok();
+}
+
+Status RedisConn::PipelineTls(std::span<const Command> commands, std::vector<Reply>* replies, ErrorKind* kind) {
+  std::string out;  // every command, formatted by hiredis, sent in one write
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const Command& c : commands) {
+    argv.clear();
+    lens.clear();
+    for (const std::string& a : c) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    char* cmd = nullptr;
+    const int n = redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()), argv.data(), lens.data());
+    if (n < 0 || cmd == nullptr) return Fail(ErrorKind::kConnect, "cannot format a command", kind);
+    out.append(cmd, static_cast<size_t>(n));
+    redisFreeCommand(cmd);
+  }
+  const auto kind_of = [](LinkError e) { return e == LinkError::kTimeout ? ErrorKind::kTimeout : ErrorKind::kClosed; };
+  LinkError e;
+  if (Status s = link_.Write(out, &e); !s.ok()) return Fail(kind_of(e), s.message(), kind);
+  replies->reserve(commands.size());
+  char buf[64 * 1024];
+  while (replies->size() < commands.size()) {
+    void* raw = nullptr;
+    if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
+      return Fail(ErrorKind::kClosed, std::string("protocol error: ") + reader_->errstr, kind);
+    }
+    if (raw != nullptr) {
+      replies->push_back(Copy(static_cast<redisReply*>(raw)));
+      freeReplyObject(raw);
+      continue;
+    }
+    size_t n = 0;
+    if (Status s = link_.Read(buf, sizeof buf, &n, &e); !s.ok()) return Fail(kind_of(e), s.message(), kind);
+    if (redisReaderFeed(reader_, buf, n) != REDIS_OK) {
+      return Fail(ErrorKind::kClosed, std::string("protocol error: ") + reader_->errstr, kind);
+    }
   }
   backoff_ = std::chrono::milliseconds(0);
   return Status::Ok();

@@ -1,6 +1,8 @@
 // One connection to one Redis server through hiredis: pipelined commands
 // with a bounded time for every connect, send and reply, and a backoff after
-// a failure so that a dead server costs callers nothing but a miss.
+// a failure so that a dead server costs callers nothing but a miss. Over TLS
+// (rediss://: Login::tls) hiredis only formats commands and parses replies;
+// a TlsLink (OpenSSL) carries them, with the same semantics.
 //
 // Thread safety: none; one owner at a time (RemoteTier gives the request
 // path and the upload thread a connection each).
@@ -13,9 +15,11 @@
 #include <vector>
 
 #include "remote/redis_url.h"
+#include "remote/tls_link.h"
 #include "tierkv/status.h"
 
 struct redisContext;
+struct redisReader;
 
 namespace tierkv::remote {
 
@@ -53,12 +57,16 @@ struct Login {
   std::string user;      // empty: the default user
   std::string password;  // non-empty: AUTH [user] password
   int db = 0;            // non-zero: SELECT db
-  // Builds one from a URL (its user, password and database; database 0 for
-  // a cluster).
-  static Login Of(const RedisUrl& url);
+  bool tls = false;      // connect over TLS (TlsLink): the server verified before the login is sent
+  TlsFiles tls_files;    // tls only: the CA file (empty: the system's), the client certificate and key
+  // Builds one from a URL (its user, password, database, TLS; database 0
+  // for a cluster) and the TLS files (used when the URL is rediss).
+  static Login Of(const RedisUrl& url, TlsFiles tls_files = {});
 };
 
-// Every (re)connect logs in before the first command, in one round trip:
+// Every (re)connect logs in before the first command, in one round trip
+// (over TLS: after the handshake verified the server; a failed handshake or
+// verification is kConnect with OpenSSL's reason, and nothing is sent):
 // AUTH when there is a password (a refusal fails the connect as kAuth with
 // Redis's text), else a PING (NOAUTH fails it as kAuth: the server wants a
 // password), then SELECT when db != 0 (a refusal fails it as kReply).
@@ -85,12 +93,17 @@ class RedisConn {
 
  private:
   Status Connect(ErrorKind* kind);
+  Status Open(ErrorKind* kind);  // the transport only: hiredis's, or TLS
+  bool connected() const { return ctx_ != nullptr || link_.open(); }
+  Status PipelineTls(std::span<const Command> commands, std::vector<Reply>* replies, ErrorKind* kind);
   Status Fail(ErrorKind kind, const std::string& what, ErrorKind* out);
 
   const Endpoint endpoint_;
   const std::chrono::milliseconds timeout_;
   const Login login_;
-  redisContext* ctx_ = nullptr;
+  redisContext* ctx_ = nullptr;  // redis://
+  TlsLink link_;                  // rediss://, with reader_ parsing its replies
+  redisReader* reader_ = nullptr;
   std::chrono::steady_clock::time_point retry_at_{};
   std::chrono::milliseconds backoff_{0};
   ErrorKind backoff_kind_ = ErrorKind::kConnect;  // what calls fail with while backing off

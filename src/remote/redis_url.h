@@ -51,10 +51,10 @@ Result<RedisUrl> ParseRedisUrl(std::string_view url);
 // parse. A URL without '@' comes back unchanged.
 std::string MaskRedisUrl(std::string_view url);
 
-// OK when this build can reach `url`. rediss:// and rediss-cluster:// parse
-// but are refused here (InvalidArgument saying why and what to do instead):
-// Debian's hiredis (0.14) has no TLS, and a TLS server must never be sent
-// a password in clear text.
+// OK when this build can reach `url`: every scheme, rediss:// and
+// rediss-cluster:// included (TLS through OpenSSL: RedisConn and TlsLink;
+// the server is verified before the login, so a password never goes out
+// in clear text). Kept as the one place a scheme would be refused.
 Status CheckSupported(const RedisUrl& url);
 
 // ParseRedisUrl and CheckSupported, then the password when the URL has none: `password`, else

@@ -35,6 +35,13 @@ Status RemoteOptions::Validate() const {
   if (url.empty()) return Status::Ok();
   ASSIGN_OR_RETURN(remote::RedisUrl u, remote::ParseRedisUrl(url));
   RETURN_IF_ERROR(remote::CheckSupported(u));
+  if ((!tls_ca_file.empty() || !tls_cert_file.empty() || !tls_key_file.empty()) && !u.tls) {
+    return Status::InvalidArgument("remote tls_ca_file/tls_cert_file/tls_key_file given for " + u.ToString() +
+                                   ": TLS files need rediss:// or rediss-cluster://");
+  }
+  if (!tls_key_file.empty() && tls_cert_file.empty()) {
+    return Status::InvalidArgument("remote tls_key_file given without tls_cert_file");
+  }
   if (timeout_ms == 0 || timeout_ms > 60000) {
     return Status::InvalidArgument("remote timeout_ms " + std::to_string(timeout_ms) + " is not in 1..60000");
   }
@@ -84,8 +91,8 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::Open(const RemoteOptions& option
 
 RemoteTier::RemoteTier(const RemoteOptions& o, RemoteGeometry g, RedisUrl url, store::ChunkStore* store)
     : opts_(o), geo_(g), url_(std::move(url)), store_(store), checker_(g.fingerprint, g.row_bytes, g.dtype, g.chunk_tokens),
-      fetch_router_(url_, std::chrono::milliseconds(o.timeout_ms)),
-      up_router_(url_, std::chrono::milliseconds(o.timeout_ms)) {
+      fetch_router_(url_, std::chrono::milliseconds(o.timeout_ms), TlsFiles{o.tls_ca_file, o.tls_cert_file, o.tls_key_file}),
+      up_router_(url_, std::chrono::milliseconds(o.timeout_ms), TlsFiles{o.tls_ca_file, o.tls_cert_file, o.tls_key_file}) {
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "tierkv-remote-up");
     UploadLoop();

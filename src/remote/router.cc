@@ -44,7 +44,8 @@ uint16_t KeySlot(std::string_view key) {
   return Crc16(key) % kClusterSlots;
 }
 
-Router::Router(RedisUrl url, std::chrono::milliseconds timeout) : url_(std::move(url)), timeout_(timeout) {
+Router::Router(RedisUrl url, std::chrono::milliseconds timeout, TlsFiles tls)
+    : url_(std::move(url)), timeout_(timeout), tls_(std::move(tls)) {
   slots_.fill(-1);
 }
 
@@ -52,7 +53,7 @@ Router::~Router() = default;
 
 RedisConn* Router::Conn(const Endpoint& e) {
   auto& c = conns_[e.ToString()];
-  if (!c) c = std::make_unique<RedisConn>(e, timeout_, Login::Of(url_));
+  if (!c) c = std::make_unique<RedisConn>(e, timeout_, Login::Of(url_, tls_));
   return c.get();
 }
 

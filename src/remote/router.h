@@ -6,7 +6,8 @@
 // being migrated: ASKING, then the command, on the target).
 //
 // Every connection logs in as the URL says (RedisConn's Login: AUTH on
-// each node of a cluster; SELECT for redis:// only).
+// each node of a cluster; SELECT for redis:// only), over TLS for rediss://
+// and rediss-cluster:// with the same TLS files on every node.
 //
 // Thread safety: none; one owner at a time (it owns its connections).
 #pragma once
@@ -45,7 +46,8 @@ struct RouterCounters {
 
 class Router {
  public:
-  Router(RedisUrl url, std::chrono::milliseconds timeout);
+  // `tls`: the CA, certificate and key files of every connection (a TLS URL only).
+  Router(RedisUrl url, std::chrono::milliseconds timeout, TlsFiles tls = {});
   ~Router();
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -79,6 +81,7 @@ class Router {
 
   const RedisUrl url_;
   const std::chrono::milliseconds timeout_;
+  const TlsFiles tls_;
   std::map<std::string, std::unique_ptr<RedisConn>> conns_;  // by "host:port"
   std::vector<Endpoint> nodes_;                 // the slot map's servers
   std::array<int16_t, kClusterSlots> slots_{};  // index into nodes_, -1: unknown

@@ -157,14 +157,54 @@ TEST(RemoteCliTest, ABadRemoteIsRefusedNamingThePart) {
             0);
   EXPECT_NE(out.find("database 0 only"), std::string::npos) << out;
   EXPECT_EQ(out.find("s3cret"), std::string::npos) << out;
-  // TLS: refused before anything runs (no password sent in clear to a TLS port), saying what to do.
+  // A TLS file that does not exist: refused naming the flag.
   out.clear();
   EXPECT_NE(testing::Shell(std::string(TIERKV_BINARY) +
-                               " run --prompt x --cache-dir /tmp/x --remote rediss://:s3cret@h:6380 2>&1",
+                               " run --prompt x --cache-dir /tmp/x --remote rediss://:s3cret@h:6380 "
+                               "--remote-tls-ca /nonexistent/ca.pem 2>&1",
                            &out),
             0);
-  EXPECT_NE(out.find("TLS (rediss://) is not supported"), std::string::npos) << out;
+  EXPECT_NE(out.find("--remote-tls-ca"), std::string::npos) << out;
   EXPECT_EQ(out.find("s3cret"), std::string::npos) << out;
+}
+
+// rediss://: a process reaches a TLS-only Redis (with a password) through
+// --remote-tls-ca; without it (the system's CAs do not know the test CA)
+// the server fails verification: a miss, the same text, the reason logged.
+TEST(RemoteCliTest, ATlsRedisIsReachedWithItsCaAndWithoutItIsAMissSayingWhy) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::TlsCerts certs;
+  if (!certs.ok()) GTEST_SKIP() << "the openssl command cannot make a test CA: " << certs.why();
+  testing::RedisServer redis(certs);
+  if (!redis.started()) GTEST_SKIP() << "redis-server refuses TLS (built without it?): " << redis.log();
+  ASSERT_EQ(redis.Cli("CONFIG SET requirepass s3cret-tls"), "OK\n");
+  const std::string a = testing::MakeTempDir("remote_tls_a"), b = testing::MakeTempDir("remote_tls_b");
+  std::string card = std::string(TIERKV_DEFAULT_MODEL);
+  card = card.substr(0, card.rfind('/')) + "/README.md";
+  const std::string prompt = "\"$(head -c 1500 " + card + " | tr -d '\\\"$`')\"";
+  const std::string common = " --prompt " + prompt + " --max-tokens 4 --temperature 0 --stats --remote-admit always" +
+                             " --remote rediss://127.0.0.1:" + std::to_string(redis.port());
+  const std::string env = "TIERKV_REMOTE_PASSWORD=s3cret-tls ";
+
+  const RunOutput first = TierkvRun(a, "--cache-dir " + a + "/cache" + common + " --remote-tls-ca " + certs.ca(), env);
+  ASSERT_EQ(first.code, 0) << first.stats;
+  EXPECT_NE(first.stats.find(" 0 errors"), std::string::npos) << first.stats;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(first.stats, m, std::regex("remote: (\\d+) chunks written"))) << first.stats;
+  const int written = std::stoi(m[1]);
+  EXPECT_GE(written, 4);
+  EXPECT_EQ(redis.Cli("-a s3cret-tls --no-auth-warning DBSIZE"), std::to_string(written * 8) + "\n");
+
+  const RunOutput unverified = TierkvRun(b, "--cache-dir " + b + "/cache" + common, env);
+  ASSERT_EQ(unverified.code, 0) << unverified.stats;
+  ASSERT_TRUE(std::regex_search(unverified.stats, m, std::regex("remote: (\\d+) chunks whole"))) << unverified.stats;
+  EXPECT_EQ(std::stoi(m[1]), 0);
+  EXPECT_EQ(unverified.text, first.text);
+  EXPECT_NE(unverified.stats.find("certificate verify failed"), std::string::npos) << unverified.stats;
+  EXPECT_NE(unverified.stats.find("(connect"), std::string::npos) << unverified.stats;
+  for (const RunOutput* r : {&first, &unverified}) EXPECT_EQ(r->stats.find("s3cret"), std::string::npos) << r->stats;
+  std::filesystem::remove_all(a);
+  std::filesystem::remove_all(b);
 }
 
 }  // namespace

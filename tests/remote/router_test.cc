@@ -3,8 +3,13 @@
 // routing across a resharding.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,6 +18,7 @@
 #include "remote/redis_url.h"
 #include "remote/router.h"
 #include "testing/redis_server.h"
+#include "tierkv/remote.h"
 
 namespace tierkv::remote {
 namespace {
@@ -79,13 +85,24 @@ TEST(RedisUrlTest, TakesAUserAPasswordAndADatabaseAndNeverPrintsThePassword) {
   auto f = ParseRedisUrl("rediss://h:6390");
   ASSERT_TRUE(f.ok());
   EXPECT_TRUE(f->tls);
-  // TLS parses but this build refuses it, saying why, before any password goes out in clear text.
-  const Status tls = CheckSupported(*e);
-  EXPECT_TRUE(tls.IsInvalidArgument());
-  EXPECT_NE(tls.message().find("TLS"), std::string::npos) << tls.ToString();
-  EXPECT_NE(tls.message().find("tunnel"), std::string::npos) << tls.ToString();
-  EXPECT_EQ(tls.message().find("pw"), std::string::npos) << tls.ToString();
-  EXPECT_FALSE(ResolveRedisUrl("rediss://:pw@h:1").ok());
+  // TLS is supported (through OpenSSL: RedisConnTest's TLS tests), and its login goes with it.
+  EXPECT_TRUE(CheckSupported(*e).ok()) << CheckSupported(*e).ToString();
+  auto tls = ResolveRedisUrl("rediss://:pw@h:1");
+  ASSERT_TRUE(tls.ok()) << tls.status().ToString();
+  EXPECT_TRUE(tls->tls);
+  EXPECT_TRUE(Login::Of(*tls, {"ca.pem"}).tls);
+  EXPECT_EQ(Login::Of(*tls, {"ca.pem"}).tls_files.ca_file, "ca.pem");
+  EXPECT_FALSE(Login::Of(*ParseRedisUrl("redis://h:1"), {"ca.pem"}).tls);
+  // TLS files for a plain URL are refused, naming them (they would be ignored).
+  RemoteOptions plain;
+  plain.url = "redis://h:1";
+  plain.tls_ca_file = "ca.pem";
+  EXPECT_TRUE(plain.Validate().IsInvalidArgument());
+  EXPECT_NE(plain.Validate().message().find("tls_ca_file"), std::string::npos) << plain.Validate().ToString();
+  plain.url = "rediss://h:1";
+  EXPECT_TRUE(plain.Validate().ok()) << plain.Validate().ToString();
+  plain.tls_key_file = "key.pem";
+  EXPECT_NE(plain.Validate().message().find("tls_key_file given without tls_cert_file"), std::string::npos);
   auto g = ParseRedisUrl("redis://alice:@h:1");  // the user's password from elsewhere
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ(g->user, "alice");
@@ -207,6 +224,149 @@ TEST(RedisConnTest, LogsInWithAPasswordOrAUserAndSaysWhyALoginFails) {
 
   Reply noauth{Reply::Type::kError, "NOAUTH Authentication required."};
   EXPECT_EQ(KindOfErrorReply(noauth), ErrorKind::kAuth);
+}
+
+#define TIERKV_SKIP_WITHOUT_TLS_REDIS(certs, redis)                                                    \
+  do {                                                                                                 \
+    if (!(certs).ok()) GTEST_SKIP() << "the openssl command cannot make a test CA: " << (certs).why(); \
+    if (!(redis).started()) GTEST_SKIP() << "redis-server refuses TLS (built without it?): " << (redis).log(); \
+  } while (0)
+
+// rediss://: a round trip over TLS to a server verified with the given CA,
+// the login (AUTH) over it, and a large value read in many TLS records.
+TEST(RedisConnTest, TalksTlsToAServerVerifiedWithTheGivenCaAndLogsInOverIt) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::TlsCerts certs;
+  testing::RedisServer redis(certs);
+  TIERKV_SKIP_WITHOUT_TLS_REDIS(certs, redis);
+  ASSERT_EQ(redis.Cli("CONFIG SET requirepass s3cret-tls"), "OK\n");
+  auto url = ResolveRedisUrl("rediss://:s3cret-tls@127.0.0.1:" + std::to_string(redis.port()));
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  RedisConn conn(url->nodes[0], milliseconds(2000), Login::Of(*url, {certs.ca()}));
+  std::string big(3 << 20, 'x');
+  for (size_t i = 0; i < big.size(); i += 4099) big[i] = static_cast<char>(i);
+  const std::string binary("a\0b\r\n\xff", 6);
+  const std::vector<Command> cmds = {{"SET", "k1", binary}, {"GET", "k1"}, {"SET", "big", big},
+                                     {"GET", "big"},        {"GET", "missing"}, {"INCR", "k1"}};
+  std::vector<Reply> r;
+  ErrorKind kind;
+  Status s = conn.Pipeline(cmds, &r, &kind);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(r.size(), 6u);
+  EXPECT_EQ(r[0].str, "OK");
+  EXPECT_EQ(r[1].str, binary);
+  EXPECT_EQ(r[3].str, big);
+  EXPECT_EQ(r[4].type, Reply::Type::kNil);
+  EXPECT_TRUE(r[5].is_error());
+  EXPECT_EQ(redis.Cli("-a s3cret-tls --no-auth-warning STRLEN big"), std::to_string(big.size()) + "\n");
+
+  // The wrong password over TLS: refused as on a plain port.
+  RedisConn wrong(url->nodes[0], milliseconds(2000), Login{"", "n0t-it", 0, true, {certs.ca()}});
+  s = wrong.Pipeline(cmds, &r, &kind);
+  EXPECT_EQ(kind, ErrorKind::kAuth) << s.ToString();
+  EXPECT_NE(s.message().find("WRONGPASS"), std::string::npos) << s.ToString();
+
+  // The server killed: the connection is closed (or not connectable), then heals after a restart.
+  redis.Kill();
+  s = conn.Pipeline(cmds, &r, &kind);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(kind == ErrorKind::kClosed || kind == ErrorKind::kConnect) << ErrorKindName(kind) << " " << s.ToString();
+  redis.Start();
+  ASSERT_EQ(redis.Cli("CONFIG SET requirepass s3cret-tls"), "OK\n");
+  std::this_thread::sleep_for(milliseconds(2100));  // past the backoff
+  s = conn.Pipeline(std::vector<Command>{{"PING"}}, &r, &kind);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// A server whose certificate does not verify (the system's CAs, another CA,
+// another host name) is a connect failure naming OpenSSL's reason; and a
+// server that does not speak TLS is sent a TLS handshake, never the password.
+TEST(RedisConnTest, ATlsServerThatDoesNotVerifyIsAConnectFailureAndGetsNoPassword) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::TlsCerts certs, other;
+  testing::RedisServer redis(certs);
+  TIERKV_SKIP_WITHOUT_TLS_REDIS(certs, redis);
+  ASSERT_EQ(redis.Cli("CONFIG SET requirepass s3cret-tls"), "OK\n");
+  ASSERT_TRUE(other.ok()) << other.why();
+  const std::string port = std::to_string(redis.port());
+  const std::vector<Command> ping = {{"PING"}};
+  std::vector<Reply> r;
+  ErrorKind kind;
+  struct Case {
+    std::string url;
+    TlsFiles files;
+    std::string why;
+  };
+  for (const Case& c : {Case{"rediss://:s3cret-tls@127.0.0.1:" + port, {}, "certificate verify failed"},
+                        Case{"rediss://:s3cret-tls@127.0.0.1:" + port, {other.ca()}, "certificate verify failed"},
+                        Case{"rediss://:s3cret-tls@localhost:" + port, {certs.ca()}, "certificate verify failed"},
+                        Case{"rediss://:s3cret-tls@127.0.0.1:" + port, {"/nonexistent/ca.pem"}, "/nonexistent/ca.pem"}}) {
+    auto url = ResolveRedisUrl(c.url);
+    ASSERT_TRUE(url.ok());
+    RedisConn conn(url->nodes[0], milliseconds(2000), Login::Of(*url, c.files));
+    const Status s = conn.Pipeline(ping, &r, &kind);
+    EXPECT_FALSE(s.ok()) << c.url << " " << c.files.ca_file;
+    EXPECT_EQ(kind, ErrorKind::kConnect) << s.ToString();
+    EXPECT_NE(s.message().find(c.why), std::string::npos) << s.ToString();
+    EXPECT_EQ(s.message().find("s3cret"), std::string::npos) << s.ToString();
+  }
+
+  // A plain TCP listener: what the client sends it is a TLS ClientHello
+  // (record type 0x16), and no password, however it answers.
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 1), 0);
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::string got;
+  std::thread plain([&] {
+    const int fd = ::accept(lfd, nullptr, nullptr);
+    char buf[4096];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) got.assign(buf, static_cast<size_t>(n));
+    const std::string answer = "-ERR this is not TLS\r\n";
+    (void)!::write(fd, answer.data(), answer.size());
+    ::close(fd);
+  });
+  auto url = ResolveRedisUrl("rediss://:s3cret-tls@127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  RedisConn conn(url->nodes[0], milliseconds(2000), Login::Of(*url, {certs.ca()}));
+  const Status s = conn.Pipeline(ping, &r, &kind);
+  plain.join();
+  ::close(lfd);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(kind, ErrorKind::kConnect) << s.ToString();
+  EXPECT_NE(s.message().find("TLS handshake"), std::string::npos) << s.ToString();
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(static_cast<unsigned char>(got[0]), 0x16);
+  EXPECT_EQ(got.find("s3cret"), std::string::npos);
+  EXPECT_EQ(got.find("AUTH"), std::string::npos);
+}
+
+// A TLS URL: the router's connections (every node's, for a cluster) go over
+// TLS with the router's TLS files; without the CA they fail verification.
+TEST(RouterTest, ATlsUrlUsesTlsOnEveryConnection) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::TlsCerts certs;
+  testing::RedisServer redis(certs);
+  TIERKV_SKIP_WITHOUT_TLS_REDIS(certs, redis);
+  auto url = ResolveRedisUrl(redis.url());
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  Router router(*url, milliseconds(2000), {certs.ca()});
+  std::vector<Reply> r;
+  std::vector<ErrorKind> errors;
+  router.Run(std::vector<Command>{{"SET", "k", "v"}, {"GET", "k"}}, &r, &errors);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0], ErrorKind::kNone);
+  EXPECT_EQ(r[1].str, "v");
+  Router unverified(*url, milliseconds(2000));
+  std::vector<Failure> failures;
+  unverified.Run(std::vector<Command>{{"GET", "k"}}, &r, &errors, &failures);
+  EXPECT_EQ(errors[0], ErrorKind::kConnect);
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_NE(failures[0].why.find("certificate verify failed"), std::string::npos) << failures[0].why;
 }
 
 TEST(RedisConnTest, ADeadOrSlowServerFailsWithinTheTimeoutAndIsRetriedAfterABackoff) {

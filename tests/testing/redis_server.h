@@ -1,7 +1,9 @@
 // Real Redis servers for tests: Debian's redis-server started on a free
 // loopback port in a temporary directory (no persistence), and a
-// three-master Redis Cluster made with redis-cli --cluster create. Tests
-// skip with a message where redis-server is absent (CI installs it).
+// three-master Redis Cluster made with redis-cli --cluster create; and a
+// server on a TLS port only (TlsCerts: a CA and a certificate for
+// 127.0.0.1 made with the openssl command). Tests skip with a message where
+// redis-server is absent (CI installs it) or refuses TLS.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -61,6 +63,42 @@ inline int FreePort() {
   }
 }
 
+// A test CA and a server certificate it signed for 127.0.0.1 (its
+// subjectAltName: IP:127.0.0.1), PEM files made by the openssl command in a
+// temporary directory (removed when this goes away). ok() false, with
+// why(), where the openssl command is missing or fails.
+class TlsCerts {
+ public:
+  TlsCerts() {
+    char tmpl[] = "/tmp/tierkv-tls-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    const std::string d = dir_ + "/";
+    const std::string key = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    const std::string cmd =
+        "cd " + d + " && (openssl req -x509" + key + " -keyout ca.key -out ca.crt -days 2 -subj '/CN=tierkv test CA'" +
+        " && openssl req -new" + key + " -keyout server.key -out server.csr -subj '/CN=127.0.0.1'" +
+        " && printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext" +
+        " && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2"
+        " -extfile san.ext) 2>&1";
+    ok_ = Shell(cmd, &why_) == 0;
+  }
+  ~TlsCerts() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  TlsCerts(const TlsCerts&) = delete;
+  TlsCerts& operator=(const TlsCerts&) = delete;
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }
+  std::string ca() const { return dir_ + "/ca.crt"; }
+  std::string cert() const { return dir_ + "/server.crt"; }
+  std::string key() const { return dir_ + "/server.key"; }
+
+ private:
+  std::string dir_, why_;
+  bool ok_ = false;
+};
+
 // One redis-server process; killed when this goes away.
 class RedisServer {
  public:
@@ -71,6 +109,20 @@ class RedisServer {
     dir_ = ::mkdtemp(tmpl);
     Start();
   }
+  // On a TLS port only (--port 0: nothing in clear text), with `certs`'
+  // server certificate; clients need not present one (--tls-auth-clients
+  // no). started() false (and no test failure) where redis-server refuses
+  // TLS: the caller skips, quoting log().
+  RedisServer(const TlsCerts& certs, std::vector<std::string> extra = {})
+      : extra_(std::move(extra)), tls_ca_(certs.ca()) {
+    port_ = FreePort();
+    char tmpl[] = "/tmp/tierkv-redis-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    extra_.insert(extra_.end(), {"--tls-port", std::to_string(port_), "--tls-cert-file", certs.cert(),
+                                 "--tls-key-file", certs.key(), "--tls-ca-cert-file", certs.ca(),
+                                 "--tls-auth-clients", "no"});
+    Start(/*expect=*/false);
+  }
   ~RedisServer() {
     Kill();
     std::error_code ec;
@@ -80,12 +132,21 @@ class RedisServer {
   RedisServer& operator=(const RedisServer&) = delete;
 
   int port() const { return port_; }
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const { return (tls_ca_.empty() ? "redis://127.0.0.1:" : "rediss://127.0.0.1:") + std::to_string(port_); }
+  bool started() const { return started_; }
+  // Its log file's text (why a server did not start).
+  std::string log() const {
+    std::string out;
+    Shell("tail -n 20 " + dir_ + "/redis.log 2>&1", &out);
+    return out;
+  }
   const std::string& dir() const { return dir_; }
 
   // Starts it again (same port, same directory) after Kill or Stop.
-  void Start() {
-    std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
+  // `expect`: a server that does not answer is a test failure (else only started() false).
+  void Start(bool expect = true) {
+    const std::string plain = tls_ca_.empty() ? std::to_string(port_) : "0";
+    std::vector<std::string> args = {"redis-server", "--port", plain, "--bind", "127.0.0.1",
                                      "--dir", dir_, "--save", "", "--appendonly", "no",
                                      "--daemonize", "no", "--protected-mode", "no",
                                      "--logfile", dir_ + "/redis.log", "--enable-debug-command", "local"};
@@ -99,10 +160,16 @@ class RedisServer {
       ::_exit(127);
     }
     for (int i = 0; i < 200; ++i) {
-      if (Cli("PING") == "PONG\n") return;
+      started_ = Cli("PING") == "PONG\n";
+      if (started_) return;
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {  // it exited: refused its arguments
+        pid_ = -1;
+        break;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
-    ADD_FAILURE() << "redis-server on port " << port_ << " did not answer PING";
+    if (expect) ADD_FAILURE() << "redis-server on port " << port_ << " did not answer PING: " << log();
   }
   // SIGKILL (a crash) or SIGTERM (a clean stop), and waits.
   void Kill(int sig = SIGKILL) {
@@ -114,15 +181,18 @@ class RedisServer {
   // A redis-cli command against this server; its output.
   std::string Cli(const std::string& args) const {
     std::string out;
-    Shell("redis-cli -p " + std::to_string(port_) + " " + args + " 2>&1", &out);
+    const std::string tls = tls_ca_.empty() ? "" : "--tls --cacert " + tls_ca_ + " ";
+    Shell("redis-cli " + tls + "-h 127.0.0.1 -p " + std::to_string(port_) + " " + args + " 2>&1", &out);
     return out;
   }
 
  private:
   std::vector<std::string> extra_;
+  std::string tls_ca_;  // TLS only: the CA redis-cli verifies it with
   int port_ = 0;
   pid_t pid_ = -1;
   std::string dir_;
+  bool started_ = false;
 };
 
 // Three masters, every slot assigned, no replicas.
