@@ -51,6 +51,16 @@ ErrorKind KindOfContextError(const redisContext* c) {
   return ErrorKind::kConnect;
 }
 
+// hiredis's argv form of `c` (views into it).
+void ArgvOf(const Command& c, std::vector<const char*>* argv, std::vector<size_t>* lens) {
+  argv->clear();
+  lens->clear();
+  for (const std::string& a : c) {
+    argv->push_back(a.data());
+    lens->push_back(a.size());
+  }
+}
+
 }  // namespace
 
 std::string_view ErrorKindName(ErrorKind k) {
@@ -178,12 +188,7 @@ Status RedisConn::Pipeline(std::span<const Command> commands, std::vector<Reply>
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   for (const Command& c : commands) {
-    argv.clear();
-    lens.clear();
-    for (const std::string& a : c) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
+    ArgvOf(c, &argv, &lens);
     if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
       return Fail(KindOfContextError(ctx_), ctx_->errstr, kind);
     }
@@ -210,12 +215,7 @@ Status RedisConn::PipelineTls(std::span<const Command> commands, std::vector<Rep
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   for (const Command& c : commands) {
-    argv.clear();
-    lens.clear();
-    for (const std::string& a : c) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
+    ArgvOf(c, &argv, &lens);
     char* cmd = nullptr;
     const int n = redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()), argv.data(), lens.data());
     if (n < 0 || cmd == nullptr) return Fail(ErrorKind::kConnect, "cannot format a command", kind);

@@ -108,12 +108,16 @@ Status ParseMessages(const json& body, CompletionRequest* r) {
       return Bad(at + ".role", "required string");
     ChatMessage msg;
     msg.role = m[i]["role"].get<std::string>();
+    // OpenAI's newer SDKs send "developer" for what older ones call system.
+    if (msg.role == "developer") msg.role = "system";
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
       return Bad(at + ".role",
-                 "must be \"system\", \"user\" or \"assistant\", got \"" + msg.role + "\"");
+                 "must be \"system\", \"developer\", \"user\" or \"assistant\", got \"" + msg.role + "\"");
     }
     if (!m[i].contains("content")) return Bad(at + ".content", "required");
-    auto content = MessageContent(m[i]["content"], at + ".content");
+    // An assistant turn may carry null content (OpenAI's shape for a turn of tool calls).
+    const bool empty_ok = msg.role == "assistant" && m[i]["content"].is_null();
+    auto content = empty_ok ? Result<std::string>(std::string()) : MessageContent(m[i]["content"], at + ".content");
     if (!content.ok()) return content.status();
     msg.content = std::move(*content);
     r->messages.push_back(std::move(msg));
@@ -204,7 +208,8 @@ Status RefuseUnsupported(const json& body) {
        [](const json& v) { return v.is_object() && v.size() == 1 && v.value("type", "") == "text"; }},
       {"tools", [](const json& v) { return v.is_array() && v.empty(); }},
       {"functions", [](const json& v) { return v.is_array() && v.empty(); }},
-      {"tool_choice", [](const json& v) { return v == "none"; }},
+      // "auto" with no tools (checked above) means none.
+      {"tool_choice", [](const json& v) { return v == "none" || v == "auto"; }},
       {"function_call", [](const json& v) { return v == "none"; }},
   };
   for (const Field& f : kFields) {

@@ -91,6 +91,24 @@ std::variant<BodyFraming, HeadRefusal> CheckFraming(const RequestHead& head, siz
   return f;
 }
 
+std::optional<HeadRefusal> CheckHeaderSyntax(const httplib::Headers& headers) {
+  static const std::string_view kTokenPunct = "!#$%&'*+-.^_`|~";
+  for (const auto& [name, value] : headers) {
+    if (name.empty()) return Refuse(400, "headers: a header without a name");
+    for (unsigned char c : name) {
+      if (!std::isalnum(c) && kTokenPunct.find(static_cast<char>(c)) == std::string_view::npos) {
+        return Refuse(400, "headers: '" + name.substr(0, 64) + "' is not a header name (no spaces before the colon)");
+      }
+    }
+    for (unsigned char c : value) {
+      if ((c < 0x20 && c != '\t') || c == 0x7f) {
+        return Refuse(400, "headers: " + name.substr(0, 64) + ": a control character in the value");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> HostName(std::string_view authority) {
   authority = Trim(authority);
   if (authority.empty()) return std::nullopt;

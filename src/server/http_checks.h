@@ -55,6 +55,12 @@ RequestHead HeadOf(const httplib::Request& q);
 // HEAD, OPTIONS) gets 400, since it would be read as the next request.
 std::variant<BodyFraming, HeadRefusal> CheckFraming(const RequestHead& head, size_t max_body);
 
+// Header names must be tokens and values free of control characters (but
+// tab): "Transfer-Encoding : chunked" (a space before the colon) or an
+// obs-fold line is refused (400), not taken for another header, since a
+// proxy in front may read it the other way (request smuggling).
+std::optional<HeadRefusal> CheckHeaderSyntax(const httplib::Headers& headers);
+
 // The names a Host header may carry for a server listening on `listen_host`:
 // the listen address and, on a loopback address, localhost, 127.0.0.1 and
 // ::1; plus `extra` (--allowed-hosts). Empty: any name (a wildcard listen

@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -184,6 +185,19 @@ void LingeringClose(int fd) {
 }
 
 }  // namespace
+
+size_t FitConnectionsToFileLimit(size_t connections, size_t reserve) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return connections;
+  const rlim_t want = static_cast<rlim_t>(connections + reserve);
+  if (r.rlim_cur < want) {
+    rlimit raised = r;
+    raised.rlim_cur = r.rlim_max == RLIM_INFINITY ? want : std::min(want, r.rlim_max);
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) r = raised;
+  }
+  if (r.rlim_cur >= want) return connections;
+  return r.rlim_cur > reserve + 16 ? static_cast<size_t>(r.rlim_cur - reserve) : 16;
+}
 
 // Workers started as connections arrive, up to max_connections, then kept
 // idle for the next ones. A connection beyond them is refused on the

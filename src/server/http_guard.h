@@ -43,6 +43,13 @@ struct ConnectionCounts {
   uint64_t timed_out = 0;   // requests not received within request_timeout (408)
 };
 
+// Raises the process's open-file limit (the soft one, up to the hard one)
+// so that `connections` sockets fit beside `reserve` other descriptors (the
+// store's files, the model); the connections that fit (`connections` when
+// all do). Beyond the limit accept() fails and new clients hang instead of
+// getting the 503.
+size_t FitConnectionsToFileLimit(size_t connections, size_t reserve);
+
 class GuardedHttpServer : public httplib::Server {
  public:
   explicit GuardedHttpServer(ConnectionLimits limits);

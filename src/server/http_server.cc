@@ -2,6 +2,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -78,13 +79,19 @@ int64_t UnixNow() {
       .count();
 }
 
-// Whether an Authorization header is "Bearer <token>", compared in time
+// Whether an Authorization header is "Bearer <token>" (the scheme in any
+// case, then one or more spaces: RFC 9110), the token compared in time
 // independent of where they first differ.
 bool TokenMatches(const std::string& header, const std::string& token) {
-  static const std::string kBearer = "Bearer ";
-  if (header.size() != kBearer.size() + token.size() || header.rfind(kBearer, 0) != 0) return false;
+  static const std::string kBearer = "bearer";
+  if (header.size() <= kBearer.size() || header[kBearer.size()] != ' ') return false;
+  for (size_t i = 0; i < kBearer.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != kBearer[i]) return false;
+  }
+  const size_t at = header.find_first_not_of(' ', kBearer.size());
+  if (at == std::string::npos || header.size() - at != token.size()) return false;
   unsigned diff = 0;
-  for (size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned char>(header[kBearer.size() + i] ^ token[i]);
+  for (size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned char>(header[at + i] ^ token[i]);
   return diff == 0;
 }
 
@@ -116,6 +123,11 @@ bool NeedsApiKey(const std::string& path) {
 
 bool IsInferencePath(const std::string& path) {
   return path == "/v1/completions" || path == "/v1/chat/completions";
+}
+
+// The methods some route of this server answers.
+bool KnownMethod(const std::string& m) {
+  return m == "GET" || m == "HEAD" || m == "POST" || m == "DELETE" || m == "OPTIONS";
 }
 
 // The scheduler's options within the server's; InvalidArgument naming the field.
@@ -171,7 +183,7 @@ struct Server::Impl {
   bool stop_asked TIERKV_GUARDED_BY(listen_mu) = false;
   // `tierkv-drain`: started by the first Shutdown, joined by ~Server.
   std::thread drainer TIERKV_GUARDED_BY(listen_mu);
-  const uint64_t id_salt = std::random_device{}();
+  const uint64_t id_salt = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
 
   Impl(const Model& m, const Tokenizer& t, engine::Engine* e, ServerOptions o)
       : model(m),
@@ -186,7 +198,12 @@ struct Server::Impl {
 
   static ConnectionLimits LimitsOf(const ServerOptions& o) {
     ConnectionLimits l;
-    l.max_connections = o.max_connections;
+    // 256 descriptors kept for the store's segments, the model and Redis.
+    l.max_connections = FitConnectionsToFileLimit(o.max_connections, 256);
+    if (l.max_connections < o.max_connections) {
+      TIERKV_LOG(kWarn) << "--max-connections " << o.max_connections << " is more than the open-file limit allows; "
+                        << l.max_connections << " connections will be served (raise `ulimit -n`)";
+    }
     l.request_timeout = std::chrono::milliseconds(o.request_timeout_ms);
     return l;
   }
@@ -236,6 +253,10 @@ void Server::Impl::Refuse(httplib::Response& res, int status, const std::string&
 // False when `res` holds the answer.
 bool Server::Impl::CheckHead(const httplib::Request& req, httplib::Response& res) {
   if (draining) GuardedHttpServer::CloseAfterResponse();
+  if (auto r = CheckHeaderSyntax(req.headers)) {
+    Refuse(res, r->status, r->message);
+    return false;
+  }
   const RequestHead head = HeadOf(req);
   if (auto r = CheckHostAndOrigin(head, allowed_hosts, port, opts.cors_origin)) {
     Refuse(res, r->status, r->message);
@@ -253,16 +274,31 @@ bool Server::Impl::CheckHead(const httplib::Request& req, httplib::Response& res
     res.set_header("Access-Control-Max-Age", "600");
     return false;
   }
+  if (!KnownMethod(req.method)) {
+    Refuse(res, 405, "method: " + req.method.substr(0, 16) + " is not served here");
+    return false;
+  }
   const auto framing = CheckFraming(head, opts.max_body_bytes);
   if (const auto* r = std::get_if<HeadRefusal>(&framing)) {
     Refuse(res, r->status, r->message);
     return false;
   }
-  if (req.method == "POST" && IsInferencePath(req.path)) {
+  const BodyFraming& body = std::get<BodyFraming>(framing);
+  const bool reads_body = req.method == "POST" && IsInferencePath(req.path);
+  if (!reads_body && (body.chunked || body.length > 0)) {
+    // Only the inference routes read a body under the limit; cpp-httplib
+    // would read any other whole (and a chunked DELETE's not at all).
+    Refuse(res, 400, "body: " + req.method + " " + req.path.substr(0, 64) + " takes none");
+    return false;
+  }
+  if (reads_body) {
     if (auto r = CheckJsonBody(head)) {
       Refuse(res, r->status, r->message);
       return false;
     }
+    // cpp-httplib's chunked reader is lenient (a chunk without its CRLF ends
+    // the body early): nothing after a chunked body is taken as a request.
+    if (body.chunked) GuardedHttpServer::CloseAfterResponse();
   }
   if (!opts.api_keys.empty() && NeedsApiKey(req.path) &&
       !MatchingKey(req.get_header_value("Authorization"), opts.api_keys)) {
@@ -296,7 +332,9 @@ std::optional<std::string> Server::Impl::ReadBody(const httplib::Request& req, h
   });
   if (ok && !over) return body;
   GuardedHttpServer::CloseAfterResponse();
-  if (over) {
+  if (draining) {
+    Reply(res, endpoint, 503, ErrorBody(503, Status::Unavailable("the server is shutting down")));
+  } else if (over) {
     Reply(res, endpoint, 413,
           ErrorBody(413, Status::InvalidArgument("body: larger than the server's limit of " +
                                                  std::to_string(opts.max_body_bytes) + " bytes")));
@@ -312,9 +350,11 @@ std::optional<std::string> Server::Impl::ReadBody(const httplib::Request& req, h
 }
 
 std::string Server::Impl::NewId(bool chat) {
+  // Keyed by a 64-bit secret: ids neither repeat nor count the server's requests.
+  const uint64_t n = next_id++;
   char buf[40];
   std::snprintf(buf, sizeof buf, "%s-%016llx", chat ? "chatcmpl" : "cmpl",
-                static_cast<unsigned long long>(id_salt ^ (next_id++ * 0x9e3779b97f4a7c15ULL)));
+                static_cast<unsigned long long>(XXH3_64bits_withSeed(&n, sizeof n, id_salt)));
   return buf;
 }
 
@@ -473,9 +513,12 @@ void Server::Impl::Routes() {
     const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
     http.Post(path, [this, chat, path](const httplib::Request& q, httplib::Response& r,
                                        const httplib::ContentReader& read) {
-      ++inflight;
-      if (auto body = ReadBody(q, r, read, path)) Complete(q, *body, r, chat);
-      --inflight;
+      // Counted once the body is in: a slow upload must not hold the drain.
+      if (auto body = ReadBody(q, r, read, path)) {
+        ++inflight;
+        Complete(q, *body, r, chat);
+        --inflight;
+      }
     });
   }
   const auto model_json = [this] {
@@ -497,7 +540,16 @@ void Server::Impl::Routes() {
     if (draining) return Reply(r, "/health", 503, R"({"status":"shutting down"})");
     Reply(r, "/health", 200, R"({"status":"ok"})");
   });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+  http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& r) {
+    // With tenants, request and token counts move with each key's requests:
+    // a key polling them would learn another's prompt sizes and reuse.
+    if (!opts.api_keys.empty() && (opts.admin_token.empty() ||
+                                   !TokenMatches(q.get_header_value("Authorization"), opts.admin_token))) {
+      r.set_header("WWW-Authenticate", "Bearer");
+      return Reply(r, "/metrics", 401,
+                   ErrorBody(401, Status::InvalidArgument(
+                                      "Authorization: with API keys, /metrics needs the admin token")));
+    }
     const ConnectionCounts conns = http.counts();
     const Snapshot now{sched.queued(),
                        sched.running(),

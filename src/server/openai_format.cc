@@ -98,11 +98,11 @@ std::string ErrorBody(int http_status, const Status& s) {
     const size_t colon = m.find(':');
     if (colon != std::string::npos && m.find(' ') > colon) param = m.substr(0, colon);
   }
-  const char* type = http_status == 400 || http_status == 413 || http_status == 404 ? "invalid_request_error"
-                     : http_status == 401 || http_status == 403                    ? "authentication_error"
-                     : http_status == 429                                          ? "rate_limit_error"
-                     : http_status == 503                                          ? "unavailable_error"
-                                                                                   : "server_error";
+  const char* type = http_status == 401 || http_status == 403 ? "authentication_error"
+                     : http_status == 429                      ? "rate_limit_error"
+                     : http_status == 503                      ? "unavailable_error"
+                     : http_status >= 400 && http_status < 500 ? "invalid_request_error"
+                                                               : "server_error";
   return Dump(json{{"error", {{"message", m}, {"type", type}, {"param", param}, {"code", http_status}}}});
 }
 

@@ -182,6 +182,49 @@ TEST(HostileClientTest, HeadsThatNeverEndAreCut) {
   EXPECT_EQ(srv.Stop(), 0);
 }
 
+// Only the inference routes read a body (under the limit); any other body,
+// a method no route answers, a header cpp-httplib would misread, and what
+// follows a chunked body are refused or never run.
+TEST(HostileClientTest, NoRequestHidesInsideAnother) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--admin-token", "adm"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  std::string ans;
+  const auto t0 = Clock::now();
+  EXPECT_EQ(Exchange(srv.port(), "PUT /x HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                                     std::string(100000, 'a'), &ans), 405) << ans.substr(0, 200);
+  EXPECT_EQ(Exchange(srv.port(), "POST /health HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                                     std::string(100000, 'a'), &ans), 400) << ans.substr(0, 200);
+  EXPECT_EQ(Exchange(srv.port(), "PRI /x HTTP/1.1\r\nHost: localhost\r\n\r\n", &ans), 405) << ans.substr(0, 200);
+  EXPECT_LT(SecondsSince(t0), 5) << "bodies nobody reads must be refused from the head";
+  // A chunked DELETE's body would be parsed as the next request: refused, one answer.
+  Exchange(srv.port(), "DELETE /v1/cache HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       "5\r\nhello\r\n0\r\n\r\nGET /health HTTP/1.1\r\nHost: localhost\r\n\r\n", &ans);
+  EXPECT_EQ(ans.rfind("HTTP/1.1 "), 0u) << "a second response: " << ans;
+  // A chunk without its CRLF ends cpp-httplib's body early; what follows never runs.
+  const std::string smuggle =
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n1e\r\n{\"prompt\":\"hi\",\"max_tokens\":2}XX\r\n"
+      "DELETE /v1/cache HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer adm\r\nContent-Length: 0\r\n\r\n0\r\n\r\n";
+  Exchange(srv.port(), smuggle, &ans);
+  EXPECT_EQ(ans.find("flushed_chunks"), std::string::npos) << ans;
+  EXPECT_EQ(ans.find("HTTP/1.1 ", 1), std::string::npos) << "a second response: " << ans;
+  // "Transfer-Encoding : chunked" is no Transfer-Encoding to cpp-httplib, but is to a proxy.
+  EXPECT_EQ(Exchange(srv.port(), "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                                 "Transfer-Encoding : chunked\r\nContent-Length: 2\r\n\r\n{}", &ans), 400) << ans;
+  // OpenAI clients' shapes: a developer message, an assistant turn with null content, tool_choice auto.
+  httplib::Client c("127.0.0.1", srv.port());
+  int status = 0;
+  json r = Post(c, "/v1/chat/completions",
+                json{{"messages", {{{"role", "developer"}, {"content", "Be brief."}},
+                                   {{"role", "assistant"}, {"content", nullptr}},
+                                   {{"role", "user"}, {"content", "Hi"}}}},
+                     {"max_tokens", 2}, {"tool_choice", "auto"}},
+                &status);
+  EXPECT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
 TEST(HostileClientTest, SlowClientsAreCutOffAndHealthIsAlwaysAnswered) {
   TempDir dir;
   ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--request-timeout-seconds", "3"});
@@ -450,7 +493,7 @@ TEST(HostileClientTest, OneKeyNeverLearnsWhatAnotherStored) {
   auto tok = LoadGgufTokenizer(TIERKV_DEFAULT_MODEL);
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   TempDir dir;
-  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--api-key", "key-alice"},
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--api-key", "key-alice", "--admin-token", "adm"},
                     {"TIERKV_API_KEYS=key-bob"});
   ASSERT_GT(srv.port(), 0) << srv.first_line();
   httplib::Client alice("127.0.0.1", srv.port()), bob("127.0.0.1", srv.port()), anon("127.0.0.1", srv.port());
@@ -493,11 +536,23 @@ TEST(HostileClientTest, OneKeyNeverLearnsWhatAnotherStored) {
                      json{{"prompt", prompt(secret)}, {"max_tokens", 1}, {"cache_salt", "team-2"}}, &status);
   EXPECT_EQ(status, 200);
   EXPECT_EQ(cached(salted), 0);
-  // Nothing of the prompts, nor per-key counts, in /metrics; /v1/cache is the operator's.
-  auto metrics = anon.Get("/metrics");
+  // /metrics and /v1/cache are the operator's: their counts move with every
+  // key's requests. Nothing of the prompts nor of the keys in them.
+  auto metrics = bob.Get("/metrics");
   ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 401);
+  httplib::Client admin("127.0.0.1", srv.port());
+  admin.set_bearer_token_auth("adm");
+  metrics = admin.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
   EXPECT_EQ(metrics->body.find("73914"), std::string::npos);
   EXPECT_EQ(metrics->body.find("key-"), std::string::npos);
+  // The scheme is case-insensitive, spaces after it are one (RFC 9110).
+  httplib::Client lower("127.0.0.1", srv.port());
+  lower.set_default_headers({{"Authorization", "bearer   key-bob"}});
+  Post(lower, "/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 1}}, &status);
+  EXPECT_EQ(status, 200);
   auto cache = bob.Get("/v1/cache");
   ASSERT_TRUE(cache);
   EXPECT_EQ(cache->status, 401);
