@@ -399,7 +399,7 @@ TEST(HostileClientTest, SigtermEndsEveryStreamWithItsLastEventAndRefusesNewOnes)
     EXPECT_EQ(r.value("kind", ""), "APIError") << r.dump();
     EXPECT_NE(r.value("message", "").find("shut down"), std::string::npos) << r.dump();
   }
-  EXPECT_EQ(srv.Stop(), 0);
+  EXPECT_EQ(srv.Wait(), 0);
 }
 
 TEST(HostileClientTest, ShortStreamsFinishWithinTheGracePeriod) {
@@ -424,7 +424,7 @@ TEST(HostileClientTest, ShortStreamsFinishWithinTheGracePeriod) {
     ASSERT_TRUE(r.value("ok", false)) << r.dump();
     EXPECT_EQ(r["result"].value("finish_reason", ""), "length") << r.dump();
   }
-  EXPECT_EQ(srv.Stop(), 0);
+  EXPECT_EQ(srv.Wait(), 0);
 }
 
 TEST(HostileClientTest, ASmallerFaultsListIsAnsweredCleanly) {

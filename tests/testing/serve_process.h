@@ -81,6 +81,11 @@ class ServerProcess {
   // rather than holding the test until ctest's timeout.
   int Stop() {
     ::kill(pid_, SIGTERM);
+    return Wait();
+  }
+  // The exit code once the process ends by itself (after a signal the test
+  // sent: a second SIGTERM would end a draining server at once, 143).
+  int Wait() {
     int st = 0;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
     while (::waitpid(pid_, &st, WNOHANG) == 0) {
