@@ -1,40 +1,22 @@
-// Server: the HTTP routes (cpp-httplib) over the scheduler.
+// Server: the routes (cpp-httplib) over the scheduler, what is decided from
+// a request's head, and the drain; the inference routes are completions.cc.
 #include <httplib.h>
-
-#include <atomic>
-#include <cctype>
-#include <chrono>
-#include <nlohmann/json.hpp>
-#include <random>
-#include <set>
-#include <thread>
-#include <optional>
-#include <variant>
 #include <pthread.h>
 
-#include <xxhash.h>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <variant>
 
-#include "sched/scheduler.h"
-#include "server/api.h"
 #include "server/http_checks.h"
-#include "server/http_guard.h"
-#include "tierkv/chat.h"
-#include "server/metrics.h"
-#include "server/openai_format.h"
-#include "server/peer_watch.h"
+#include "server/server_impl.h"
+#include "server/tenants.h"
 #include "tierkv/logging.h"
-#include "tierkv/mutex.h"
-#include "tierkv/server.h"
 
 namespace tierkv::server {
 
 namespace {
-
-constexpr int kDefaultCompletionTokens = 16;  // OpenAI's default for /v1/completions
-// How often a waiting worker looks whether its client is still there.
-constexpr std::chrono::milliseconds kPeerCheck{100};
-// Counted (nobody reads it) for a request whose client hung up: nginx's code.
-constexpr int kClientClosed = 499;
 
 // GET /v1/cache: the disk tier's and the pools' figures.
 std::string CacheStatsJson(const store::StoreStats& s, const cache::CacheStats& p) {
@@ -73,48 +55,6 @@ std::string CacheStatsJson(const store::StoreStats& s, const cache::CacheStats& 
   return j.dump();
 }
 
-int64_t UnixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// Whether an Authorization header is "Bearer <token>" (the scheme in any
-// case, then one or more spaces: RFC 9110), the token compared in time
-// independent of where they first differ.
-bool TokenMatches(const std::string& header, const std::string& token) {
-  static const std::string kBearer = "bearer";
-  if (header.size() <= kBearer.size() || header[kBearer.size()] != ' ') return false;
-  for (size_t i = 0; i < kBearer.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(header[i])) != kBearer[i]) return false;
-  }
-  const size_t at = header.find_first_not_of(' ', kBearer.size());
-  if (at == std::string::npos || header.size() - at != token.size()) return false;
-  unsigned diff = 0;
-  for (size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned char>(header[at + i] ^ token[i]);
-  return diff == 0;
-}
-
-// The API key an Authorization header carries, from `keys` (every key is
-// compared, so the time does not tell which matched); null when none.
-const std::string* MatchingKey(const std::string& header, const std::vector<std::string>& keys) {
-  const std::string* found = nullptr;
-  for (const std::string& k : keys) {
-    if (TokenMatches(header, k)) found = &k;
-  }
-  return found;
-}
-
-// The namespace of a request's prefixes: its tenant (the API key, or ""
-// when keys are shared or absent) and its cache_salt, hashed with a domain
-// tag; 0 (the shared namespace, that of stores written before tenants
-// existed) when both are empty. Stable across restarts: the store keeps it.
-uint64_t CacheNamespace(const std::string& tenant, const std::string& salt) {
-  if (tenant.empty() && salt.empty()) return 0;
-  const std::string material = "tierkv-ns:" + std::to_string(tenant.size()) + ":" + tenant + salt;
-  const uint64_t ns = XXH3_64bits(material.data(), material.size());
-  return ns == 0 ? 1 : ns;
-}
 
 // The routes API keys guard (with keys, GET /v1/cache needs the admin token).
 bool NeedsApiKey(const std::string& path) {
@@ -159,71 +99,39 @@ Status ServerOptions::Validate() const {
   return Status::Ok();
 }
 
-struct Server::Impl {
-  const Model& model;
-  const Tokenizer& tok;
-  engine::Engine* const engine;
-  const ServerOptions opts;
-  GuardedHttpServer http;
-  std::vector<std::string> allowed_hosts;  // AllowedHostNames (empty: any); set by Bind
-  int port = 0;                            // set by Bind
-  Metrics metrics;
-  sched::Scheduler sched;
-  std::atomic<bool> draining{false};
-  std::atomic<uint64_t> next_id{1};
-  // Responses not yet written whole: a handler's, or a stream's until its
-  // last event. The drain waits for none before it stops the listener.
-  std::atomic<int64_t> inflight{0};
-  // cpp-httplib 0.11's stop() does nothing until listen_after_bind has begun
-  // its loop (cpp-httplib #1645), so a Shutdown between Bind and that moment
-  // would be lost and Run would never return. Run and the drain meet here.
-  enum class Listen { kNotYet, kEntered, kDone };
-  Mutex listen_mu;
-  Listen listen TIERKV_GUARDED_BY(listen_mu) = Listen::kNotYet;
-  bool stop_asked TIERKV_GUARDED_BY(listen_mu) = false;
-  // `tierkv-drain`: started by the first Shutdown, joined by ~Server.
-  std::thread drainer TIERKV_GUARDED_BY(listen_mu);
-  const uint64_t id_salt = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
 
-  Impl(const Model& m, const Tokenizer& t, engine::Engine* e, ServerOptions o)
-      : model(m),
-        tok(t),
-        engine(e),
-        opts(std::move(o)),
-        http(LimitsOf(opts)),
-        sched(m, t, e, *SchedulerOptionsOf(opts),
-              [this](const sched::Outcome& o, double seconds) {
-                metrics.ObserveOutcome(o, seconds);
-              }) {}
+Server::Impl::Impl(const Model& m, const Tokenizer& t, engine::Engine* e, ServerOptions o)
+    : model(m),
+      tok(t),
+      engine(e),
+      opts(std::move(o)),
+      http(LimitsOf(opts)),
+      sched(m, t, e, *SchedulerOptionsOf(opts),
+            [this](const sched::Outcome& o, double seconds) { metrics.ObserveOutcome(o, seconds); }) {}
 
-  static ConnectionLimits LimitsOf(const ServerOptions& o) {
-    ConnectionLimits l;
-    // 256 descriptors kept for the store's segments, the model and Redis.
-    l.max_connections = FitConnectionsToFileLimit(o.max_connections, 256);
-    if (l.max_connections < o.max_connections) {
-      TIERKV_LOG(kWarn) << "--max-connections " << o.max_connections << " is more than the open-file limit allows; "
-                        << l.max_connections << " connections will be served (raise `ulimit -n`)";
-    }
-    l.request_timeout = std::chrono::milliseconds(o.request_timeout_ms);
-    return l;
+ConnectionLimits Server::Impl::LimitsOf(const ServerOptions& o) {
+  ConnectionLimits l;
+  // 256 descriptors kept for the store's segments, the model and Redis.
+  l.max_connections = FitConnectionsToFileLimit(o.max_connections, 256);
+  if (l.max_connections < o.max_connections) {
+    TIERKV_LOG(kWarn) << "--max-connections " << o.max_connections << " is more than the open-file limit allows; "
+                      << l.max_connections << " connections will be served (raise `ulimit -n`)";
   }
+  l.request_timeout = std::chrono::milliseconds(o.request_timeout_ms);
+  return l;
+}
 
-  void Routes();
-  void Reply(httplib::Response& res, const std::string& endpoint, int status,
-             const std::string& body, const char* type = "application/json");
-  void Fail(httplib::Response& res, const std::string& endpoint, const Status& s);
-  void Refuse(httplib::Response& res, int status, const std::string& message);
-  bool CheckHead(const httplib::Request& req, httplib::Response& res);
-  void AddCorsHeaders(const httplib::Request& req, httplib::Response& res) const;
-  std::optional<std::string> ReadBody(const httplib::Request& req, httplib::Response& res,
-                                      const httplib::ContentReader& read, const std::string& endpoint);
-  Result<sched::GenerationParams> Prepare(const CompletionRequest& r, const httplib::Request& req);
-  void Complete(const httplib::Request& req, const std::string& body, httplib::Response& res, bool chat);
-  void Stream(const httplib::Request& req, httplib::Response& res, const std::string& endpoint,
-              std::shared_ptr<sched::Job> job, ResponseHead head, bool include_usage, PeerWatch peer);
-  void Drain();
-  std::string NewId(bool chat);
-};
+bool Server::Impl::OperatorOnly(const httplib::Request& req, httplib::Response& res, const std::string& endpoint) {
+  if (opts.api_keys.empty() ||
+      (!opts.admin_token.empty() && TokenMatches(req.get_header_value("Authorization"), opts.admin_token))) {
+    return true;
+  }
+  res.set_header("WWW-Authenticate", "Bearer");
+  Reply(res, endpoint, 401,
+        ErrorBody(401, Status::InvalidArgument("Authorization: with API keys, " + endpoint +
+                                               " needs the admin token (its figures count every key's requests)")));
+  return false;
+}
 
 void Server::Impl::Reply(httplib::Response& res, const std::string& endpoint, int status,
                          const std::string& body, const char* type) {
@@ -314,181 +222,6 @@ void Server::Impl::AddCorsHeaders(const httplib::Request& req, httplib::Response
   res.set_header("Vary", "Origin");
 }
 
-// The body, read as it arrives (chunked or not) and never past the limit:
-// a longer one is 413 and the connection closes. nullopt when `res` holds
-// the answer.
-std::optional<std::string> Server::Impl::ReadBody(const httplib::Request& req, httplib::Response& res,
-                                                  const httplib::ContentReader& read,
-                                                  const std::string& endpoint) {
-  std::string body;
-  bool over = false;
-  const bool ok = read([&](const char* data, size_t n) {
-    if (n > opts.max_body_bytes - body.size()) {
-      over = true;
-      return false;
-    }
-    body.append(data, n);
-    return true;
-  });
-  if (ok && !over) return body;
-  GuardedHttpServer::CloseAfterResponse();
-  if (draining) {
-    Reply(res, endpoint, 503, ErrorBody(503, Status::Unavailable("the server is shutting down")));
-  } else if (over) {
-    Reply(res, endpoint, 413,
-          ErrorBody(413, Status::InvalidArgument("body: larger than the server's limit of " +
-                                                 std::to_string(opts.max_body_bytes) + " bytes")));
-  } else if (GuardedHttpServer::RequestTimedOut()) {
-    Reply(res, endpoint, 408,
-          ErrorBody(408, Status::InvalidArgument("body: not received within " +
-                                                 std::to_string(opts.request_timeout_ms / 1000.0) + " s")));
-  } else {
-    Reply(res, endpoint, 400,
-          ErrorBody(400, Status::InvalidArgument("body: incomplete, or its chunked framing is malformed")));
-  }
-  return std::nullopt;
-}
-
-std::string Server::Impl::NewId(bool chat) {
-  // Keyed by a 64-bit secret: ids neither repeat nor count the server's requests.
-  const uint64_t n = next_id++;
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%s-%016llx", chat ? "chatcmpl" : "cmpl",
-                static_cast<unsigned long long>(XXH3_64bits_withSeed(&n, sizeof n, id_salt)));
-  return buf;
-}
-
-// The request's tokens and limits, checked against the model.
-Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r,
-                                                      const httplib::Request& req) {
-  const engine::System system = engine->options().system;
-  if (r.retention && *r.retention != 1 && !engine::TraitsOf(system).selective) {
-    return Status::InvalidArgument(std::string("retention: this server's system, ") +
-                                   std::string(engine::SystemName(system)) +
-                                   ", reads every prefix row (only 1 is accepted); a selective "
-                                   "system (tierkv serve --system impress) reads a share");
-  }
-  sched::GenerationParams p;
-  p.retention = r.retention.value_or(-1);
-  const std::string* key = opts.share_prefixes ? nullptr
-                                                : MatchingKey(req.get_header_value("Authorization"), opts.api_keys);
-  p.cache_namespace = CacheNamespace(key ? *key : std::string(), r.cache_salt);
-  if (r.chat) {
-    ASSIGN_OR_RETURN(p.prompt, ChatPromptTokens(tok, opts.chat, r.messages));
-    if (auto eot = ChatEndOfTurnToken(tok, opts.chat)) p.stop_tokens.push_back(*eot);
-  } else if (!r.prompt_tokens.empty()) {
-    for (int32_t t : r.prompt_tokens) {
-      if (t < 0 || t >= model.config().vocab_size) {
-        return Status::InvalidArgument("prompt: token id " + std::to_string(t) +
-                                       " is outside the vocabulary [0, " +
-                                       std::to_string(model.config().vocab_size) + ")");
-      }
-    }
-    p.prompt = r.prompt_tokens;
-  } else {
-    ASSIGN_OR_RETURN(p.prompt, tok.Encode(r.prompt, /*add_bos=*/true));
-  }
-  const int context = model.config().context_length;
-  const int n = static_cast<int>(p.prompt.size());
-  if (n >= context) {
-    return Status::InvalidArgument(std::string(r.chat ? "messages" : "prompt") + ": " +
-                                   std::to_string(n) + " tokens, the model's context is " +
-                                   std::to_string(context) + " tokens (leave at least one to generate)");
-  }
-  p.max_tokens = r.max_tokens.value_or(r.chat ? context - n : kDefaultCompletionTokens);
-  if (n + p.max_tokens > context) {
-    return Status::InvalidArgument("max_tokens: the prompt's " + std::to_string(n) +
-                                   " tokens plus max_tokens " + std::to_string(p.max_tokens) +
-                                   " exceed the model's context of " + std::to_string(context) +
-                                   " tokens");
-  }
-  p.sampler = r.sampler;
-  p.stop = r.stop;
-  p.ignore_eos = r.ignore_eos;
-  return p;
-}
-
-void Server::Impl::Complete(const httplib::Request& req, const std::string& body,
-                            httplib::Response& res, bool chat) {
-  const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
-  auto parsed = ParseCompletionRequest(body, chat);
-  if (!parsed.ok()) return Fail(res, endpoint, parsed.status());
-  auto params = Prepare(*parsed, req);
-  if (!params.ok()) return Fail(res, endpoint, params.status());
-  const size_t prompt_tokens = params->prompt.size();
-  auto job = std::make_shared<sched::Job>(std::move(*params));
-  if (Status s = sched.Submit(job); !s.ok()) return Fail(res, endpoint, s);
-  ResponseHead head{NewId(chat), UnixNow(), opts.model_id, chat};
-  const PeerWatch peer(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  if (parsed->stream)
-    return Stream(req, res, endpoint, std::move(job), std::move(head), parsed->include_usage, peer);
-  while (!job->WaitFor(kPeerCheck)) {
-    if (peer.Gone()) job->Cancel();
-  }
-  const sched::Outcome o = job->Wait();
-  if (o.reason == sched::FinishReason::kError) return Fail(res, endpoint, o.status);
-  if (o.reason == sched::FinishReason::kCancelled) {
-    if (peer.Gone())
-      return Reply(res, endpoint, kClientClosed,
-                   ErrorBody(kClientClosed, Status::Cancelled("the client went away")));
-    return Fail(res, endpoint,
-                Status::Unavailable("the server shut down before the request finished"));
-  }
-  Reply(res, endpoint, 200, CompletionBody(head, o, UsageOf(o, prompt_tokens)));
-}
-
-// Streams the job's text as server-sent events. The provider runs on this
-// request's HTTP worker after the handler returns; a client that went away
-// (seen while no text comes, or as a failed write) ends it, and the
-// releaser then cancels the job. A job the drain cancels still ends with an
-// error event and [DONE]. An HTTP/1.0 client gets the events without
-// chunked framing, ended by closing the connection.
-void Server::Impl::Stream(const httplib::Request& req, httplib::Response& res,
-                          const std::string& endpoint, std::shared_ptr<sched::Job> job,
-                          ResponseHead head, bool include_usage, PeerWatch peer) {
-  metrics.CountRequest(endpoint, 200);
-  auto first = std::make_shared<bool>(true);
-  res.set_header("Cache-Control", "no-cache");
-  ++inflight;  // until the releaser: the stream's last event is written (or the client left)
-  auto provider = [job, head, include_usage, first, peer](size_t, httplib::DataSink& sink) {
-    bool ended = false;
-    const std::string text = job->Next(kPeerCheck, &ended);
-    if (text.empty() && !ended && peer.Gone()) return false;
-    if (!text.empty()) {
-      const std::string ev = ChunkEvent(head, text, *first, nullptr);
-      *first = false;
-      if (!sink.write(ev.data(), ev.size())) return false;
-    }
-    if (!ended) return true;
-    const sched::Outcome o = job->Wait();
-    std::string tail;
-    if (o.reason == sched::FinishReason::kError || o.reason == sched::FinishReason::kCancelled) {
-      const Status s = o.reason == sched::FinishReason::kError
-                           ? o.status
-                           : Status::Unavailable("the server shut down before the request finished");
-      tail = "data: " + ErrorBody(HttpStatusOf(s), s) + "\n\n";
-    } else {
-      tail = ChunkEvent(head, "", *first, sched::FinishReasonName(o.reason));
-      if (include_usage) tail += UsageEvent(head, UsageOf(o, job->params().prompt.size()));
-    }
-    tail += kDoneEvent;
-    if (!sink.write(tail.data(), tail.size())) return false;
-    sink.done();
-    return true;
-  };
-  auto releaser = [this, job](bool success) {
-    // The client left (or a write failed): the scheduler drops the job at
-    // its next step.
-    if (!success) job->Cancel();
-    --inflight;
-  };
-  if (req.version == "HTTP/1.0") {
-    GuardedHttpServer::CloseAfterResponse();
-    res.set_content_provider("text/event-stream", std::move(provider), std::move(releaser));
-  } else {
-    res.set_chunked_content_provider("text/event-stream", std::move(provider), std::move(releaser));
-  }
-}
 
 void Server::Impl::Routes() {
   http.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& r) {
@@ -541,15 +274,9 @@ void Server::Impl::Routes() {
     Reply(r, "/health", 200, R"({"status":"ok"})");
   });
   http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& r) {
-    // With tenants, request and token counts move with each key's requests:
-    // a key polling them would learn another's prompt sizes and reuse.
-    if (!opts.api_keys.empty() && (opts.admin_token.empty() ||
-                                   !TokenMatches(q.get_header_value("Authorization"), opts.admin_token))) {
-      r.set_header("WWW-Authenticate", "Bearer");
-      return Reply(r, "/metrics", 401,
-                   ErrorBody(401, Status::InvalidArgument(
-                                      "Authorization: with API keys, /metrics needs the admin token")));
-    }
+    // Request and token counts move with each key's requests: a key polling
+    // them would learn another's prompt sizes and reuse.
+    if (!OperatorOnly(q, r, "/metrics")) return;
     const ConnectionCounts conns = http.counts();
     const Snapshot now{sched.queued(),
                        sched.running(),
@@ -564,14 +291,7 @@ void Server::Impl::Routes() {
     Reply(r, "/metrics", 200, metrics.Render(now), "text/plain; version=0.0.4");
   });
   http.Get("/v1/cache", [this](const httplib::Request& q, httplib::Response& r) {
-    // With tenants, the store's totals are the operator's: they count every key's prefixes.
-    if (!opts.api_keys.empty() && (opts.admin_token.empty() ||
-                                   !TokenMatches(q.get_header_value("Authorization"), opts.admin_token))) {
-      r.set_header("WWW-Authenticate", "Bearer");
-      return Reply(r, "/v1/cache", 401,
-                   ErrorBody(401, Status::InvalidArgument(
-                                      "Authorization: with API keys, the cache's figures need the admin token")));
-    }
+    if (!OperatorOnly(q, r, "/v1/cache")) return;
     Reply(r, "/v1/cache", 200, CacheStatsJson(engine->StoreStatistics(), engine->PoolStatistics()));
   });
   http.Delete("/v1/cache", [this](const httplib::Request& q, httplib::Response& r) {
