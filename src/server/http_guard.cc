@@ -329,13 +329,13 @@ void GuardedHttpServer::ServeConnection(int fd) {
     if (stream.timed_out()) ++timed_out_;
     // Cut inside the request line: httplib wrote nothing (a cut in the
     // headers or the body is answered 431 or 408 by the error handler).
-    if (!ok && stream.timed_out()) {
-      static const char k408[] = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
-      (void)stream.write(k408, sizeof k408 - 1);
-    } else if (!ok && stream.head_too_large()) {
-      static const char k431[] =
-          "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
-      (void)stream.write(k431, sizeof k431 - 1);
+    const char* cut = stream.timed_out() ? "408 Request Timeout"
+                      : stream.head_too_large() ? "431 Request Header Fields Too Large"
+                                                : nullptr;
+    if (!ok && cut != nullptr) {
+      const std::string answer =
+          std::string("HTTP/1.1 ") + cut + "\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+      (void)stream.write(answer.data(), answer.size());
     }
     if (!ok || closed || t_conn.close_after || stream.timed_out() || stream.head_too_large()) break;
   }

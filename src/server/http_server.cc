@@ -312,13 +312,11 @@ void Server::Impl::Routes() {
   });
   // Errors cpp-httplib raises itself (400, 404, 405, 408) get OpenAI's error body.
   http.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
-    if (GuardedHttpServer::RequestTimedOut() && r.status == 400) {
-      r.status = 408;
-      r.body.clear();
-      GuardedHttpServer::CloseAfterResponse();
-    }
-    if (GuardedHttpServer::HeadTooLarge() && r.status == 400) {
-      r.status = 431;
+    // A request the connection cut (its deadline, its head's size) reaches
+    // here as httplib's 400.
+    const int cut = GuardedHttpServer::RequestTimedOut() ? 408 : GuardedHttpServer::HeadTooLarge() ? 431 : 0;
+    if (cut != 0 && r.status == 400) {
+      r.status = cut;
       r.body.clear();
       GuardedHttpServer::CloseAfterResponse();
     }

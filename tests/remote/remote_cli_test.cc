@@ -133,39 +133,21 @@ TEST(RemoteCliTest, APasswordInTheUrlOrTheEnvironmentLogsInAndAWrongOneIsAMissSa
 }
 
 TEST(RemoteCliTest, ABadRemoteIsRefusedNamingThePart) {
-  std::string out;
-  const int rc = testing::Shell(std::string(TIERKV_BINARY) +
-                                    " run --prompt x --cache-dir /tmp/x --remote redis://host:99999 2>&1",
-                                &out);
-  EXPECT_NE(rc, 0);
-  EXPECT_NE(out.find("port '99999'"), std::string::npos) << out;
-  out.clear();
-  EXPECT_NE(testing::Shell(std::string(TIERKV_BINARY) + " serve --remote memcached://h:1 2>&1", &out), 0);
-  EXPECT_NE(out.find("unknown scheme"), std::string::npos) << out;
+  // `args` refused (a non-zero exit) with `part` named and no password echoed.
+  const auto refused = [](const std::string& args, const std::string& part) {
+    std::string out;
+    EXPECT_NE(testing::Shell(std::string(TIERKV_BINARY) + " " + args + " 2>&1", &out), 0) << args;
+    EXPECT_NE(out.find(part), std::string::npos) << out;
+    EXPECT_EQ(out.find("s3cret"), std::string::npos) << out;
+  };
+  const std::string run = "run --prompt x --cache-dir /tmp/x --remote ";
+  refused(run + "redis://host:99999", "port '99999'");
+  refused("serve --remote memcached://h:1", "unknown scheme");
   // A bad URL with a password: refused naming the part, the password not echoed.
-  out.clear();
-  EXPECT_NE(testing::Shell(std::string(TIERKV_BINARY) +
-                               " run --prompt x --cache-dir /tmp/x --remote redis://:s3cret@host:99999 2>&1",
-                           &out),
-            0);
-  EXPECT_NE(out.find("port '99999'"), std::string::npos) << out;
-  EXPECT_EQ(out.find("s3cret"), std::string::npos) << out;
-  out.clear();
-  EXPECT_NE(testing::Shell(std::string(TIERKV_BINARY) +
-                               " run --prompt x --cache-dir /tmp/x --remote redis-cluster://:s3cret@h:1/3 2>&1",
-                           &out),
-            0);
-  EXPECT_NE(out.find("database 0 only"), std::string::npos) << out;
-  EXPECT_EQ(out.find("s3cret"), std::string::npos) << out;
+  refused(run + "redis://:s3cret@host:99999", "port '99999'");
+  refused(run + "redis-cluster://:s3cret@h:1/3", "database 0 only");
   // A TLS file that does not exist: refused naming the flag.
-  out.clear();
-  EXPECT_NE(testing::Shell(std::string(TIERKV_BINARY) +
-                               " run --prompt x --cache-dir /tmp/x --remote rediss://:s3cret@h:6380 "
-                               "--remote-tls-ca /nonexistent/ca.pem 2>&1",
-                           &out),
-            0);
-  EXPECT_NE(out.find("--remote-tls-ca"), std::string::npos) << out;
-  EXPECT_EQ(out.find("s3cret"), std::string::npos) << out;
+  refused(run + "rediss://:s3cret@h:6380 --remote-tls-ca /nonexistent/ca.pem", "--remote-tls-ca");
 }
 
 // rediss://: a process reaches a TLS-only Redis (with a password) through

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -249,7 +250,9 @@ TEST(HostileClientTest, SlowClientsAreCutOffAndHealthIsAlwaysAnswered) {
     const auto t0 = Clock::now();
     auto r = h.Get("/health");
     EXPECT_TRUE(r) << "/health not answered beside 80 slow clients";
-    if (r) EXPECT_EQ(r->status, 200);
+    if (r) {
+      EXPECT_EQ(r->status, 200);
+    }
     EXPECT_LT(SecondsSince(t0), 1.0);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
@@ -367,20 +370,37 @@ bool HaveOpenAiClient() {
     if (!HaveOpenAiClient()) GTEST_SKIP() << "needs the OpenAI client: bash tools/openai/setup.sh"; \
   } while (0)
 
+// `n` streams of the OpenAI client at once, request i from `req(i)`, each
+// on its own thread; Join waits for them and gives their JSON lines.
+class ClientStreams {
+ public:
+  ClientStreams(int port, int n, const std::string& command, const std::function<json(int)>& req) : results_(n) {
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this, port, i, command, r = req(i)] { results_[i] = OpenAiClient(port, "-", command, r); });
+    }
+  }
+  ~ClientStreams() { Join(); }
+  const std::vector<json>& Join() {
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    return results_;
+  }
+
+ private:
+  std::vector<json> results_;
+  std::vector<std::thread> threads_;
+};
+
 TEST(HostileClientTest, SigtermEndsEveryStreamWithItsLastEventAndRefusesNewOnes) {
   REQUIRE_OPENAI_CLIENT();
   TempDir dir;
   ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--grace-seconds", "1"});
   ASSERT_GT(srv.port(), 0) << srv.first_line();
-  std::vector<json> results(4);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < 4; ++i) {
-    clients.emplace_back([&, i] {
-      results[i] = OpenAiClient(srv.port(), "-", "completion",
-                                json{{"model", "tierkv"}, {"prompt", std::string(kPrefix) + std::to_string(i)},
-                                     {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}});
-    });
-  }
+  ClientStreams streams(srv.port(), 4, "completion", [](int i) {
+    return json{{"model", "tierkv"}, {"prompt", std::string(kPrefix) + std::to_string(i)},
+                {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}};
+  });
   httplib::Client c("127.0.0.1", srv.port());
   EXPECT_TRUE(AwaitMetrics(c, [](const auto& m) { return At(m, "tierkv_running_requests") == 4; }));
   ::kill(srv.pid(), SIGTERM);
@@ -388,11 +408,15 @@ TEST(HostileClientTest, SigtermEndsEveryStreamWithItsLastEventAndRefusesNewOnes)
   // Draining: new requests are answered 503, not refused at the socket.
   auto h = c.Get("/health");
   auto p = c.Post("/v1/completions", R"({"prompt":"x","max_tokens":1})", "application/json");
-  for (auto& t : clients) t.join();
+  const std::vector<json>& results = streams.Join();
   EXPECT_TRUE(h) << "the listener closed before the streams ended";
-  if (h) EXPECT_EQ(h->status, 503);
+  if (h) {
+    EXPECT_EQ(h->status, 503);
+  }
   EXPECT_TRUE(p);
-  if (p) EXPECT_EQ(p->status, 503);
+  if (p) {
+    EXPECT_EQ(p->status, 503);
+  }
   for (const json& r : results) {
     // Either finished, or ended by the server's error event: never a cut connection.
     if (r.value("ok", false)) continue;
@@ -407,20 +431,14 @@ TEST(HostileClientTest, ShortStreamsFinishWithinTheGracePeriod) {
   TempDir dir;
   ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--grace-seconds", "60"});
   ASSERT_GT(srv.port(), 0) << srv.first_line();
-  std::vector<json> results(3);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < 3; ++i) {
-    clients.emplace_back([&, i] {
-      results[i] = OpenAiClient(srv.port(), "-", "chat",
-                                json{{"model", "tierkv"}, {"messages", {{{"role", "user"}, {"content", kPrefix}}}},
-                                     {"max_tokens", 150}, {"ignore_eos", true}, {"stream", true}});
-    });
-  }
+  ClientStreams streams(srv.port(), 3, "chat", [](int) {
+    return json{{"model", "tierkv"}, {"messages", {{{"role", "user"}, {"content", kPrefix}}}},
+                {"max_tokens", 150}, {"ignore_eos", true}, {"stream", true}};
+  });
   httplib::Client c("127.0.0.1", srv.port());
   EXPECT_TRUE(AwaitMetrics(c, [](const auto& m) { return At(m, "tierkv_running_requests") == 3; }));
   ::kill(srv.pid(), SIGTERM);
-  for (auto& t : clients) t.join();
-  for (const json& r : results) {
+  for (const json& r : streams.Join()) {
     ASSERT_TRUE(r.value("ok", false)) << r.dump();
     EXPECT_EQ(r["result"].value("finish_reason", ""), "length") << r.dump();
   }

@@ -5,17 +5,7 @@
 # for the prebuilt binary only (build: "never").
 set -euo pipefail
 cd "$(dirname "$0")"
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  SUDO=$( [ "$(id -u)" = 0 ] || echo sudo )
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
-fi
-if [ -d node_modules/node-llama-cpp ]; then
-  echo "node-llama-cpp already installed"
-else
-  npm install --no-audit --no-fund --loglevel=error
-  node -e 'import("node-llama-cpp").then(() => console.log("node-llama-cpp installed"))'
-fi
+bash ../dev/npm_package.sh . node-llama-cpp
 # The tests' oracle: the same install without llama.cpp's Sapphire Rapids
 # CPU build (hard links, no copy). ggml loads the best CPU build found
 # beside its own library; on a CPU with AMX that build multiplies
