@@ -196,7 +196,8 @@ void AddServe(CLI::App& app, Action* run) {
   sub->add_option("--admin-token", a->server.admin_token,
                   "Token that DELETE /v1/cache (drop every stored prefix) must send as 'Authorization: Bearer "
                   "TOKEN' (default: $TIERKV_ADMIN_TOKEN, which keeps it out of the process list; none: the "
-                  "flush is refused)");
+                  "flush is refused). With --api-key, /metrics and GET /v1/cache need it too (their counts "
+                  "move with every key's requests)");
   sub->add_option("--api-key", a->server.api_keys,
                   "An API key the /v1/ routes accept as 'Authorization: Bearer KEY' (401 otherwise); "
                   "repeat for several (also $TIERKV_API_KEYS, comma-separated, which keeps them out of the "
