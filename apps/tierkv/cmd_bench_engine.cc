@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "tierkv/commands.h"
+#include "tierkv/decode_bench.h"
 #include "tierkv/engine_bench.h"
 #include "tierkv/process.h"
 
@@ -15,6 +16,8 @@ void AddBenchEngine(CLI::App& app, Action* run) {
     bool json = false;
     std::string llamacpp;
     std::string weights = "auto";
+    bool decode = false;
+    bench::DecodeBenchOptions d;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -22,7 +25,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       "Prefill throughput and GFLOP/s of the model's matrix work next to the BLAS sgemm peak "
       "measured in the same run, the side kernels' (attention over stored rows, scoring) share of "
       "that peak, and the resident size before and after loading; with --llamacpp, llama.cpp's "
-      "prefill and resident size beside ours");
+      "prefill and resident size beside ours; with --decode, decode and short batches instead");
   sub->add_option("--model", a->model,
                   "Model file; without it, random weights of --shape are used");
   sub->add_option("--shape", a->shape,
@@ -35,6 +38,27 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_flag("--json", a->json, "Print JSON instead of a table");
+  sub->add_flag("--decode", a->decode,
+                "Decode instead of prefill: tokens/s of one sequence after a --prompt-tokens prompt and of "
+                "--decode-batch sequences stepped together, next to the floor the measured read bandwidth sets "
+                "(weight bytes per pass / GB/s); then the products of an 8192 x 8192 matrix per --product-types "
+                "at --product-rows rows, in the weights' type and by dequantize-then-sgemm (docs/engine.md)");
+  sub->add_option("--prompt-tokens", a->d.prompt_tokens, "--decode: the prompt each sequence decodes after")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--decode-tokens", a->d.decode_tokens, "--decode: steps timed per round")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--decode-batch", a->d.batches, "--decode: sequences stepped together, one measurement each")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  sub->add_option("--product-rows", a->d.product_rows, "--decode: activation rows M of the product table")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--product-types", a->d.product_types,
+                  "--decode: weight types of the product table (those with in-type kernels)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"}));
   AddWeightsFlag(sub, &a->weights);
   sub->add_option("--llamacpp", a->llamacpp,
                   "llama.cpp's prefill on the same --model (node tools/llamacpp/runner.mjs prefill --model M --out "
@@ -46,6 +70,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       std::optional<bench::LlamaCppPrefill> llamacpp;
       if (!a->llamacpp.empty()) {
         if (a->model.empty()) return Fail("--llamacpp compares on a model file: give --model too");
+        if (a->decode) return Fail("--llamacpp compares prefill; --decode has no llama.cpp figures (run llama-bench, docs/engine.md)");
         auto l = bench::ReadLlamaCppPrefill(a->llamacpp);
         if (!l.ok()) return Fail(l.status().ToString());
         llamacpp = std::move(*l);
@@ -69,6 +94,13 @@ void AddBenchEngine(CLI::App& app, Action* run) {
         if (!m.ok()) return Fail(m.status().ToString());
         model = std::move(*m);
         name = "random-" + a->shape;
+      }
+      if (a->decode) {
+        a->d.repeats = a->repeats;
+        auto d = bench::RunDecodeBench(*model, name, a->d);
+        if (!d.ok()) return Fail(d.status().ToString());
+        std::printf("%s\n", a->json ? bench::DecodeReportToJson(*d).c_str() : bench::DecodeReportToText(*d).c_str());
+        return 0;
       }
       bench::EngineBenchOptions o;
       o.batch_sizes = a->tokens;

@@ -49,9 +49,10 @@ void MatMulNN(int M, int N, int K, float alpha, const float* A, size_t lda, cons
         "NN");
 }
 
-void ForColumnParts(ThreadPool* pool, int N, const std::function<void(int n0, int n)>& f) {
-  const int parts = pool->workers() + 1;
-  const int per = std::max(64, (N / parts + 15) / 16 * 16);
+void ForColumnParts(ThreadPool* pool, int N, const std::function<void(int n0, int n)>& f, int min_part,
+                    int per_thread) {
+  const int parts = (pool->workers() + 1) * std::max(1, per_thread);
+  const int per = std::max(min_part, (N / parts + 15) / 16 * 16);
   const int n_parts = (N + per - 1) / per;
   pool->ParallelFor(n_parts, [&](int p) {
     const int n0 = p * per;

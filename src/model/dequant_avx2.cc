@@ -89,7 +89,7 @@ TIERKV_AVX2 void Q6_K(const uint8_t* b, float* y) {
 }  // namespace
 
 bool HasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
 }
 

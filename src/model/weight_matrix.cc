@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/matmul.h"
+#include "model/quant_dot.h"
 #include "util/thread_pool.h"
 
 namespace tierkv::model {
@@ -61,6 +62,12 @@ bool WeightMatrix::all_f32() const {
   return std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.type == GgmlType::kF32; });
 }
 
+std::vector<GgmlType> WeightMatrix::part_types() const {
+  std::vector<GgmlType> t;
+  for (const Part& p : parts_) t.push_back(p.type);
+  return t;
+}
+
 void WeightMatrix::DequantizeRows(int r0, int n, float* out) const {
   const int r1 = r0 + n;
   for (const Part& p : parts_) {
@@ -80,34 +87,86 @@ std::vector<float> WeightMatrix::FloatValues() const {
 
 WeightMatrix WeightMatrix::ToFloats() const { return Floats(FloatValues(), rows_, cols_); }
 
-void WeightMatrix::MatMulRange(int M, const float* A, size_t lda, int c0, int n, float beta, float* C,
-                               size_t ldc) const {
+// In-type products split their rows into this many parts per thread
+// (kernels::ForColumnParts).
+constexpr int kInTypePartsPerThread = 8;
+
+// One product's activations in each format its parts need. The buffers are
+// the calling thread's (thread_local, grown, never shrunk: no allocation per
+// token once warm); pool threads only read them while the caller waits in
+// ParallelFor.
+struct WeightMatrix::Activations {
+  const uint8_t* data[4] = {};  // by ActFormat; null: not needed
+  size_t stride[4] = {};
+  bool every_part = false;      // Path::kInType; else only parts with M <= InTypeMaxRows(type)
+};
+
+void WeightMatrix::MatMulRange(const Activations* acts, int M, const float* A, size_t lda, int c0, int n,
+                               float beta, float* C, size_t ldc) const {
   thread_local std::vector<float> tile;
   const int c1 = c0 + n;
   for (const Part& p : parts_) {
     const int a = std::max(c0, p.row0), b = std::min(c1, p.row0 + p.rows);
     if (a >= b) continue;
     float* out = C + (a - c0);
+    const uint8_t* rows = p.data + static_cast<size_t>(a - p.row0) * p.row_bytes;
+    const auto f = static_cast<size_t>(ActivationFormat(p.type));
+    if (acts != nullptr && acts->data[f] != nullptr && (acts->every_part || M <= InTypeMaxRows(p.type))) {
+      DotRows(p.type, cols_, rows, p.row_bytes, b - a, acts->data[f], acts->stride[f], M, beta, out, ldc);
+      continue;
+    }
     if (p.type == GgmlType::kF32) {
-      const auto* B = reinterpret_cast<const float*>(p.data + static_cast<size_t>(a - p.row0) * p.row_bytes);
-      kernels::MatMulNT(M, b - a, cols_, 1.0f, A, lda, B, cols_, beta, out, ldc);
+      kernels::MatMulNT(M, b - a, cols_, 1.0f, A, lda, reinterpret_cast<const float*>(rows), cols_, beta, out, ldc);
       continue;
     }
     const int step = TileRows(cols_);
     for (int t = a; t < b; t += step) {
-      const int rows = std::min(step, b - t);
-      tile.resize(static_cast<size_t>(rows) * cols_);
-      DequantizeRows(t, rows, tile.data());
-      kernels::MatMulNT(M, rows, cols_, 1.0f, A, lda, tile.data(), cols_, beta, C + (t - c0), ldc);
+      const int rows_here = std::min(step, b - t);
+      tile.resize(static_cast<size_t>(rows_here) * cols_);
+      DequantizeRows(t, rows_here, tile.data());
+      kernels::MatMulNT(M, rows_here, cols_, 1.0f, A, lda, tile.data(), cols_, beta, C + (t - c0), ldc);
     }
   }
 }
 
+void WeightMatrix::MatMulBy(Path path, ThreadPool* pool, int M, const float* A, size_t lda, int r0, int n,
+                            float beta, float* C, size_t ldc) const {
+  if (M == 0 || n == 0) return;
+  thread_local std::vector<uint8_t> buffers[4];
+  Activations acts;
+  acts.every_part = path == Path::kInType;
+  bool in_type = false;
+  if (path != Path::kDequantize) {
+    for (const Part& p : parts_) {
+      if (p.row0 >= r0 + n || p.row0 + p.rows <= r0) continue;
+      if (path == Path::kAuto && M > InTypeMaxRows(p.type)) continue;
+      const ActFormat f = ActivationFormat(p.type);
+      const auto i = static_cast<size_t>(f);
+      if (f == ActFormat::kNone || acts.data[i] != nullptr) continue;
+      in_type = true;
+      if (f == ActFormat::kF32) {  // the floats as given
+        acts.data[i] = reinterpret_cast<const uint8_t*>(A);
+        acts.stride[i] = lda * sizeof(float);
+        continue;
+      }
+      acts.stride[i] = ActRowBytes(f, cols_);
+      buffers[i].resize(static_cast<size_t>(M) * acts.stride[i]);
+      for (int m = 0; m < M; ++m) {
+        QuantizeActivations(f, A + static_cast<size_t>(m) * lda, cols_, buffers[i].data() + m * acts.stride[i]);
+      }
+      acts.data[i] = buffers[i].data();
+    }
+  }
+  const Activations* a = in_type ? &acts : nullptr;
+  if (pool == nullptr) return MatMulRange(a, M, A, lda, r0, n, beta, C, ldc);
+  auto part = [&](int c0, int cn) { MatMulRange(a, M, A, lda, r0 + c0, cn, beta, C + c0, ldc); };
+  if (a == nullptr) return kernels::ForColumnParts(pool, n, part);
+  kernels::ForColumnParts(pool, n, part, /*min_part=*/32, /*per_thread=*/kInTypePartsPerThread);
+}
+
 void WeightMatrix::MatMul(ThreadPool* pool, int M, const float* A, size_t lda, int r0, int n, float beta,
                           float* C, size_t ldc) const {
-  if (M == 0 || n == 0) return;
-  if (pool == nullptr) return MatMulRange(M, A, lda, r0, n, beta, C, ldc);
-  kernels::ForColumnParts(pool, n, [&](int c0, int cn) { MatMulRange(M, A, lda, r0 + c0, cn, beta, C + c0, ldc); });
+  MatMulBy(Path::kAuto, pool, M, A, lda, r0, n, beta, C, ldc);
 }
 
 Status WeightMatrix::CheckFinite(const std::string& name, const std::string& tensor) const {

@@ -4,11 +4,16 @@
 // in their own types: the fused Q/K/V and gate/up matrices stack several
 // tensors, and a llama.cpp mix (Q4_K_M) gives them different types.
 //
-// Products with in-place rows dequantize a tile of rows at a time (the
-// format's own DequantizeRow, so the values are those llama.cpp computes
-// with) into the calling thread's scratch and hand the tile to sgemm: the
-// matrix stays in its type in memory and its fp32 form exists only a tile
-// at a time. F32 rows in place go to sgemm directly.
+// Products with in-place rows take one of two paths:
+// - up to InTypeMaxRows(type) activation rows (decode, short batches; 16
+//   for the 8-bit types), in the rows' own type (model/quant_dot.h): the activations are quantized once
+//   per product to 8 bits per block and multiplied with integer dot products,
+//   so a token reads the file's bytes and converts no weight to fp32;
+// - more rows, dequantize-then-sgemm: a tile of rows at a time (the format's
+//   own DequantizeRow, so the values are those llama.cpp computes with) into
+//   the calling thread's scratch, handed to sgemm, whose blocking wins once
+//   the conversion is shared by many rows.
+// F32 rows (and types without an in-type kernel) go to sgemm either way.
 //
 // Thread safety: const methods may run concurrently; each thread uses its
 // own thread_local tile. Not copyable (parts point into owned storage).
@@ -51,6 +56,8 @@ class WeightMatrix {
   size_t bytes() const;
   // True when every row is fp32 (owned or in place): products need no tiles.
   bool all_f32() const;
+  // The types of the stacked tensors, in row order.
+  std::vector<GgmlType> part_types() const;
 
   // Rows [r0, r0 + n) as fp32 into out (n × cols).
   void DequantizeRows(int r0, int n, float* out) const;
@@ -58,14 +65,20 @@ class WeightMatrix {
   WeightMatrix ToFloats() const;
   std::vector<float> FloatValues() const;
 
-  // C[M × n] = A[M × cols] · W[r0 .. r0+n)^T + beta · C, the n output
-  // columns split across the pool's threads and the caller (pool null: the
-  // caller alone).
+  // C[M × n] = A[M × cols] · W[r0 .. r0+n)^T + beta · C (beta 0 or 1), the
+  // n output columns split across the pool's threads and the caller (pool
+  // null: the caller alone). Each part's path follows M and its type (above).
   void MatMul(ThreadPool* pool, int M, const float* A, size_t lda, int r0, int n, float beta,
               float* C, size_t ldc) const;
   void MatMul(ThreadPool* pool, int M, const float* A, size_t lda, float beta, float* C, size_t ldc) const {
     MatMul(pool, M, A, lda, 0, rows_, beta, C, ldc);
   }
+
+  // A path for every part, whatever M (benchmarks and tests), or kAuto
+  // (MatMul's choice). kInType leaves F32 parts and types without kernels to sgemm.
+  enum class Path { kAuto, kInType, kDequantize };
+  void MatMulBy(Path path, ThreadPool* pool, int M, const float* A, size_t lda, int r0, int n, float beta,
+                float* C, size_t ldc) const;
 
   // Non-OK naming the tensor (and row) if any value is NaN or infinite.
   Status CheckFinite(const std::string& name, const std::string& tensor) const;
@@ -77,9 +90,11 @@ class WeightMatrix {
     int row0, rows;
     size_t row_bytes;
   };
-  // Columns [c0, c0 + n) of C (rows of W), on the calling thread.
-  void MatMulRange(int M, const float* A, size_t lda, int c0, int n, float beta, float* C,
-                   size_t ldc) const;
+  struct Activations;  // A quantized for the in-type kernels (weight_matrix.cc)
+  // Columns [c0, c0 + n) of C (rows of W), on the calling thread; in type
+  // where acts is given and has the part's format.
+  void MatMulRange(const Activations* acts, int M, const float* A, size_t lda, int c0, int n, float beta,
+                   float* C, size_t ldc) const;
 
   int rows_ = 0, cols_ = 0;
   std::vector<float> owned_;  // Floats(): the parts point into it

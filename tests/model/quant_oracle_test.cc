@@ -129,6 +129,46 @@ class QuantOracleTest : public ::testing::Test {
     return nll / static_cast<double>(tokens.size() - 1);
   }
 
+  // Greedy continuations of the prompts against llama.cpp's: how many are
+  // equal; where one parts, the two tokens must tie within kTieLogits.
+  static int GreedyEqual(const Model& m, const Tokenizer& tok, const nlohmann::json& lc, const std::string& type) {
+    int equal = 0;
+    for (const nlohmann::json& g : lc["greedy"]) {
+      GenerateOptions go;
+      go.max_tokens = 16;
+      go.stop_at_eos = false;
+      auto r = Generate(m, tok, g["prompt"].get<std::string>(), go);
+      EXPECT_TRUE(r.ok());
+      if (!r.ok()) return equal;
+      const auto want = g["tokens"].get<std::vector<int32_t>>();
+      std::vector<int32_t> got(r->output_tokens.begin(),
+                               r->output_tokens.begin() + std::min(want.size(), r->output_tokens.size()));
+      equal += got == want;
+      if (got != want) {
+        size_t k = 0;
+        while (k < got.size() && got[k] == want[k]) ++k;
+        // Our log-probabilities of both tokens where the continuations part.
+        std::vector<int32_t> ctx = r->prompt_tokens;
+        ctx.insert(ctx.end(), got.begin(), got.begin() + k);
+        PrefillOptions po;
+        auto p = m.Prefill(ctx, po);
+        EXPECT_TRUE(p.ok());
+        if (!p.ok()) return equal;
+        const float* row = p->logits.data() + p->logits.size() - static_cast<size_t>(m.config().vocab_size);
+        const float margin = row[got[k]] - row[want[k]];
+        std::printf("  %s: parts at token %zu: ours %d (logit %.4f), llama.cpp %d (logit %.4f)\n", type.c_str(), k,
+                    got[k], row[got[k]], want[k], row[want[k]]);
+        // llama.cpp's dot products take the activations quantized to 8 bits
+        // (Q8_0, Q8_K); ours do in decode on mapped weights (model/quant_dot.h)
+        // and take them in fp32 otherwise: the two may pick differently only
+        // where two tokens tie to within that rounding.
+        EXPECT_LT(margin, kTieLogits) << type << ": '" << g["prompt"].get<std::string>() << "' parts at token " << k
+                                      << " where llama.cpp's token is " << margin << " below ours";
+      }
+    }
+    return equal;
+  }
+
   static void Check(const std::string& type) {
     const std::string file = dir_ + "/" + type + ".gguf";
     ASSERT_TRUE(QuantizeGguf(TIERKV_DEFAULT_MODEL, file, type).ok());
@@ -142,37 +182,7 @@ class QuantOracleTest : public ::testing::Test {
     ASSERT_TRUE(ids.ok());
     ASSERT_EQ(*ids, lc["tokens"].get<std::vector<int32_t>>()) << type << ": llama.cpp tokenizes the text otherwise";
     const double ours = OurNll(**m, *ids), theirs = lc["nll_mean"].get<double>();
-    int equal = 0;
-    for (const nlohmann::json& g : lc["greedy"]) {
-      GenerateOptions go;
-      go.max_tokens = 16;
-      go.stop_at_eos = false;
-      auto r = Generate(**m, **tok, g["prompt"].get<std::string>(), go);
-      ASSERT_TRUE(r.ok());
-      const auto want = g["tokens"].get<std::vector<int32_t>>();
-      std::vector<int32_t> got(r->output_tokens.begin(),
-                               r->output_tokens.begin() + std::min(want.size(), r->output_tokens.size()));
-      equal += got == want;
-      if (got != want) {
-        size_t k = 0;
-        while (k < got.size() && got[k] == want[k]) ++k;
-        // Our log-probabilities of both tokens where the continuations part.
-        std::vector<int32_t> ctx = r->prompt_tokens;
-        ctx.insert(ctx.end(), got.begin(), got.begin() + k);
-        PrefillOptions po;
-        auto p = (*m)->Prefill(ctx, po);
-        ASSERT_TRUE(p.ok());
-        const float* row = p->logits.data() + p->logits.size() - static_cast<size_t>((*m)->config().vocab_size);
-        const float margin = row[got[k]] - row[want[k]];
-        std::printf("  %s: parts at token %zu: ours %d (logit %.4f), llama.cpp %d (logit %.4f)\n", type.c_str(), k,
-                    got[k], row[got[k]], want[k], row[want[k]]);
-        // llama.cpp's dot products take the activations quantized to 8 bits
-        // (Q8_0, Q8_K), ours in fp32: the two may pick differently only where
-        // two tokens tie to within that rounding.
-        EXPECT_LT(margin, kTieLogits) << type << ": '" << g["prompt"].get<std::string>() << "' parts at token " << k
-                                      << " where llama.cpp's token is " << margin << " below ours";
-      }
-    }
+    const int equal = GreedyEqual(**m, **tok, lc, type);
     // The same file read in place (--weights mapped): the NLL of its fp32 form.
     ModelLoadOptions mo;
     mo.weights = WeightStorage::kMapped;
@@ -180,10 +190,13 @@ class QuantOracleTest : public ::testing::Test {
     ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
     const double ours_mapped = OurNll(**mapped, *ids);
     EXPECT_NEAR(ours_mapped, ours, 1e-5 * ours) << type << ": mapped weights";
+    // Decode on mapped weights multiplies in the weights' type, as llama.cpp does.
+    const int equal_mapped = GreedyEqual(**mapped, **tok, lc, type + " mapped");
     const double rel = std::fabs(ours - theirs) / theirs;
-    std::printf("%-5s %6.2f MB  NLL ours %.5f (mapped %.5f) llama.cpp %.5f (rel diff %.4f%%)  greedy equal %d of %zu\n",
+    std::printf("%-5s %6.2f MB  NLL ours %.5f (mapped %.5f) llama.cpp %.5f (rel diff %.4f%%)  greedy equal %d of %zu "
+                "(mapped, decode in type: %d)\n",
                 type.c_str(), static_cast<double>(std::filesystem::file_size(file)) / 1e6, ours, ours_mapped, theirs,
-                100 * rel, equal, lc["greedy"].size());
+                100 * rel, equal, lc["greedy"].size(), equal_mapped);
     EXPECT_LT(rel, 0.005) << type << ": mean NLL " << ours << " against llama.cpp's " << theirs;
     std::filesystem::remove(file);
   }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -12,6 +13,7 @@
 
 #include "model/dequant_avx2.h"
 #include "model/quant.h"
+#include "model/quant_dot.h"
 #include "testing/status_matchers.h"
 #include "util/thread_pool.h"
 
@@ -64,19 +66,58 @@ std::vector<double> Reference(const std::vector<float>& A, int M, const std::vec
   return C;
 }
 
+// Both paths against the product of the dequantized weights with the fp32
+// activations: sgemm's within fp32 rounding; the in-type one within its
+// 8-bit activations' rounding, bounded per output by Σ_k |w_k| · step_k / 2
+// (step: the block's max |a| / 127; 32-element blocks bound Q8_K's 256 too
+// loosely, so the bound takes the 256-element block's step). MatMul takes
+// the in-type path, bit for bit, where every part's type has M within its
+// InTypeMaxRows, and the dequantizing one where none has.
 void ExpectProduct(const WeightMatrix& w, ThreadPool* pool, int M, int r0, int n, float beta) {
   const int cols = w.cols();
   std::mt19937 rng(M * 31 + r0);
   std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> A(static_cast<size_t>(M) * cols), C(static_cast<size_t>(M) * n);
+  std::vector<float> A(static_cast<size_t>(M) * cols), C0(static_cast<size_t>(M) * n);
   for (float& x : A) x = d(rng);
-  for (float& x : C) x = d(rng);
-  const std::vector<double> want = Reference(A, M, w.FloatValues(), cols, r0, n, beta, C);
-  w.MatMul(pool, M, A.data(), cols, r0, n, beta, C.data(), n);
-  double worst = 0;
-  for (size_t i = 0; i < C.size(); ++i) worst = std::max(worst, std::fabs(C[i] - want[i]));
-  // Sums of `cols` products of N(0, 1) values, in fp32.
-  EXPECT_LT(worst, 2e-3) << "M " << M << " rows [" << r0 << ", " << r0 + n << ") pool " << (pool != nullptr);
+  for (float& x : C0) x = d(rng);
+  const std::vector<float> W = w.FloatValues();
+  const std::vector<double> want = Reference(A, M, W, cols, r0, n, beta, C0);
+  std::vector<float> step(A.size());
+  for (size_t b = 0; b < A.size(); b += 256) {
+    float amax = 0;
+    for (size_t k = b; k < std::min(A.size(), b + 256); ++k) amax = std::max(amax, std::fabs(A[k]));
+    for (size_t k = b; k < std::min(A.size(), b + 256); ++k) step[k] = amax / 127.f;
+  }
+  using Path = WeightMatrix::Path;
+  for (Path path : {Path::kDequantize, Path::kInType}) {
+    std::vector<float> C = C0;
+    w.MatMulBy(path, pool, M, A.data(), cols, r0, n, beta, C.data(), n);
+    int over = 0;
+    for (int i = 0; i < M; ++i) {
+      for (int j = 0; j < n; ++j) {
+        double bound = 2e-3;  // sums of `cols` products of N(0, 1) values, in fp32
+        if (path == Path::kInType) {
+          for (int k = 0; k < cols; ++k) {
+            bound += std::fabs(W[size_t(r0 + j) * cols + k]) * step[size_t(i) * cols + k] * 0.5 * 1.002;
+          }
+        }
+        if (std::fabs(C[size_t(i) * n + j] - want[size_t(i) * n + j]) > bound) ++over;
+      }
+    }
+    EXPECT_EQ(over, 0) << (path == Path::kInType ? "in type" : "dequantized") << ": M " << M << " rows [" << r0
+                       << ", " << r0 + n << ") pool " << (pool != nullptr);
+    int lo = 1 << 30, hi = 0;
+    for (const GgmlType t : w.part_types()) {
+      if (t == GgmlType::kF32) continue;
+      lo = std::min(lo, InTypeMaxRows(t));
+      hi = std::max(hi, InTypeMaxRows(t));
+    }
+    if ((path == Path::kInType && M <= lo) || (path == Path::kDequantize && M > hi)) {
+      std::vector<float> auto_c = C0;
+      w.MatMul(pool, M, A.data(), cols, r0, n, beta, auto_c.data(), n);
+      EXPECT_EQ(0, std::memcmp(auto_c.data(), C.data(), C.size() * sizeof(float))) << "MatMul's path for M " << M;
+    }
+  }
 }
 
 TEST(WeightMatrixTest, RowsOfSeveralTypesInPlaceGiveTheProductOfTheirValues) {

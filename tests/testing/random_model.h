@@ -1,9 +1,13 @@
-// Random-weight Llama-family models written as GGUF for tests: GQA (4
-// heads, 2 KV heads, head size 16), 2 layers, F32 weights, optionally Q/K/V
-// biases (Qwen2), Llama 3.1's rope_freqs, a tied output; the tokenizer of a
-// vocabulary-only GGUF file, or none (a vocabulary of 512 ids).
+// Random-weight Llama-family models written as GGUF for tests: by default
+// GQA (4 heads, 2 KV heads, head size 16), 2 layers, F32 weights; any shape
+// and matrix type can be asked for (the benchmarks' Llama-3.2-1B shape:
+// tests/testing/random_gguf_main.cc). Optionally Q/K/V biases (Qwen2),
+// Llama 3.1's rope_freqs, a tied output; the tokenizer of a vocabulary-only
+// GGUF file, or none (a vocabulary of 512 ids). Weights are N(0, 1/cols)
+// scaled so activations stay of order one at any width.
 #pragma once
 
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -23,6 +27,8 @@ struct RandomModelSpec {
   bool biases = false, rope_factors = false, tied = false;
   uint32_t seed = 1;
   std::string chat_template;  // replaces the vocabulary's tokenizer.chat_template if set
+  uint64_t dim = 64, heads = 4, kv_heads = 2, hidden = 128, layers = 2, context = 2048;
+  model::GgmlType matrix_type = model::GgmlType::kF32;  // norms stay F32
 };
 
 inline void WriteRandomModel(const std::string& path, RandomModelSpec s) {
@@ -36,7 +42,7 @@ inline void WriteRandomModel(const std::string& path, RandomModelSpec s) {
     vocab = std::move(*parsed);
     s.vocab = &*vocab;
   }
-  const uint64_t dim = 64, heads = 4, kv = 2, hd = dim / heads, hid = 128, layers = 2;
+  const uint64_t dim = s.dim, heads = s.heads, kv = s.kv_heads, hd = dim / heads, hid = s.hidden, layers = s.layers;
   uint64_t V = 512;
   model::GgufWriter w;
   if (s.vocab != nullptr) {
@@ -55,7 +61,7 @@ inline void WriteRandomModel(const std::string& path, RandomModelSpec s) {
   w.SetU32(a + ".block_count", layers);
   w.SetU32(a + ".attention.head_count", heads);
   w.SetU32(a + ".attention.head_count_kv", kv);
-  w.SetU32(a + ".context_length", 2048);
+  w.SetU32(a + ".context_length", static_cast<uint32_t>(s.context));
   w.SetU32(a + ".rope.dimension_count", hd);
   w.SetF32(a + ".rope.freq_base", a == "qwen2" ? 1000000.f : 500000.f);
   w.SetF32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
@@ -71,10 +77,14 @@ inline void WriteRandomModel(const std::string& path, RandomModelSpec s) {
     for (float& x : v) x += 1.f;
     return v;
   };
-  const auto F32 = model::GgmlType::kF32;
-  w.AddTensor("token_embd.weight", {dim, V}, F32, rnd(dim * V, 1.f));
+  const auto F32 = model::GgmlType::kF32, Q = s.matrix_type;
+  // The historical small models keep their scales (tests pin their outputs).
+  const bool small = dim == 64;
+  const float sd = small ? 0.2f : 1.f / std::sqrt(static_cast<float>(dim));
+  const float sh = small ? 0.2f : 1.f / std::sqrt(static_cast<float>(hid));
+  w.AddTensor("token_embd.weight", {dim, V}, Q, rnd(dim * V, 1.f));
   w.AddTensor("output_norm.weight", {dim}, F32, ones(dim));
-  if (!s.tied) w.AddTensor("output.weight", {dim, V}, F32, rnd(dim * V, 0.3f));
+  if (!s.tied) w.AddTensor("output.weight", {dim, V}, Q, rnd(dim * V, small ? 0.3f : sd));
   if (s.rope_factors) {
     std::vector<float> f(hd / 2);
     for (size_t i = 0; i < f.size(); ++i) f[i] = i < f.size() / 2 ? 1.f : 1.f + 3.f * static_cast<float>(i) / f.size();
@@ -83,19 +93,19 @@ inline void WriteRandomModel(const std::string& path, RandomModelSpec s) {
   for (uint64_t l = 0; l < layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     w.AddTensor(p + "attn_norm.weight", {dim}, F32, ones(dim));
-    w.AddTensor(p + "attn_q.weight", {dim, dim}, F32, rnd(dim * dim, 0.2f));
-    w.AddTensor(p + "attn_k.weight", {dim, kv * hd}, F32, rnd(dim * kv * hd, 0.2f));
-    w.AddTensor(p + "attn_v.weight", {dim, kv * hd}, F32, rnd(dim * kv * hd, 0.2f));
+    w.AddTensor(p + "attn_q.weight", {dim, dim}, Q, rnd(dim * dim, sd));
+    w.AddTensor(p + "attn_k.weight", {dim, kv * hd}, Q, rnd(dim * kv * hd, sd));
+    w.AddTensor(p + "attn_v.weight", {dim, kv * hd}, Q, rnd(dim * kv * hd, sd));
     if (s.biases) {
       w.AddTensor(p + "attn_q.bias", {dim}, F32, rnd(dim, 0.5f));
       w.AddTensor(p + "attn_k.bias", {kv * hd}, F32, rnd(kv * hd, 0.5f));
       w.AddTensor(p + "attn_v.bias", {kv * hd}, F32, rnd(kv * hd, 0.5f));
     }
-    w.AddTensor(p + "attn_output.weight", {dim, dim}, F32, rnd(dim * dim, 0.2f));
+    w.AddTensor(p + "attn_output.weight", {dim, dim}, Q, rnd(dim * dim, sd));
     w.AddTensor(p + "ffn_norm.weight", {dim}, F32, ones(dim));
-    w.AddTensor(p + "ffn_gate.weight", {dim, hid}, F32, rnd(dim * hid, 0.2f));
-    w.AddTensor(p + "ffn_up.weight", {dim, hid}, F32, rnd(dim * hid, 0.2f));
-    w.AddTensor(p + "ffn_down.weight", {hid, dim}, F32, rnd(hid * dim, 0.2f));
+    w.AddTensor(p + "ffn_gate.weight", {dim, hid}, Q, rnd(dim * hid, sd));
+    w.AddTensor(p + "ffn_up.weight", {dim, hid}, Q, rnd(dim * hid, sd));
+    w.AddTensor(p + "ffn_down.weight", {hid, dim}, Q, rnd(hid * dim, sh));
   }
   std::ofstream(path, std::ios::binary) << w.Serialize();
 }

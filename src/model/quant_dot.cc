@@ -1,0 +1,275 @@
+// Activation quantizers, the portable dot products (the reference) and the
+// dispatch to the AVX2 ones (model/quant_dot.h). Block layouts: model/quant.cc.
+#include "model/quant_dot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/fp16.h"
+#include "model/dequant_avx2.h"
+
+namespace tierkv::model {
+namespace {
+
+constexpr int kQK = 32, kQKK = 256;
+constexpr size_t kQ8_0Bytes = 2 + kQK;                // f16 d, 32 × int8
+constexpr size_t kQ8_KBytes = 4 + kQKK + 2 * 16;      // float d, 256 × int8, 16 × int16
+
+// ggml's nearest_int: round half to even through the float's mantissa.
+int NearestInt(float f) {
+  const float v = f + 12582912.f;
+  int32_t i;
+  std::memcpy(&i, &v, sizeof(i));
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+void QuantizeQ8_0(const float* x, int cols, uint8_t* out) {
+  for (int b = 0; b < cols / kQK; ++b, x += kQK, out += kQ8_0Bytes) {
+    float amax = 0;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.f, id = d != 0 ? 1.f / d : 0.f;
+    const uint16_t h = kernels::FloatToHalf(d);
+    std::memcpy(out, &h, 2);
+    auto* q = reinterpret_cast<int8_t*>(out + 2);
+    for (int j = 0; j < kQK; ++j) q[j] = static_cast<int8_t>(std::lround(x[j] * id));
+  }
+}
+
+void QuantizeQ8_K(const float* x, int cols, uint8_t* out) {
+  for (int b = 0; b < cols / kQKK; ++b, x += kQKK, out += kQ8_KBytes) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < kQKK; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    auto* q = reinterpret_cast<int8_t*>(out + 4);
+    int16_t sums[16] = {};
+    float d = 0;
+    if (amax != 0) {
+      const float iscale = -127.f / max;
+      for (int j = 0; j < kQKK; ++j) q[j] = static_cast<int8_t>(std::min(127, NearestInt(iscale * x[j])));
+      for (int j = 0; j < kQKK; ++j) sums[j / 16] = static_cast<int16_t>(sums[j / 16] + q[j]);
+      d = 1.f / iscale;
+    } else {
+      std::memset(q, 0, kQKK);
+    }
+    std::memcpy(out, &d, 4);
+    std::memcpy(out + 4 + kQKK, sums, sizeof(sums));
+  }
+}
+
+// ---- portable dot products: one weight row · one activation row ----
+
+float DotQ8_0(const uint8_t* w, const uint8_t* a, int cols) {
+  float sum = 0;
+  for (int b = 0; b < cols / kQK; ++b, w += 34, a += kQ8_0Bytes) {
+    const auto* x = reinterpret_cast<const int8_t*>(w + 2);
+    const auto* y = reinterpret_cast<const int8_t*>(a + 2);
+    int s = 0;
+    for (int j = 0; j < kQK; ++j) s += x[j] * y[j];
+    sum += static_cast<float>(s) * (F16(w) * F16(a));
+  }
+  return sum;
+}
+
+float DotQ4_0(const uint8_t* w, const uint8_t* a, int cols) {
+  float sum = 0;
+  for (int b = 0; b < cols / kQK; ++b, w += 18, a += kQ8_0Bytes) {
+    const auto* y = reinterpret_cast<const int8_t*>(a + 2);
+    int s = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      s += ((w[2 + j] & 0x0F) - 8) * y[j] + ((w[2 + j] >> 4) - 8) * y[j + kQK / 2];
+    }
+    sum += static_cast<float>(s) * (F16(w) * F16(a));
+  }
+  return sum;
+}
+
+// Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins; Q5_K adds a
+// fifth bit from qh (bit j of qh[l] for sub-block j's element l).
+float DotQ45_K(const uint8_t* w, const uint8_t* a, int cols, bool five) {
+  const size_t bytes = five ? 176 : 144;
+  float sum = 0;
+  for (int b = 0; b < cols / kQKK; ++b, w += bytes, a += kQ8_KBytes) {
+    float yd;
+    std::memcpy(&yd, a, 4);
+    const auto* y = reinterpret_cast<const int8_t*>(a + 4);
+    int16_t bsums[16];
+    std::memcpy(bsums, a + 4 + kQKK, sizeof(bsums));
+    const uint8_t* qh = w + 16;
+    const uint8_t* qs = w + 16 + (five ? 32 : 0);
+    int sumi = 0, mins = 0;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      ScaleMinK4(j, w + 4, &sc, &m);
+      mins += m * (bsums[2 * j] + bsums[2 * j + 1]);
+      const uint8_t* q = qs + 32 * (j / 2);
+      int s = 0;
+      for (int l = 0; l < 32; ++l) {
+        int v = (j % 2 == 0) ? (q[l] & 0x0F) : (q[l] >> 4);
+        if (five && ((qh[l] >> j) & 1)) v += 16;
+        s += v * y[32 * j + l];
+      }
+      sumi += sc * s;
+    }
+    sum += yd * F16(w) * static_cast<float>(sumi) - yd * F16(w + 2) * static_cast<float>(mins);
+  }
+  return sum;
+}
+
+float DotQ6_K(const uint8_t* w, const uint8_t* a, int cols) {
+  float sum = 0;
+  for (int b = 0; b < cols / kQKK; ++b, w += 210, a += kQ8_KBytes) {
+    float yd;
+    std::memcpy(&yd, a, 4);
+    const auto* y = reinterpret_cast<const int8_t*>(a + 4);
+    const uint8_t* ql = w;
+    const uint8_t* qh = w + 128;
+    const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
+    int sumi = 0;
+    for (int n = 0; n < 2; ++n, ql += 64, qh += 32, sc += 8, y += 128) {
+      int s[8] = {};  // per 16 elements, in scale order
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        s[is + 0] += q1 * y[l];
+        s[is + 2] += q2 * y[l + 32];
+        s[is + 4] += q3 * y[l + 64];
+        s[is + 6] += q4 * y[l + 96];
+      }
+      for (int k = 0; k < 8; ++k) sumi += sc[k] * s[k];
+    }
+    sum += yd * F16(w + 208) * static_cast<float>(sumi);
+  }
+  return sum;
+}
+
+float DotF16(const uint8_t* w, const uint8_t* a, int cols) {
+  const auto* x = reinterpret_cast<const float*>(a);
+  float sum = 0;
+  for (int k = 0; k < cols; ++k) {
+    uint16_t h;
+    std::memcpy(&h, w + 2 * k, 2);
+    sum += kernels::HalfToFloat(h) * x[k];
+  }
+  return sum;
+}
+
+float DotBF16(const uint8_t* w, const uint8_t* a, int cols) {
+  const auto* x = reinterpret_cast<const float*>(a);
+  float sum = 0;
+  for (int k = 0; k < cols; ++k) {
+    uint16_t h;
+    std::memcpy(&h, w + 2 * k, 2);
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    sum += f * x[k];
+  }
+  return sum;
+}
+
+float DotQ4_K(const uint8_t* w, const uint8_t* a, int cols) { return DotQ45_K(w, a, cols, false); }
+float DotQ5_K(const uint8_t* w, const uint8_t* a, int cols) { return DotQ45_K(w, a, cols, true); }
+
+DotFn DotPortable(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_0: return DotQ4_0;
+    case GgmlType::kQ8_0: return DotQ8_0;
+    case GgmlType::kQ4_K: return DotQ4_K;
+    case GgmlType::kQ5_K: return DotQ5_K;
+    case GgmlType::kQ6_K: return DotQ6_K;
+    case GgmlType::kF16: return DotF16;
+    case GgmlType::kBF16: return DotBF16;
+    default: return nullptr;
+  }
+}
+
+void RunDots(DotFn dot, int cols, const uint8_t* w, size_t row_bytes, int rows, const uint8_t* act,
+             size_t act_stride, int M, float beta, float* C, size_t ldc) {
+  for (int r = 0; r < rows; ++r, w += row_bytes) {
+    for (int m = 0; m < M; ++m) {
+      const float v = dot(w, act + static_cast<size_t>(m) * act_stride, cols);
+      float& c = C[static_cast<size_t>(m) * ldc + r];
+      c = beta == 0.f ? v : c + v;
+    }
+  }
+}
+
+}  // namespace
+
+ActFormat ActivationFormat(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ8_0: return ActFormat::kQ8_0;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K: return ActFormat::kQ8_K;
+    case GgmlType::kF16:
+    case GgmlType::kBF16: return ActFormat::kF32;
+    default: return ActFormat::kNone;
+  }
+}
+
+int InTypeMaxRows(GgmlType t) {
+  switch (ActivationFormat(t)) {
+    case ActFormat::kNone: return 0;
+    case ActFormat::kF32: return t == GgmlType::kF16 ? 2 : 8;
+    case ActFormat::kQ8_0:
+    case ActFormat::kQ8_K: return 16;
+  }
+  return 0;
+}
+
+size_t ActRowBytes(ActFormat f, int cols) {
+  switch (f) {
+    case ActFormat::kF32: return static_cast<size_t>(cols) * sizeof(float);
+    case ActFormat::kQ8_0: return static_cast<size_t>(cols / kQK) * kQ8_0Bytes;
+    case ActFormat::kQ8_K: return static_cast<size_t>(cols / kQKK) * kQ8_KBytes;
+    case ActFormat::kNone: break;
+  }
+  return 0;
+}
+
+void QuantizeActivations(ActFormat f, const float* x, int cols, uint8_t* out) {
+  switch (f) {
+    case ActFormat::kF32: std::memcpy(out, x, static_cast<size_t>(cols) * sizeof(float)); break;
+    case ActFormat::kQ8_0: QuantizeQ8_0(x, cols, out); break;
+    case ActFormat::kQ8_K: QuantizeQ8_K(x, cols, out); break;
+    case ActFormat::kNone: break;
+  }
+}
+
+void DotRowsPortable(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
+                     const uint8_t* act, size_t act_stride, int M, float beta, float* C, size_t ldc) {
+  RunDots(DotPortable(t), cols, w, row_bytes, rows, act, act_stride, M, beta, C, ldc);
+}
+
+void DotRows(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows, const uint8_t* act,
+             size_t act_stride, int M, float beta, float* C, size_t ldc) {
+  const MultiDot* f = HasAvx2() ? DotAvx2(t) : nullptr;
+  if (f == nullptr) return RunDots(DotPortable(t), cols, w, row_bytes, rows, act, act_stride, M, beta, C, ldc);
+  float sums[4];
+  for (int r = 0; r < rows; ++r, w += row_bytes) {
+    for (int m = 0; m < M;) {
+      const int n = M - m >= 4 ? 4 : M - m >= 2 ? 2 : 1;
+      (n == 4 ? f->four : n == 2 ? f->two : f->one)(w, act + static_cast<size_t>(m) * act_stride, act_stride, cols,
+                                                    sums);
+      for (int i = 0; i < n; ++i) {
+        float& c = C[static_cast<size_t>(m + i) * ldc + r];
+        c = beta == 0.f ? sums[i] : c + sums[i];
+      }
+      m += n;
+    }
+  }
+}
+
+const char* DotKernelName() { return HasAvx2() ? "avx2" : "portable"; }
+
+}  // namespace tierkv::model

@@ -1,0 +1,86 @@
+// Products in the weights' own type, for decode and short batches: the
+// activations are quantized per block to 8 bits (Q8_0 beside Q4_0 and Q8_0
+// weights, Q8_K beside the k-quants, as ggml pairs them) and multiplied
+// against the weight blocks with integer dot products, so a product reads the
+// file's bytes once and converts nothing to fp32. F16 and BF16 rows multiply
+// fp32 activations directly (converted in registers).
+//
+// Why not dequantize-then-sgemm for a few rows: that converts every weight
+// to fp32 per call (64% of a decode step's cycles on a 1.24 B-weight Q4_K
+// model, issue 37) and hands sgemm a one-row product; here a token's traffic
+// is the file's bytes. For many rows sgemm's blocking wins again
+// (WeightMatrix picks by the number of rows, docs/engine.md).
+//
+// Kernels: AVX2 (maddubs/madd, FMA, F16C) where the CPU has it, else the
+// portable loops, which are the reference: the integer sums are exact, so
+// the two differ only in the order fp32 partial sums are added (tests bound
+// it). Each product equals, up to that order, the sum over the row of
+// dequantized weight × dequantized activation (tests/model/quant_dot_test.cc).
+//
+// Thread safety: all functions are pure; callers own every buffer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/quant.h"
+
+namespace tierkv::model {
+
+// How activations are held for a product with weights of some type.
+enum class ActFormat : uint8_t {
+  kNone,  // no in-type product: dequantize and sgemm
+  kF32,   // fp32 as given (F16, BF16 weights)
+  kQ8_0,  // 32-element blocks {f16 d; int8 q[32]} (ggml's block_q8_0)
+  kQ8_K,  // 256-element blocks {float d; int8 q[256]; int16 bsums[16]} (block_q8_K)
+};
+
+// The activation format weights of type t multiply against; kNone for a
+// type without an in-type kernel (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, F32).
+ActFormat ActivationFormat(GgmlType t);
+
+// Products of up to this many activation rows with weights of type t run in
+// type (WeightMatrix::MatMul); sgemm on dequantized tiles wins above it.
+// 0 for a type without kernels. Measured with `tierkv bench-engine --decode`
+// (docs/engine.md): the 8-bit kernels stay ahead of dequantize-then-sgemm
+// up to 16 rows (Q4_K: 16.7 against 31.2 ms at 16 rows, 70 against 40 at
+// 64, an 8192 x 8192 matrix on 2 threads); F16's fp32 products lose from 4
+// rows on (F16C conversion is cheap, so sgemm's tiles cost little), BF16's
+// at 16 (its tiles are converted by a portable loop).
+int InTypeMaxRows(GgmlType t);
+
+// Bytes of one row of `cols` activations in format f (cols a multiple of
+// its block: 32 for Q8_0, 256 for Q8_K).
+size_t ActRowBytes(ActFormat f, int cols);
+
+// One row of `cols` floats into format f at out (ActRowBytes bytes), with
+// ggml's rounding: Q8_0's scale is max|x| / 127 stored as fp16, Q8_K's is
+// -max / 127 for the value of largest magnitude, kept as fp32.
+void QuantizeActivations(ActFormat f, const float* x, int cols, uint8_t* out);
+
+// C[m·ldc + r] = Σ_k W[r][k] · A[m][k] + beta · C[m·ldc + r] for rows
+// r ∈ [0, rows) of W (type t, `row_bytes` apart from w) and activation rows
+// m ∈ [0, M) (ActivationFormat(t), act_stride bytes apart; for kF32 the rows
+// are floats, act_stride bytes apart too). beta is 0 or 1.
+void DotRows(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows, const uint8_t* act,
+             size_t act_stride, int M, float beta, float* C, size_t ldc);
+// The same with the portable loops only (the reference the tests compare to).
+void DotRowsPortable(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
+                     const uint8_t* act, size_t act_stride, int M, float beta, float* C, size_t ldc);
+
+// "avx2" or "portable": the kernels DotRows uses on this CPU.
+const char* DotKernelName();
+
+// One weight row against one activation row (the portable loops).
+using DotFn = float (*)(const uint8_t* w, const uint8_t* act, int cols);
+// The AVX2 kernels (model/quant_dot_avx2.cc): one weight row against 1, 2
+// or 4 activation rows `stride` bytes apart (the weight blocks decoded once
+// for all), sums to out[0..rows). Null for a type without them; the caller
+// checks HasAvx2().
+using RowsDotFn = void (*)(const uint8_t* w, const uint8_t* act, size_t stride, int cols, float* out);
+struct MultiDot {
+  RowsDotFn one, two, four;
+};
+const MultiDot* DotAvx2(GgmlType t);
+
+}  // namespace tierkv::model

@@ -1,0 +1,289 @@
+// AVX2 dot products of one weight row with 1, 2 or 4 activation rows in the
+// weights' own type (model/quant_dot.h): bytes × int8 through maddubs/madd
+// into int32, one FMA per block for the scales. The integer sums equal the
+// portable loops'; only the order of the fp32 additions differs.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "model/dequant_avx2.h"
+#include "model/quant_dot.h"
+
+namespace tierkv::model {
+namespace {
+
+#define TIERKV_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+TIERKV_AVX2 inline float Hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// An fp16 scale at p, converted in a register (F16C).
+TIERKV_AVX2 inline float H(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Q4_K/Q5_K's twelve bytes of 6-bit scales and mins, unpacked at once:
+// bytes 0-7 of the result are the 8 scales, 8-15 the 8 mins (the same
+// values ScaleMinK4 gives one at a time).
+inline void ScalesMins(const uint8_t* q, uint8_t out[16]) {
+  uint32_t u[4];
+  std::memcpy(u, q, 12);
+  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+  const uint32_t mins_lo = u[1] & k6;
+  u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+  u[2] = mins_lo;
+  u[0] &= k6;
+  std::memcpy(out, u, 16);
+}
+
+TIERKV_AVX2 inline __m256i Load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Σ x·y of 32 signed bytes, as 8 int32 lanes (|x| against y with x's sign).
+TIERKV_AVX2 inline __m256i DotI8(__m256i x, __m256i y) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+// Each kernel multiplies one weight row with MR activation rows (a, a +
+// stride, ...), decoding the weight blocks once for all of them, and writes
+// the MR sums to out[0..MR).
+
+template <int MR>
+TIERKV_AVX2 void Q8_0(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
+  __m256 acc[MR];
+  for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
+  for (int b = 0; b < cols / 32; ++b, w += 34, a += 34) {
+    const __m256i x = Load(w + 2);
+    const __m256i ax = _mm256_sign_epi8(x, x);
+    const float dw = H(w);
+    for (int m = 0; m < MR; ++m) {
+      const uint8_t* am = a + m * stride;
+      const __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(Load(am + 2), x));
+      const __m256i s = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * H(am)), _mm256_cvtepi32_ps(s), acc[m]);
+    }
+  }
+  for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]);
+}
+
+template <int MR>
+TIERKV_AVX2 void Q4_0(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m256i eight = _mm256_set1_epi8(8);
+  __m256 acc[MR];
+  for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
+  for (int b = 0; b < cols / 32; ++b, w += 18, a += 34) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    const __m256i x = _mm256_sub_epi8(
+        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)), eight);
+    const __m256i ax = _mm256_sign_epi8(x, x);
+    const float dw = H(w);
+    for (int m = 0; m < MR; ++m) {
+      const uint8_t* am = a + m * stride;
+      const __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(Load(am + 2), x));
+      const __m256i s = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * H(am)), _mm256_cvtepi32_ps(s), acc[m]);
+    }
+  }
+  for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]);
+}
+
+// Unsigned weight bytes u (< 128) · signed activations y, each 16-bit pair
+// sum multiplied by its lane of `scales`; 8 int32 lanes.
+TIERKV_AVX2 inline __m256i DotU8Scaled(__m256i u, __m256i y, __m256i scales) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), scales);
+}
+
+TIERKV_AVX2 inline __m256i Scales16(int lo, int hi) {
+  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
+}
+
+// The 16-bit lane j of v in every 16-bit lane.
+template <int J>
+TIERKV_AVX2 inline __m256i Lane16(__m256i v) {
+  return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>(((2 * J + 1) << 8) | (2 * J))));
+}
+
+TIERKV_AVX2 inline float Hsum128(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
+// Sub-blocks 2K and 2K+1 (64 elements) of a Q4_K/Q5_K super-block for MR
+// activation rows: nibbles (and Q5_K's fifth bits) decoded once.
+template <bool kFive, int K, int MR>
+TIERKV_AVX2 inline void Q45_KPair(const uint8_t* qs, __m256i* hb, __m256i scales, const uint8_t* y, size_t stride,
+                                  __m256i* sumi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i q = Load(qs + 32 * K);
+  __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+  if (kFive) {
+    const __m256i one = _mm256_set1_epi8(1);
+    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(*hb, one), 4));
+    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(*hb, 1), one), 4));
+    *hb = _mm256_srli_epi16(*hb, 2);
+  }
+  const __m256i sl = Lane16<2 * K>(scales), sh = Lane16<2 * K + 1>(scales);
+  for (int m = 0; m < MR; ++m) {
+    const uint8_t* ym = y + m * stride + 64 * K;
+    const __m256i p = _mm256_add_epi32(DotU8Scaled(lo, Load(ym), sl), DotU8Scaled(hi, Load(ym + 32), sh));
+    sumi[m] = _mm256_add_epi32(sumi[m], p);
+  }
+}
+
+// Q4_K (five = false) and Q5_K: 8 sub-blocks of 32 with 6-bit scales and
+// mins; the mins meet the activations' 16-element sums.
+template <bool kFive, int MR>
+TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
+  constexpr size_t kBytes = kFive ? 176 : 144;
+  __m256 acc[MR];
+  __m128 acc_m[MR];
+  for (int m = 0; m < MR; ++m) {
+    acc[m] = _mm256_setzero_ps();
+    acc_m[m] = _mm_setzero_ps();
+  }
+  for (int b = 0; b < cols / 256; ++b, w += kBytes, a += 292) {
+    alignas(16) uint8_t sm[16];
+    ScalesMins(w + 4, sm);
+    const __m256i scales = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
+    const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
+    const float d = H(w), dmin = H(w + 2);
+    const uint8_t* qs = w + 16 + (kFive ? 32 : 0);
+    __m256i hb = kFive ? Load(w + 16) : _mm256_setzero_si256();
+    __m256i sumi[MR];
+    for (int m = 0; m < MR; ++m) sumi[m] = _mm256_setzero_si256();
+    Q45_KPair<kFive, 0, MR>(qs, &hb, scales, a + 4, stride, sumi);
+    Q45_KPair<kFive, 1, MR>(qs, &hb, scales, a + 4, stride, sumi);
+    Q45_KPair<kFive, 2, MR>(qs, &hb, scales, a + 4, stride, sumi);
+    Q45_KPair<kFive, 3, MR>(qs, &hb, scales, a + 4, stride, sumi);
+    for (int m = 0; m < MR; ++m) {
+      const uint8_t* am = a + m * stride;
+      float yd;
+      std::memcpy(&yd, am, 4);
+      // Σ_j min_j · (bsums[2j] + bsums[2j+1]), as 4 int32 lanes.
+      const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(am + 260)),
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(am + 276)));
+      acc_m[m] = _mm_fmadd_ps(_mm_set1_ps(yd * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, bs)), acc_m[m]);
+      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(yd * d), _mm256_cvtepi32_ps(sumi[m]), acc[m]);
+    }
+  }
+  for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]) - Hsum128(acc_m[m]);
+}
+
+template <int MR>
+TIERKV_AVX2 void Q6_K(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
+  __m256 acc[MR];
+  for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
+  for (int b = 0; b < cols / 256; ++b, w += 210, a += 292) {
+    const uint8_t* ql = w;
+    const uint8_t* qh = w + 128;
+    const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
+    __m256i sumi[MR];
+    for (int m = 0; m < MR; ++m) sumi[m] = _mm256_setzero_si256();
+    for (int n = 0; n < 2; ++n, ql += 64, qh += 32, sc += 8) {
+      const __m256i lo = Load(ql), hi = Load(ql + 32), h = Load(qh);
+      const __m256i parts[4] = {
+          _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30)),
+          _mm256_or_si256(_mm256_and_si256(hi, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), m4), _mm256_and_si256(h, m30)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(hi, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(h, 2), m30)),
+      };
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m256i scales = Scales16(sc[2 * k], sc[2 * k + 1]);
+        for (int m = 0; m < MR; ++m) {
+          const __m256i yk = Load(a + m * stride + 4 + 128 * n + 32 * k);
+          // (q - 32) · y = q·y - 32·y, both in int16 without saturation.
+          const __m256i p =
+              _mm256_sub_epi16(_mm256_maddubs_epi16(parts[k], yk), _mm256_maddubs_epi16(k32, yk));
+          sumi[m] = _mm256_add_epi32(sumi[m], _mm256_madd_epi16(p, scales));
+        }
+      }
+    }
+    const float d = H(w + 208);
+    for (int m = 0; m < MR; ++m) {
+      float yd;
+      std::memcpy(&yd, a + m * stride, 4);
+      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(yd * d), _mm256_cvtepi32_ps(sumi[m]), acc[m]);
+    }
+  }
+  for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]);
+}
+
+// F16 / BF16 weights · fp32 activations, 16 elements per step in 2 sums per row.
+template <bool kBf16>
+TIERKV_AVX2 inline __m256 Widen(const uint8_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (kBf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
+
+template <bool kBf16>
+TIERKV_AVX2 inline float Widen1(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  if (!kBf16) return _cvtsh_ss(h);
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+template <bool kBf16, int MR>
+TIERKV_AVX2 void Half(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
+  __m256 s0[MR], s1[MR];
+  for (int m = 0; m < MR; ++m) s0[m] = s1[m] = _mm256_setzero_ps();
+  int k = 0;
+  for (; k + 16 <= cols; k += 16) {
+    const __m256 w0 = Widen<kBf16>(w + 2 * k), w1 = Widen<kBf16>(w + 2 * k + 16);
+    for (int m = 0; m < MR; ++m) {
+      const auto* x = reinterpret_cast<const float*>(a + m * stride);
+      s0[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k), s0[m]);
+      s1[m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + k + 8), s1[m]);
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    const auto* x = reinterpret_cast<const float*>(a + m * stride);
+    float sum = Hsum(_mm256_add_ps(s0[m], s1[m]));
+    for (int j = k; j < cols; ++j) sum += Widen1<kBf16>(w + 2 * j) * x[j];
+    out[m] = sum;
+  }
+}
+
+template <template <int> class F>
+constexpr MultiDot kTable = {F<1>::Run, F<2>::Run, F<4>::Run};
+
+template <int MR> struct Q8_0K { static constexpr auto Run = Q8_0<MR>; };
+template <int MR> struct Q4_0K { static constexpr auto Run = Q4_0<MR>; };
+template <int MR> struct Q4_KK { static constexpr auto Run = Q45_K<false, MR>; };
+template <int MR> struct Q5_KK { static constexpr auto Run = Q45_K<true, MR>; };
+template <int MR> struct Q6_KK { static constexpr auto Run = Q6_K<MR>; };
+template <int MR> struct F16K { static constexpr auto Run = Half<false, MR>; };
+template <int MR> struct BF16K { static constexpr auto Run = Half<true, MR>; };
+
+}  // namespace
+
+const MultiDot* DotAvx2(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_0: return &kTable<Q4_0K>;
+    case GgmlType::kQ8_0: return &kTable<Q8_0K>;
+    case GgmlType::kQ4_K: return &kTable<Q4_KK>;
+    case GgmlType::kQ5_K: return &kTable<Q5_KK>;
+    case GgmlType::kQ6_K: return &kTable<Q6_KK>;
+    case GgmlType::kF16: return &kTable<F16K>;
+    case GgmlType::kBF16: return &kTable<BF16K>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace tierkv::model

@@ -1,0 +1,188 @@
+// In-type products (model/quant_dot.h): each equals the sum over the row of
+// dequantized weight × dequantized activation (the integer sums are exact, so
+// only fp32 rounding separates them), the AVX2 kernels agree with the
+// portable ones, and the quantized activations stay within 8-bit rounding of
+// the floats they came from.
+#include "model/quant_dot.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/fp16.h"
+#include "model/dequant_avx2.h"
+#include "model/quant.h"
+
+namespace tierkv::model {
+namespace {
+
+const GgmlType kTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                           GgmlType::kQ6_K, GgmlType::kF16,  GgmlType::kBF16};
+
+std::vector<float> Normal(size_t n, std::mt19937* rng, float scale = 1.f) {
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(*rng);
+  return v;
+}
+
+// The activations' values as the kernels see them.
+std::vector<float> DequantizedActivations(ActFormat f, const uint8_t* q, int cols) {
+  std::vector<float> out(cols);
+  if (f == ActFormat::kF32) {
+    std::memcpy(out.data(), q, cols * sizeof(float));
+  } else if (f == ActFormat::kQ8_0) {
+    DequantizeRow(GgmlType::kQ8_0, q, out.data(), cols);  // the same block layout
+  } else {
+    for (int b = 0; b < cols / 256; ++b, q += 292) {
+      float d;
+      std::memcpy(&d, q, 4);
+      const auto* v = reinterpret_cast<const int8_t*>(q + 4);
+      int16_t sums[16];
+      std::memcpy(sums, q + 260, sizeof(sums));
+      for (int j = 0; j < 16; ++j) {
+        int s = 0;
+        for (int l = 0; l < 16; ++l) s += v[16 * j + l];
+        EXPECT_EQ(s, sums[j]) << "Q8_K block " << b << " sum " << j;
+      }
+      for (int j = 0; j < 256; ++j) out[256 * b + j] = d * v[j];
+    }
+  }
+  return out;
+}
+
+struct Case {
+  std::string weights;             // rows × RowBytes
+  std::vector<float> w_values;     // dequantized
+  std::vector<uint8_t> acts;       // M × ActRowBytes
+  std::vector<float> a_values;     // dequantized activations
+  size_t row_bytes = 0, act_bytes = 0;
+};
+
+Case Make(GgmlType t, int rows, int M, int cols, std::mt19937* rng) {
+  Case c;
+  const std::vector<float> w = Normal(static_cast<size_t>(rows) * cols, rng, 0.05f);
+  for (int r = 0; r < rows; ++r) QuantizeRow(t, w.data() + static_cast<size_t>(r) * cols, cols, &c.weights);
+  c.row_bytes = RowBytes(t, cols);
+  c.w_values.resize(w.size());
+  DequantizeRow(t, reinterpret_cast<const uint8_t*>(c.weights.data()), c.w_values.data(), w.size());
+  const ActFormat f = ActivationFormat(t);
+  c.act_bytes = ActRowBytes(f, cols);
+  c.acts.resize(static_cast<size_t>(M) * c.act_bytes);
+  const std::vector<float> a = Normal(static_cast<size_t>(M) * cols, rng, 2.f);
+  for (int m = 0; m < M; ++m) {
+    QuantizeActivations(f, a.data() + static_cast<size_t>(m) * cols, cols, c.acts.data() + m * c.act_bytes);
+    const std::vector<float> v = DequantizedActivations(f, c.acts.data() + m * c.act_bytes, cols);
+    c.a_values.insert(c.a_values.end(), v.begin(), v.end());
+  }
+  return c;
+}
+
+TEST(QuantDotTest, ProductsEqualTheDequantizedValuesProducts) {
+  std::mt19937 rng(3);
+  const int rows = 37, M = 5, cols = 1024;
+  for (GgmlType t : kTypes) {
+    const std::string name(TypeInfo(static_cast<uint32_t>(t))->name);
+    const Case c = Make(t, rows, M, cols, &rng);
+    for (bool portable : {true, false}) {
+      std::vector<float> C(static_cast<size_t>(M) * rows, 1.f);
+      const auto* w = reinterpret_cast<const uint8_t*>(c.weights.data());
+      for (float beta : {0.f, 1.f}) {
+        std::vector<float> out = C;
+        if (portable) {
+          DotRowsPortable(t, cols, w, c.row_bytes, rows, c.acts.data(), c.act_bytes, M, beta, out.data(), rows);
+        } else {
+          DotRows(t, cols, w, c.row_bytes, rows, c.acts.data(), c.act_bytes, M, beta, out.data(), rows);
+        }
+        double worst = 0;
+        for (int m = 0; m < M; ++m) {
+          for (int r = 0; r < rows; ++r) {
+            double want = beta;
+            for (int k = 0; k < cols; ++k) {
+              want += double(c.w_values[size_t(r) * cols + k]) * c.a_values[size_t(m) * cols + k];
+            }
+            worst = std::max(worst, std::fabs(out[size_t(m) * rows + r] - want));
+          }
+        }
+        // |products| ~ 0.1, 1024 of them: fp32 rounding of the partial sums only.
+        EXPECT_LT(worst, 2e-4) << name << (portable ? " portable" : " dispatched") << " beta " << beta;
+      }
+    }
+  }
+}
+
+TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
+  if (!HasAvx2()) GTEST_SKIP() << "no AVX2 on this CPU: DotRows runs the portable loops only";
+  std::mt19937 rng(7);
+  const int cols = 512;
+  for (GgmlType t : kTypes) {
+    const std::string name(TypeInfo(static_cast<uint32_t>(t))->name);
+    ASSERT_NE(DotAvx2(t), nullptr) << name;
+    const GgmlTypeInfo info = *TypeInfo(static_cast<uint32_t>(t));
+    std::string w(RowBytes(t, cols), 0);
+    for (char& ch : w) ch = static_cast<char>(rng());
+    // fp16 scales (and F16/BF16 values) kept finite and small: high exponent bits cleared.
+    if (t == GgmlType::kF16 || t == GgmlType::kBF16) {
+      for (size_t i = 1; i < w.size(); i += 2) w[i] = static_cast<char>(w[i] & (t == GgmlType::kF16 ? 0xBB : 0xBF));
+    } else {
+      for (size_t b = 0; b < w.size(); b += info.block_bytes) {
+        const size_t at = t == GgmlType::kQ6_K ? b + 208 : b;
+        w[at + 1] = static_cast<char>(w[at + 1] & 0x83);
+        if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) w[at + 3] = static_cast<char>(w[at + 3] & 0x83);
+      }
+    }
+    // 7 activation rows: the kernels' 4-, 2- and 1-row forms all run.
+    const ActFormat f = ActivationFormat(t);
+    const size_t stride = ActRowBytes(f, cols);
+    const int M = 7;
+    std::vector<uint8_t> act(M * stride);
+    for (int m = 0; m < M; ++m) {
+      const std::vector<float> a = Normal(cols, &rng, 3.f);
+      QuantizeActivations(f, a.data(), cols, act.data() + m * stride);
+    }
+    const auto* wp = reinterpret_cast<const uint8_t*>(w.data());
+    std::vector<float> fast(M), slow(M);
+    DotRows(t, cols, wp, w.size(), 1, act.data(), stride, M, 0.f, fast.data(), 1);
+    DotRowsPortable(t, cols, wp, w.size(), 1, act.data(), stride, M, 0.f, slow.data(), 1);
+    for (int m = 0; m < M; ++m) {
+      ASSERT_TRUE(std::isfinite(slow[m])) << name;
+      EXPECT_NEAR(fast[m], slow[m], 1e-5 * (1 + std::fabs(slow[m])) * cols) << name << " activation row " << m;
+    }
+  }
+}
+
+// 8-bit activations: every value within half a step of its float, the
+// Q8_K scale taken from the value of largest magnitude (its sign kept), and
+// an all-zero block all zeros.
+TEST(QuantDotTest, ActivationsRoundToTheNearestStep) {
+  std::mt19937 rng(9);
+  std::vector<float> x = Normal(512, &rng, 4.f);
+  std::fill(x.begin() + 256, x.end(), 0.f);
+  for (ActFormat f : {ActFormat::kQ8_0, ActFormat::kQ8_K}) {
+    std::vector<uint8_t> q(ActRowBytes(f, 512));
+    QuantizeActivations(f, x.data(), 512, q.data());
+    const std::vector<float> v = DequantizedActivations(f, q.data(), 512);
+    const int block = f == ActFormat::kQ8_0 ? 32 : 256;
+    for (int b = 0; b < 512 / block; ++b) {
+      float amax = 0;
+      for (int j = 0; j < block; ++j) amax = std::max(amax, std::fabs(x[b * block + j]));
+      const float step = amax / 127.f;
+      for (int j = 0; j < block; ++j) {
+        // Q8_0's scale is stored as fp16: its rounding adds up to 2^-11 of a value.
+        EXPECT_NEAR(v[b * block + j], x[b * block + j], 0.5f * step * 1.01f + amax * 1e-3f)
+            << (f == ActFormat::kQ8_0 ? "Q8_0" : "Q8_K") << " block " << b << " element " << j;
+      }
+    }
+  }
+  EXPECT_EQ(ActRowBytes(ActFormat::kQ8_K, 512), 2u * 292);
+  EXPECT_EQ(ActRowBytes(ActFormat::kQ8_0, 512), 16u * 34);
+  EXPECT_EQ(ActivationFormat(GgmlType::kQ4_1), ActFormat::kNone);
+  EXPECT_EQ(ActivationFormat(GgmlType::kF32), ActFormat::kNone);
+}
+
+}  // namespace
+}  // namespace tierkv::model
