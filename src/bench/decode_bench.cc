@@ -156,7 +156,7 @@ Status RunProducts(const DecodeBenchOptions& o, DecodeBenchReport* r) {
     for (int M : o.product_rows) {
       ProductPoint p;
       p.type = name;
-      p.in_type_max_rows = model::InTypeMaxRows(t);
+      p.in_type_max_rows = m->w.MaxRowsInType();
       p.rows = M;
       // Alternated, each the median of its rounds.
       p.in_type_ms = ProductSeconds(m->w, model::WeightMatrix::Path::kInType, M, o.repeats + 2) * 1e3;

@@ -6,7 +6,7 @@
 //
 // Products with in-place rows take one of two paths:
 // - up to InTypeMaxRows(type) activation rows (decode, short batches; 16
-//   for the 8-bit types), in the rows' own type (model/quant_dot.h): the activations are quantized once
+//   for the 8-bit types, 48 for packed Q4_K), in the rows' own type (model/quant_dot.h): the activations are quantized once
 //   per product to 8 bits per block and multiplied with integer dot products,
 //   so a token reads the file's bytes and converts no weight to fp32;
 // - more rows, dequantize-then-sgemm: a tile of rows at a time (the format's
@@ -14,6 +14,9 @@
 //   the calling thread's scratch, handed to sgemm, whose blocking wins once
 //   the conversion is shared by many rows.
 // F32 rows (and types without an in-type kernel) go to sgemm either way.
+// Q4_K rows are also copied at append, repacked 8 rows at a time, where the
+// CPU has AVX-512 VNNI (model/quant_pack.h): resident memory grows by the
+// Q4_K tensors' size, and decode reads only the copy.
 //
 // Thread safety: const methods may run concurrently; each thread uses its
 // own thread_local tile. Not copyable (parts point into owned storage).
@@ -21,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,6 +60,8 @@ class WeightMatrix {
   size_t bytes() const;
   // True when every row is fp32 (owned or in place): products need no tiles.
   bool all_f32() const;
+  // The largest M MatMul multiplies every part in type at (0: none).
+  int MaxRowsInType() const;
   // The types of the stacked tensors, in row order.
   std::vector<GgmlType> part_types() const;
 
@@ -89,16 +95,25 @@ class WeightMatrix {
     const uint8_t* data;
     int row0, rows;
     size_t row_bytes;
+    const uint8_t* packed = nullptr;  // Q4_K rows 8 at a time (model/quant_pack.h), or null
   };
   struct Activations;  // A quantized for the in-type kernels (weight_matrix.cc)
   // Columns [c0, c0 + n) of C (rows of W), on the calling thread; in type
   // where acts is given and has the part's format.
+  // Products of up to this many rows multiply p in type.
+  static int MaxRows(const Part& p);
+  void DotRange(const Part& p, int a, int b, const uint8_t* act, size_t stride, int M, float beta, float* C,
+                size_t ldc) const;
   void MatMulRange(const Activations* acts, int M, const float* A, size_t lda, int c0, int n, float beta,
                    float* C, size_t ldc) const;
 
   int rows_ = 0, cols_ = 0;
   std::vector<float> owned_;  // Floats(): the parts point into it
   std::vector<Part> parts_;   // by row, contiguous
+  // Packed copies of Q4_K parts on CPUs with the packed kernels (their
+  // heap buffers stay put when the matrix moves). In-type products read
+  // them; tiles and embedding rows still read the rows in place.
+  std::vector<std::unique_ptr<uint8_t[]>> packed_;
 };
 
 }  // namespace tierkv::model

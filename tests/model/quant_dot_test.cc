@@ -16,6 +16,7 @@
 #include "kernels/fp16.h"
 #include "model/dequant_avx2.h"
 #include "model/quant.h"
+#include "model/quant_pack.h"
 
 namespace tierkv::model {
 namespace {
@@ -151,6 +152,34 @@ TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
     for (int m = 0; m < M; ++m) {
       ASSERT_TRUE(std::isfinite(slow[m])) << name;
       EXPECT_NEAR(fast[m], slow[m], 1e-5 * (1 + std::fabs(slow[m])) * cols) << name << " activation row " << m;
+    }
+  }
+}
+
+// Q4_K rows packed 8 at a time give the products of the rows as the file
+// holds them (the same integer sums; fp32 order differs), for 1-7
+// activation rows, accumulating or not.
+TEST(QuantDotTest, PackedQ4KRowsGiveTheFileRowsProducts) {
+  if (!HasPackedQ4K()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU: Q4_K rows are not packed";
+  std::mt19937 rng(13);
+  const int rows = 24, cols = 768;
+  for (int M : {1, 2, 3, 4, 7}) {
+    const Case c = Make(GgmlType::kQ4_K, rows, M, cols, &rng);
+    std::vector<uint8_t> packed(PackedQ4KBytes(rows, cols));
+    ASSERT_EQ(packed.size(), size_t{3} * 3 * kPackedQ4KBlockBytes);
+    const auto* w = reinterpret_cast<const uint8_t*>(c.weights.data());
+    PackQ4K(w, c.row_bytes, rows, cols, packed.data());
+    for (float beta : {0.f, 1.f}) {
+      std::vector<float> want(static_cast<size_t>(M) * rows, 0.5f), got = want;
+      DotRowsPortable(GgmlType::kQ4_K, cols, w, c.row_bytes, rows, c.acts.data(), c.act_bytes, M, beta, want.data(),
+                      rows);
+      // The last two groups only, as a thread's share of rows would be.
+      DotRowsPackedQ4K(cols, packed.data(), 8, c.acts.data(), c.act_bytes, M, beta, got.data(), rows);
+      DotRowsPackedQ4K(cols, packed.data() + PackedQ4KBytes(8, cols), 16, c.acts.data(), c.act_bytes, M, beta,
+                       got.data() + 8, rows);
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-4) << "M " << M << " beta " << beta << " row " << i % rows << " act " << i / rows;
+      }
     }
   }
 }

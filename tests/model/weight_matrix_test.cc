@@ -14,6 +14,7 @@
 #include "model/dequant_avx2.h"
 #include "model/quant.h"
 #include "model/quant_dot.h"
+#include "model/quant_pack.h"
 #include "testing/status_matchers.h"
 #include "util/thread_pool.h"
 
@@ -109,8 +110,9 @@ void ExpectProduct(const WeightMatrix& w, ThreadPool* pool, int M, int r0, int n
     int lo = 1 << 30, hi = 0;
     for (const GgmlType t : w.part_types()) {
       if (t == GgmlType::kF32) continue;
+      // Q4_K parts may be packed (their bound is then higher): the lower one bounds lo.
       lo = std::min(lo, InTypeMaxRows(t));
-      hi = std::max(hi, InTypeMaxRows(t));
+      hi = std::max(hi, t == GgmlType::kQ4_K ? std::max(InTypeMaxRows(t), kPackedMaxRows) : InTypeMaxRows(t));
     }
     if ((path == Path::kInType && M <= lo) || (path == Path::kDequantize && M > hi)) {
       std::vector<float> auto_c = C0;
@@ -152,6 +154,22 @@ TEST(WeightMatrixTest, RowsOfSeveralTypesInPlaceGiveTheProductOfTheirValues) {
   EXPECT_EQ(f.bytes(), size_t{219} * 256 * 4);
   EXPECT_EQ(f.FloatValues(), all);
   ExpectProduct(f, ThreadPool::Compute(), 5, 35, 120, 1.0f);
+}
+
+// Q4_K parts of whole groups of 8 rows are packed for the in-type kernels
+// (on CPUs with AVX-512 VNNI): products starting and ending inside a group
+// take the rows around the groups from the file's layout.
+TEST(WeightMatrixTest, PackedQ4KRowsAndTheRowsAroundThemGiveTheProduct) {
+  Stacked s;
+  ASSERT_NO_FATAL_FAILURE(Stack({{GgmlType::kQ8_0, 5}, {GgmlType::kQ4_K, 64}, {GgmlType::kQ6_K, 16}}, 512, &s));
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), ThreadPool::Compute()}) {
+    for (int M : {1, 3, 6}) {
+      ExpectProduct(s.w, pool, M, 0, s.w.rows(), 0.0f);
+      ExpectProduct(s.w, pool, M, 8, 70, 1.0f);  // the Q4_K part from its 4th row, past its end
+      ExpectProduct(s.w, pool, M, 9, 5, 0.0f);   // inside one group
+      ExpectProduct(s.w, pool, M, 21, 40, 0.0f);  // from the middle of the 3rd group to the middle of the 8th
+    }
+  }
 }
 
 // Wide rows: a thread's columns are dequantized in several tiles.
