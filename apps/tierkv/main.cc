@@ -34,8 +34,10 @@ Result<std::string> ModelPathOrDefault(const std::string& flag) {
 void AddWeightsFlag(CLI::App* sub, std::string* weights) {
   sub->add_option("--weights", *weights,
                   "How the weight matrices are held: 'fp32' (dequantized at load, 4 bytes a weight), "
-                  "'mapped' (read in place from the memory-mapped file in its own types, dequantized a "
-                  "tile at a time in each product; resident about the file's size), 'auto': fp32 when the "
+                  "'mapped' (read in place from the memory-mapped file in its own types: products of a few "
+                  "rows, as in decode, multiply in that type against 8-bit activations, longer ones dequantize "
+                  "a tile at a time for sgemm; resident about the file's size, plus a repacked copy of Q4_K "
+                  "tensors on CPUs with AVX-512 VNNI), 'auto': fp32 when the "
                   "weights take at most 1 GiB in fp32, mapped above (docs/models.md). llama2.c files are fp32")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "fp32", "mapped"}));
