@@ -17,6 +17,9 @@ bool HasAvx2();
 // Q4_K/Q5_K's j-th 6-bit scale and min (ggml's get_scale_min_k4).
 float F16(const uint8_t* p);
 void ScaleMinK4(int j, const uint8_t* q, uint8_t* d, uint8_t* m);
+// Q6_K's four 6-bit values (minus 32) at element l of a 128-element half:
+// elements l, l + 32, l + 64 and l + 96 (ggml's dequantize_row_q6_K).
+void Q6Values(const uint8_t* ql, const uint8_t* qh, int l, int q[4]);
 // `blocks` blocks of type t at src into dst; false (nothing written) for a
 // type without an AVX2 loop.
 bool DequantizeBlocksAvx2(GgmlType t, const uint8_t* src, float* dst, size_t blocks);

@@ -45,15 +45,17 @@ int32_t Sampler::Sample(std::span<const float> logits) {
     sum += p;
   }
   const double r = (NextRandom(&state_) >> 11) * (1.0 / 9007199254740992.0);
-  if (opt_.top_p >= 1.0f) {
-    const double u = r * sum;
+  // The id whose share of the first `count` entries' mass (`total`) holds r.
+  const auto draw = [&](int count, double total) {
+    const double u = r * total;
     double acc = 0;
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < count; ++i) {
       acc += probs_[i].first;
       if (u < acc) return probs_[i].second;
     }
-    return probs_[n - 1].second;
-  }
+    return probs_[count - 1].second;
+  };
+  if (opt_.top_p >= 1.0f) return draw(n, sum);
   const auto greater = [](const auto& a, const auto& b) { return a.first > b.first; };
   // Keep the smallest prefix (by probability) whose mass reaches top_p.
   int keep = n;
@@ -72,13 +74,7 @@ int32_t Sampler::Sample(std::span<const float> logits) {
   }
   double kept = 0;
   for (int i = 0; i < keep; ++i) kept += probs_[i].first;
-  const double u = r * kept;
-  double acc = 0;
-  for (int i = 0; i < keep; ++i) {
-    acc += probs_[i].first;
-    if (u < acc) return probs_[i].second;
-  }
-  return probs_[keep - 1].second;
+  return draw(keep, kept);
 }
 
 Status ValidateGenerateOptions(const GenerateOptions& o) {

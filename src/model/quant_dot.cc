@@ -134,14 +134,12 @@ float DotQ6_K(const uint8_t* w, const uint8_t* a, int cols) {
       int s[8] = {};  // per 16 elements, in scale order
       for (int l = 0; l < 32; ++l) {
         const int is = l / 16;
-        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        s[is + 0] += q1 * y[l];
-        s[is + 2] += q2 * y[l + 32];
-        s[is + 4] += q3 * y[l + 64];
-        s[is + 6] += q4 * y[l + 96];
+        int q[4];
+        Q6Values(ql, qh, l, q);
+        s[is + 0] += q[0] * y[l];
+        s[is + 2] += q[1] * y[l + 32];
+        s[is + 4] += q[2] * y[l + 64];
+        s[is + 6] += q[3] * y[l + 96];
       }
       for (int k = 0; k < 8; ++k) sumi += sc[k] * s[k];
     }
@@ -150,26 +148,21 @@ float DotQ6_K(const uint8_t* w, const uint8_t* a, int cols) {
   return sum;
 }
 
-float DotF16(const uint8_t* w, const uint8_t* a, int cols) {
+// F16 or BF16 weights against fp32 activations.
+template <bool kBf16>
+float DotHalf(const uint8_t* w, const uint8_t* a, int cols) {
   const auto* x = reinterpret_cast<const float*>(a);
   float sum = 0;
   for (int k = 0; k < cols; ++k) {
     uint16_t h;
     std::memcpy(&h, w + 2 * k, 2);
-    sum += kernels::HalfToFloat(h) * x[k];
-  }
-  return sum;
-}
-
-float DotBF16(const uint8_t* w, const uint8_t* a, int cols) {
-  const auto* x = reinterpret_cast<const float*>(a);
-  float sum = 0;
-  for (int k = 0; k < cols; ++k) {
-    uint16_t h;
-    std::memcpy(&h, w + 2 * k, 2);
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
     float f;
-    std::memcpy(&f, &bits, 4);
+    if (kBf16) {
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;
+      std::memcpy(&f, &bits, 4);
+    } else {
+      f = kernels::HalfToFloat(h);
+    }
     sum += f * x[k];
   }
   return sum;
@@ -185,8 +178,8 @@ DotFn DotPortable(GgmlType t) {
     case GgmlType::kQ4_K: return DotQ4_K;
     case GgmlType::kQ5_K: return DotQ5_K;
     case GgmlType::kQ6_K: return DotQ6_K;
-    case GgmlType::kF16: return DotF16;
-    case GgmlType::kBF16: return DotBF16;
+    case GgmlType::kF16: return DotHalf<false>;
+    case GgmlType::kBF16: return DotHalf<true>;
     default: return nullptr;
   }
 }

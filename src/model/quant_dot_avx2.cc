@@ -55,12 +55,15 @@ TIERKV_AVX2 inline __m256i DotI8(__m256i x, __m256i y) {
 // stride, ...), decoding the weight blocks once for all of them, and writes
 // the MR sums to out[0..MR).
 
-template <int MR>
-TIERKV_AVX2 void Q8_0(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
+// Blocks of 32 weights (Q8_0, Q4_0) against Q8_0 activations: each block
+// decoded once to 32 signed bytes (Decode), its fp16 scale at the block's
+// start; |x| against y with x's sign, so maddubs sees an unsigned operand.
+template <int MR, size_t kBytes, __m256i (*Decode)(const uint8_t*)>
+TIERKV_AVX2 void Blocks32(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
   __m256 acc[MR];
   for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
-  for (int b = 0; b < cols / 32; ++b, w += 34, a += 34) {
-    const __m256i x = Load(w + 2);
+  for (int b = 0; b < cols / 32; ++b, w += kBytes, a += 34) {
+    const __m256i x = Decode(w);
     const __m256i ax = _mm256_sign_epi8(x, x);
     const float dw = H(w);
     for (int m = 0; m < MR; ++m) {
@@ -73,26 +76,14 @@ TIERKV_AVX2 void Q8_0(const uint8_t* w, const uint8_t* a, size_t stride, int col
   for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]);
 }
 
-template <int MR>
-TIERKV_AVX2 void Q4_0(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
+TIERKV_AVX2 inline __m256i DecodeQ8_0(const uint8_t* w) { return Load(w + 2); }
+
+// Nibble - 8: low nibbles are elements 0-15, high ones 16-31.
+TIERKV_AVX2 inline __m256i DecodeQ4_0(const uint8_t* w) {
   const __m128i m4 = _mm_set1_epi8(0x0F);
-  const __m256i eight = _mm256_set1_epi8(8);
-  __m256 acc[MR];
-  for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
-  for (int b = 0; b < cols / 32; ++b, w += 18, a += 34) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
-    const __m256i x = _mm256_sub_epi8(
-        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)), eight);
-    const __m256i ax = _mm256_sign_epi8(x, x);
-    const float dw = H(w);
-    for (int m = 0; m < MR; ++m) {
-      const uint8_t* am = a + m * stride;
-      const __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(Load(am + 2), x));
-      const __m256i s = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * H(am)), _mm256_cvtepi32_ps(s), acc[m]);
-    }
-  }
-  for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]);
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+  return _mm256_sub_epi8(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)),
+                         _mm256_set1_epi8(8));
 }
 
 // Unsigned weight bytes u (< 128) · signed activations y, each 16-bit pair
@@ -263,8 +254,8 @@ TIERKV_AVX2 void Half(const uint8_t* w, const uint8_t* a, size_t stride, int col
 template <template <int> class F>
 constexpr MultiDot kTable = {F<1>::Run, F<2>::Run, F<4>::Run};
 
-template <int MR> struct Q8_0K { static constexpr auto Run = Q8_0<MR>; };
-template <int MR> struct Q4_0K { static constexpr auto Run = Q4_0<MR>; };
+template <int MR> struct Q8_0K { static constexpr auto Run = Blocks32<MR, 34, DecodeQ8_0>; };
+template <int MR> struct Q4_0K { static constexpr auto Run = Blocks32<MR, 18, DecodeQ4_0>; };
 template <int MR> struct Q4_KK { static constexpr auto Run = Q45_K<false, MR>; };
 template <int MR> struct Q5_KK { static constexpr auto Run = Q45_K<true, MR>; };
 template <int MR> struct Q6_KK { static constexpr auto Run = Q6_K<MR>; };
