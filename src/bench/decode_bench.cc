@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <cstring>
 #include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "kernels/matmul.h"
+#include "model/dequant_avx2.h"
 #include "model/quant.h"
 #include "model/quant_dot.h"
 #include "model/weight_matrix.h"
@@ -43,6 +45,17 @@ __attribute__((target("avx2"))) uint64_t SumAvx2(const uint8_t* p, size_t n) {
   return out[0] + out[1] + out[2] + out[3];
 }
 
+uint64_t SumBytes(const uint8_t* p, size_t n) {
+  if (model::HasAvx2()) return SumAvx2(p, n);
+  uint64_t s = 0;
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, p + i, 8);
+    s += v;
+  }
+  return s;
+}
+
 // Read bandwidth of the compute threads together over 512 MiB (far past any
 // cache), best of `repeats`.
 double ReadGbps(int repeats) {
@@ -55,7 +68,7 @@ double ReadGbps(int repeats) {
   double best = 1e30;
   for (int r = 0; r < repeats + 1; ++r) {  // the first round faults the pages in
     const auto t0 = Clock::now();
-    pool->ParallelFor(parts, [&](int p) { sink += SumAvx2(buf.data() + p * per, per); });
+    pool->ParallelFor(parts, [&](int p) { sink += SumBytes(buf.data() + p * per, per); });
     if (r > 0) best = std::min(best, Seconds(t0));
   }
   return sink.load() == 0 ? 0 : bytes / best / 1e9;
@@ -125,6 +138,7 @@ Result<std::unique_ptr<TypedMatrix>> MakeMatrix(model::GgmlType t, int N, int K)
   m->bytes.reserve(first.size() * (N / 64));
   for (int r = 0; r < N; r += 64) m->bytes += first;
   RETURN_IF_ERROR(m->w.AppendInPlace(t, reinterpret_cast<const uint8_t*>(m->bytes.data()), N, K));
+  m->w.PackForProducts();  // as the model loader does for mapped weights
   return m;
 }
 

@@ -28,9 +28,11 @@ Sampler::Sampler(const SamplerOptions& options) : opt_(options), state_(options.
 
 // Sampling never sorts the vocabulary (128 k entries on Llama 3: a full
 // sort cost more than a Q4_K decode step's products): top_p = 1 draws over
-// the ids in order; top_p < 1 ranks only the largest k probabilities
-// (nth_element, then a sort of those k), k growing 8-fold until their mass
-// reaches top_p. The nucleus and the draw are those of a full sort.
+// the ids in id order (the same distribution as before, but a given seed
+// now picks another token than releases that sorted first); top_p < 1 ranks
+// only the largest k probabilities (nth_element, then a sort of those k), k
+// growing 8-fold until their mass reaches top_p: the nucleus and the draw
+// are those of a full sort.
 int32_t Sampler::Sample(std::span<const float> logits) {
   const int n = static_cast<int>(logits.size());
   if (opt_.temperature <= 0.0f) {

@@ -166,7 +166,15 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<cons
     if (storage == WeightStorage::kFp32) *matrix = matrix->ToFloats();
     RETURN_IF_ERROR(matrix->CheckFinite(name, tensor));
   }
-  if (storage == WeightStorage::kMapped) m.weights.file = std::move(file);
+  if (storage == WeightStorage::kMapped) {
+    m.weights.file = std::move(file);
+    // Q4_K repacked for the in-type products (model/quant_pack.h); an
+    // untied embedding table is only looked up row by row.
+    for (auto& [tensor, matrix] : m.weights.Matrices()) {
+      if (matrix == &m.weights.tok_embd && !m.weights.output.empty()) continue;
+      matrix->PackForProducts();
+    }
+  }
   return m;
 }
 

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/fp16.h"
 #include "model/dequant_avx2.h"
+#include "model/quant_pack.h"
 
 namespace tierkv::model {
 namespace {
@@ -26,9 +28,15 @@ int NearestInt(float f) {
 
 void QuantizeQ8_0(const float* x, int cols, uint8_t* out) {
   for (int b = 0; b < cols / kQK; ++b, x += kQK, out += kQ8_0Bytes) {
-    float amax = 0;
-    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.f, id = d != 0 ? 1.f / d : 0.f;
+    float amax = 0, sum = 0;
+    for (int j = 0; j < kQK; ++j) {
+      amax = std::max(amax, std::fabs(x[j]));
+      sum += x[j];
+    }
+    // A NaN or infinity stays one in the products (as fp32 activations
+    // would carry it), instead of rounding to zeros.
+    const float d = std::isfinite(sum) ? amax / 127.f : std::numeric_limits<float>::quiet_NaN();
+    const float id = d != 0 && std::isfinite(d) ? 1.f / d : 0.f;
     const uint16_t h = kernels::FloatToHalf(d);
     std::memcpy(out, &h, 2);
     auto* q = reinterpret_cast<int8_t*>(out + 2);
@@ -38,8 +46,9 @@ void QuantizeQ8_0(const float* x, int cols, uint8_t* out) {
 
 void QuantizeQ8_K(const float* x, int cols, uint8_t* out) {
   for (int b = 0; b < cols / kQKK; ++b, x += kQKK, out += kQ8_KBytes) {
-    float amax = 0, max = 0;
+    float amax = 0, max = 0, sum = 0;
     for (int j = 0; j < kQKK; ++j) {
+      sum += x[j];
       if (std::fabs(x[j]) > amax) {
         amax = std::fabs(x[j]);
         max = x[j];
@@ -48,7 +57,10 @@ void QuantizeQ8_K(const float* x, int cols, uint8_t* out) {
     auto* q = reinterpret_cast<int8_t*>(out + 4);
     int16_t sums[16] = {};
     float d = 0;
-    if (amax != 0) {
+    if (!std::isfinite(sum)) {  // as in Q8_0: the products become NaN
+      std::memset(q, 0, kQKK);
+      d = std::numeric_limits<float>::quiet_NaN();
+    } else if (amax != 0) {
       const float iscale = -127.f / max;
       for (int j = 0; j < kQKK; ++j) q[j] = static_cast<int8_t>(std::min(127, NearestInt(iscale * x[j])));
       for (int j = 0; j < kQKK; ++j) sums[j / 16] = static_cast<int16_t>(sums[j / 16] + q[j]);
@@ -263,6 +275,9 @@ void DotRows(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
   }
 }
 
-const char* DotKernelName() { return HasAvx2() ? "avx2" : "portable"; }
+const char* DotKernelName() {
+  if (!HasAvx2()) return "portable";
+  return HasPackedQ4K() ? "avx2, Q4_K packed for avx512-vnni" : "avx2";
+}
 
 }  // namespace tierkv::model

@@ -45,8 +45,9 @@ ActFormat ActivationFormat(GgmlType t);
 // (docs/engine.md): the 8-bit kernels stay ahead of dequantize-then-sgemm
 // up to 16 rows (Q4_K: 16.7 against 31.2 ms at 16 rows, 70 against 40 at
 // 64, an 8192 x 8192 matrix on 2 threads); F16's fp32 products lose from 4
-// rows on (F16C conversion is cheap, so sgemm's tiles cost little), BF16's
-// at 16 (its tiles are converted by a portable loop).
+// rows on (16.7 against 11.3 ms at 4; F16C makes sgemm's tiles cheap), so
+// they stop at 2; BF16's at 16 (its tiles are converted by a portable
+// loop), so they stop at 8.
 int InTypeMaxRows(GgmlType t);
 
 // Bytes of one row of `cols` activations in format f (cols a multiple of
@@ -55,7 +56,9 @@ size_t ActRowBytes(ActFormat f, int cols);
 
 // One row of `cols` floats into format f at out (ActRowBytes bytes), with
 // ggml's rounding: Q8_0's scale is max|x| / 127 stored as fp16, Q8_K's is
-// -max / 127 for the value of largest magnitude, kept as fp32.
+// -max / 127 for the value of largest magnitude, kept as fp32. A block
+// holding a NaN or an infinity gets a NaN scale, so the products carry it
+// as fp32 activations would (ggml's would round it away).
 void QuantizeActivations(ActFormat f, const float* x, int cols, uint8_t* out);
 
 // C[m·ldc + r] = Σ_k W[r][k] · A[m][k] + beta · C[m·ldc + r] for rows
@@ -68,7 +71,8 @@ void DotRows(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
 void DotRowsPortable(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
                      const uint8_t* act, size_t act_stride, int M, float beta, float* C, size_t ldc);
 
-// "avx2" or "portable": the kernels DotRows uses on this CPU.
+// The kernels in use on this CPU: "portable", "avx2", or "avx2, Q4_K packed
+// for avx512-vnni" (model/quant_pack.h).
 const char* DotKernelName();
 
 // One weight row against one activation row (the portable loops).

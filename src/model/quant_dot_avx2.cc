@@ -45,12 +45,6 @@ inline void ScalesMins(const uint8_t* q, uint8_t out[16]) {
 
 TIERKV_AVX2 inline __m256i Load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// Σ x·y of 32 signed bytes, as 8 int32 lanes (|x| against y with x's sign).
-TIERKV_AVX2 inline __m256i DotI8(__m256i x, __m256i y) {
-  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
 // Each kernel multiplies one weight row with MR activation rows (a, a +
 // stride, ...), decoding the weight blocks once for all of them, and writes
 // the MR sums to out[0..MR).

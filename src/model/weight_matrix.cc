@@ -49,19 +49,27 @@ Status WeightMatrix::AppendInPlace(GgmlType t, const uint8_t* data, int rows, in
   }
   cols_ = cols;
   if (rows > 0) parts_.push_back(Part{t, data, rows_, rows, RowBytes(t, static_cast<size_t>(cols))});
-  if (rows > 0 && t == GgmlType::kQ4_K && rows % kPackRows == 0 && HasPackedQ4K()) {
-    // Written whole before it is read: not zeroed first. The groups are
-    // packed on the compute threads (a 1.24 B-weight model's 700 MB).
-    const size_t group_bytes = PackedQ4KBytes(kPackRows, cols), row_bytes = parts_.back().row_bytes;
-    uint8_t* packed = packed_.emplace_back(new uint8_t[PackedQ4KBytes(rows, cols)]).get();
-    ThreadPool::Compute()->ParallelFor(rows / kPackRows, [&](int g) {
-      PackQ4K(data + static_cast<size_t>(g) * kPackRows * row_bytes, row_bytes, kPackRows, cols,
-              packed + static_cast<size_t>(g) * group_bytes);
-    });
-    parts_.back().packed = packed;
-  }
   rows_ += rows;
   return Status::Ok();
+}
+
+void WeightMatrix::PackForProducts() {
+  if (!HasPackedQ4K()) return;
+  for (Part& p : parts_) {
+    const int rows = p.rows / kPackRows * kPackRows;  // whole groups; the rest stay in the file's layout
+    if (p.type != GgmlType::kQ4_K || p.packed != nullptr || rows == 0) continue;
+    // Written whole before it is read: not zeroed first. The groups are
+    // packed on the compute threads (a 1.24 B-weight model's 700 MB).
+    const size_t group_bytes = PackedQ4KBytes(kPackRows, cols_);
+    uint8_t* packed = packed_.emplace_back(new uint8_t[PackedQ4KBytes(rows, cols_)]).get();
+    ThreadPool::Compute()->ParallelFor(rows / kPackRows, [&](int g) {
+      PackQ4K(p.data + static_cast<size_t>(g) * kPackRows * p.row_bytes, p.row_bytes, kPackRows, cols_,
+              packed + static_cast<size_t>(g) * group_bytes);
+    });
+    p.packed = packed;
+    p.packed_rows = rows;
+    packed_bytes_ += PackedQ4KBytes(rows, cols_);
+  }
 }
 
 size_t WeightMatrix::bytes() const {
@@ -80,10 +88,10 @@ int WeightMatrix::MaxRowsInType() const {
   return rows;
 }
 
-std::vector<GgmlType> WeightMatrix::part_types() const {
-  std::vector<GgmlType> t;
-  for (const Part& p : parts_) t.push_back(p.type);
-  return t;
+std::vector<WeightMatrix::PartInfo> WeightMatrix::parts() const {
+  std::vector<PartInfo> out;
+  for (const Part& p : parts_) out.push_back({p.type, p.rows, p.packed_rows, MaxRows(p)});
+  return out;
 }
 
 void WeightMatrix::DequantizeRows(int r0, int n, float* out) const {
@@ -128,7 +136,7 @@ void WeightMatrix::DotRange(const Part& p, int a, int b, const uint8_t* act, siz
   int a8 = a, b8 = a;
   if (p.packed != nullptr) {
     a8 = p.row0 + (a - p.row0 + kPackRows - 1) / kPackRows * kPackRows;
-    b8 = std::max(a8, p.row0 + (b - p.row0) / kPackRows * kPackRows);
+    b8 = std::max(a8, p.row0 + std::min(b - p.row0, p.packed_rows) / kPackRows * kPackRows);
     if (a8 > b) a8 = b8 = b;
   }
   auto file_rows = [&](int r0, int r1) {

@@ -14,9 +14,17 @@
 //   the calling thread's scratch, handed to sgemm, whose blocking wins once
 //   the conversion is shared by many rows.
 // F32 rows (and types without an in-type kernel) go to sgemm either way.
-// Q4_K rows are also copied at append, repacked 8 rows at a time, where the
+// PackForProducts() copies Q4_K rows, repacked 8 rows at a time, where the
 // CPU has AVX-512 VNNI (model/quant_pack.h): resident memory grows by the
-// Q4_K tensors' size, and decode reads only the copy.
+// Q4_K tensors' size, and decode reads only the copy. The model loader
+// packs the matrices of mapped weights that products read (not an untied
+// embedding table).
+//
+// The path depends on M: a product of a few rows takes its activations to 8
+// bits, a longer one keeps them in fp32, so the same row can get logits
+// that differ by that rounding (about 1e-2 relative on random models) as
+// part of a short or a long product; llama.cpp rounds every product to 8
+// bits.
 //
 // Thread safety: const methods may run concurrently; each thread uses its
 // own thread_local tile. Not copyable (parts point into owned storage).
@@ -62,8 +70,19 @@ class WeightMatrix {
   bool all_f32() const;
   // The largest M MatMul multiplies every part in type at (0: none).
   int MaxRowsInType() const;
-  // The types of the stacked tensors, in row order.
-  std::vector<GgmlType> part_types() const;
+  // Copies whole 8-row groups of Q4_K parts into the packed layout, where
+  // the CPU has AVX-512 VNNI (else nothing). Call once the rows are checked;
+  // not thread-safe (products may run only after it returns).
+  void PackForProducts();
+  // Bytes of the packed copies (beside bytes()).
+  size_t packed_bytes() const { return packed_bytes_; }
+  // The stacked tensors, in row order: type, rows, rows packed, and the
+  // largest M MatMul multiplies them in type at.
+  struct PartInfo {
+    GgmlType type;
+    int rows, packed_rows, max_rows_in_type;
+  };
+  std::vector<PartInfo> parts() const;
 
   // Rows [r0, r0 + n) as fp32 into out (n × cols).
   void DequantizeRows(int r0, int n, float* out) const;
@@ -96,6 +115,7 @@ class WeightMatrix {
     int row0, rows;
     size_t row_bytes;
     const uint8_t* packed = nullptr;  // Q4_K rows 8 at a time (model/quant_pack.h), or null
+    int packed_rows = 0;              // the first packed_rows rows are in `packed`
   };
   struct Activations;  // A quantized for the in-type kernels (weight_matrix.cc)
   // Columns [c0, c0 + n) of C (rows of W), on the calling thread; in type
@@ -114,6 +134,7 @@ class WeightMatrix {
   // heap buffers stay put when the matrix moves). In-type products read
   // them; tiles and embedding rows still read the rows in place.
   std::vector<std::unique_ptr<uint8_t[]>> packed_;
+  size_t packed_bytes_ = 0;
 };
 
 }  // namespace tierkv::model

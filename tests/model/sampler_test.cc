@@ -35,13 +35,14 @@ TEST(SamplerTest, TopPKeepsOnlyTheNucleus) {
 }
 
 // The nucleus without a full sort draws what a full sort would: the same
-// token for the same seed, draw after draw, on a 32k-entry vocabulary.
+// token for the same seed, draw after draw, on a 32k-entry vocabulary; with
+// top_p = 1 the draw walks the ids in order (no ranking at all).
 TEST(SamplerTest, TopPDrawsWhatAFullSortDraws) {
   std::mt19937 rng(5);
   std::normal_distribution<float> d(0.f, 3.f);
   std::vector<float> l(32000);
   for (float& x : l) x = d(rng);
-  for (float top_p : {0.05f, 0.5f, 0.9f, 0.999f}) {
+  for (float top_p : {0.05f, 0.5f, 0.9f, 0.999f, 1.0f}) {
     Sampler fast({0.8f, top_p, 11});
     uint64_t state = 11;
     auto next = [&state] {  // the sampler's splitmix64
@@ -57,12 +58,13 @@ TEST(SamplerTest, TopPDrawsWhatAFullSortDraws) {
       p[i] = {std::exp((l[i] - mx) / 0.8f), static_cast<int>(i)};
       sum += p[i].first;
     }
-    std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    // top_p = 1 draws over every id in id order; below it over the nucleus, largest first.
+    if (top_p < 1.0f) std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     size_t keep = p.size();
     double mass = 0, kept = 0;
     for (size_t i = 0; i < p.size(); ++i) {
       mass += p[i].first / sum;
-      if (mass >= top_p) {
+      if (top_p < 1.0f && mass >= top_p) {
         keep = i + 1;
         break;
       }

@@ -108,11 +108,10 @@ void ExpectProduct(const WeightMatrix& w, ThreadPool* pool, int M, int r0, int n
     EXPECT_EQ(over, 0) << (path == Path::kInType ? "in type" : "dequantized") << ": M " << M << " rows [" << r0
                        << ", " << r0 + n << ") pool " << (pool != nullptr);
     int lo = 1 << 30, hi = 0;
-    for (const GgmlType t : w.part_types()) {
-      if (t == GgmlType::kF32) continue;
-      // Q4_K parts may be packed (their bound is then higher): the lower one bounds lo.
-      lo = std::min(lo, InTypeMaxRows(t));
-      hi = std::max(hi, t == GgmlType::kQ4_K ? std::max(InTypeMaxRows(t), kPackedMaxRows) : InTypeMaxRows(t));
+    for (const WeightMatrix::PartInfo& p : w.parts()) {
+      if (p.type == GgmlType::kF32) continue;
+      lo = std::min(lo, p.max_rows_in_type);
+      hi = std::max(hi, p.max_rows_in_type);
     }
     if ((path == Path::kInType && M <= lo) || (path == Path::kDequantize && M > hi)) {
       std::vector<float> auto_c = C0;
@@ -156,18 +155,25 @@ TEST(WeightMatrixTest, RowsOfSeveralTypesInPlaceGiveTheProductOfTheirValues) {
   ExpectProduct(f, ThreadPool::Compute(), 5, 35, 120, 1.0f);
 }
 
-// Q4_K parts of whole groups of 8 rows are packed for the in-type kernels
-// (on CPUs with AVX-512 VNNI): products starting and ending inside a group
-// take the rows around the groups from the file's layout.
+// Q4_K parts are packed in whole groups of 8 rows for the in-type kernels
+// (on CPUs with AVX-512 VNNI; else the test runs the file's layout): the
+// Q4_K part below is rows 5-65 of the matrix, 7 packed groups (5-60) and 5
+// rows left in the file's layout (61-65). Products starting or ending
+// inside a group take the rows around the groups from the file's layout.
 TEST(WeightMatrixTest, PackedQ4KRowsAndTheRowsAroundThemGiveTheProduct) {
   Stacked s;
-  ASSERT_NO_FATAL_FAILURE(Stack({{GgmlType::kQ8_0, 5}, {GgmlType::kQ4_K, 64}, {GgmlType::kQ6_K, 16}}, 512, &s));
+  ASSERT_NO_FATAL_FAILURE(Stack({{GgmlType::kQ8_0, 5}, {GgmlType::kQ4_K, 61}, {GgmlType::kQ6_K, 16}}, 512, &s));
+  s.w.PackForProducts();
+  const std::vector<WeightMatrix::PartInfo> parts = s.w.parts();
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[1].packed_rows, HasPackedQ4K() ? 56 : 0);
+  EXPECT_EQ(s.w.packed_bytes(), HasPackedQ4K() ? PackedQ4KBytes(56, 512) : 0u);
   for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), ThreadPool::Compute()}) {
     for (int M : {1, 3, 6}) {
       ExpectProduct(s.w, pool, M, 0, s.w.rows(), 0.0f);
-      ExpectProduct(s.w, pool, M, 8, 70, 1.0f);  // the Q4_K part from its 4th row, past its end
-      ExpectProduct(s.w, pool, M, 9, 5, 0.0f);   // inside one group
-      ExpectProduct(s.w, pool, M, 21, 40, 0.0f);  // from the middle of the 3rd group to the middle of the 8th
+      ExpectProduct(s.w, pool, M, 8, 70, 1.0f);   // from the part's 4th row (inside group 0) into the Q6_K rows
+      ExpectProduct(s.w, pool, M, 6, 5, 0.0f);    // the part's rows 1-5: inside group 0
+      ExpectProduct(s.w, pool, M, 26, 40, 0.0f);  // rows 21-60 of the part: half of group 2, groups 3-6, the 5 unpacked rows
     }
   }
 }
