@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/sgemm_peak.h"
 #include "kernels/matmul.h"
 #include "model/dequant_avx2.h"
 #include "model/quant.h"
@@ -74,19 +75,6 @@ double ReadGbps(int repeats) {
   return sink.load() == 0 ? 0 : bytes / best / 1e9;
 }
 
-double SgemmPeakGflops() {
-  const int n = 1024;
-  std::vector<float> a(size_t{n} * n, 0.5f), b(a.size(), 0.25f), c(a.size());
-  kernels::LibraryThreads all(ThreadPool::Compute()->workers() + 1);
-  double best = 1e30;
-  for (int r = 0; r < 4; ++r) {
-    const auto t0 = Clock::now();
-    kernels::MatMulNT(n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
-    best = std::min(best, Seconds(t0));
-  }
-  return 2.0 * n * n * n / best / 1e9;
-}
-
 // Decode of `batch` sequences stepped together after a P-token prompt each:
 // tokens/s over `steps` passes, greedy (argmax) continuation.
 Result<double> DecodeSeconds(const Model& model, int batch, int prompt, int steps) {
@@ -105,11 +93,6 @@ Result<double> DecodeSeconds(const Model& model, int batch, int prompt, int step
   }
   const auto t0 = Clock::now();
   for (int s = 0; s < steps; ++s) {
-    if (batch == 1) {
-      ASSIGN_OR_RETURN(std::vector<float> logits, seqs[0]->Step(model, next[0]));
-      next[0] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      continue;
-    }
     ASSIGN_OR_RETURN(auto all, Sequence::StepBatch(model, ptrs, next));
     for (int b = 0; b < batch; ++b) {
       next[b] = static_cast<int32_t>(std::max_element(all[b].begin(), all[b].end()) - all[b].begin());
@@ -170,7 +153,7 @@ Status RunProducts(const DecodeBenchOptions& o, DecodeBenchReport* r) {
     for (int M : o.product_rows) {
       ProductPoint p;
       p.type = name;
-      p.in_type_max_rows = m->w.MaxRowsInType();
+      p.in_type_max_rows = m->w.parts()[0].max_rows_in_type;
       p.rows = M;
       // Alternated, each the median of its rounds.
       p.in_type_ms = ProductSeconds(m->w, model::WeightMatrix::Path::kInType, M, o.repeats + 2) * 1e3;
@@ -203,7 +186,10 @@ Result<DecodeBenchReport> RunDecodeBench(const Model& model, const std::string& 
   r.weight_bytes = static_cast<double>(model.weight_bytes());
   r.read_gbps = ReadGbps(o.repeats);
   r.floor_tokens_per_s = r.weight_bytes > 0 ? r.read_gbps * 1e9 / r.weight_bytes : 0;
-  r.peak_gflops = SgemmPeakGflops();
+  {
+    kernels::LibraryThreads all(r.threads);
+    r.peak_gflops = SgemmGflops(1024, 4);
+  }
   for (int batch : o.batches) {
     if (batch < 1) return Status::InvalidArgument("decode bench: a batch of " + std::to_string(batch));
     std::vector<double> t;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/attention.h"
+#include "bench/sgemm_peak.h"
 #include "kernels/matmul.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/process.h"
@@ -21,25 +22,6 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double SgemmGflops(int n, int repeats) {
-  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (auto& x : a) x = u(rng);
-  for (auto& x : b) x = u(rng);
-  kernels::MatMulNT(n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
-  double best = 1e30;
-  // Enough calls per timing that small sizes are not dominated by the clock.
-  const int inner = std::max(1, static_cast<int>(2e9 / (2.0 * n * n * n)));
-  for (int rep = 0; rep < repeats; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < inner; ++i) {
-      kernels::MatMulNT(n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    }
-    best = std::min(best, Seconds(t0) / inner);
-  }
-  return 2.0 * n * n * n / best / 1e9;
-}
 
 // One layer's side kernel: every KV head's attention (or weights only) of
 // `q` new tokens over `rows` fp16 prefix rows, heads on the compute threads.
@@ -164,6 +146,26 @@ std::string LlamaCppJson(const EngineBenchReport& r) {
 }
 
 }  // namespace
+
+double SgemmGflops(int n, int repeats) {
+  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : a) x = u(rng);
+  for (auto& x : b) x = u(rng);
+  kernels::MatMulNT(n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
+  double best = 1e30;
+  // Enough calls per timing that small sizes are not dominated by the clock.
+  const int inner = std::max(1, static_cast<int>(2e9 / (2.0 * n * n * n)));
+  for (int rep = 0; rep < repeats; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < inner; ++i) {
+      kernels::MatMulNT(n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    }
+    best = std::min(best, Seconds(t0) / inner);
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
 
 double PrefillMatmulFlops(const ModelConfig& c, int T) {
   const double dim = c.dim, kvd = c.kv_dim(), hid = c.hidden_dim, hd = c.head_dim();

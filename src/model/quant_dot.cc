@@ -196,13 +196,26 @@ DotFn DotPortable(GgmlType t) {
   }
 }
 
-void RunDots(DotFn dot, int cols, const uint8_t* w, size_t row_bytes, int rows, const uint8_t* act,
-             size_t act_stride, int M, float beta, float* C, size_t ldc) {
+// Every weight row against every activation row: with `f`, 4, 2 or 1
+// activation rows per call (the weight blocks decoded once for them), else
+// one at a time through the portable `one`.
+void RunDots(const MultiDot* f, DotFn one, int cols, const uint8_t* w, size_t row_bytes, int rows,
+             const uint8_t* act, size_t act_stride, int M, float beta, float* C, size_t ldc) {
+  float sums[4];
   for (int r = 0; r < rows; ++r, w += row_bytes) {
-    for (int m = 0; m < M; ++m) {
-      const float v = dot(w, act + static_cast<size_t>(m) * act_stride, cols);
-      float& c = C[static_cast<size_t>(m) * ldc + r];
-      c = beta == 0.f ? v : c + v;
+    for (int m = 0; m < M;) {
+      const uint8_t* a = act + static_cast<size_t>(m) * act_stride;
+      const int n = f == nullptr ? 1 : M - m >= 4 ? 4 : M - m >= 2 ? 2 : 1;
+      if (f == nullptr) {
+        sums[0] = one(w, a, cols);
+      } else {
+        (n == 4 ? f->four : n == 2 ? f->two : f->one)(w, a, act_stride, cols, sums);
+      }
+      for (int i = 0; i < n; ++i) {
+        float& c = C[static_cast<size_t>(m + i) * ldc + r];
+        c = beta == 0.f ? sums[i] : c + sums[i];
+      }
+      m += n;
     }
   }
 }
@@ -253,26 +266,13 @@ void QuantizeActivations(ActFormat f, const float* x, int cols, uint8_t* out) {
 
 void DotRowsPortable(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
                      const uint8_t* act, size_t act_stride, int M, float beta, float* C, size_t ldc) {
-  RunDots(DotPortable(t), cols, w, row_bytes, rows, act, act_stride, M, beta, C, ldc);
+  RunDots(nullptr, DotPortable(t), cols, w, row_bytes, rows, act, act_stride, M, beta, C, ldc);
 }
 
 void DotRows(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows, const uint8_t* act,
              size_t act_stride, int M, float beta, float* C, size_t ldc) {
-  const MultiDot* f = HasAvx2() ? DotAvx2(t) : nullptr;
-  if (f == nullptr) return RunDots(DotPortable(t), cols, w, row_bytes, rows, act, act_stride, M, beta, C, ldc);
-  float sums[4];
-  for (int r = 0; r < rows; ++r, w += row_bytes) {
-    for (int m = 0; m < M;) {
-      const int n = M - m >= 4 ? 4 : M - m >= 2 ? 2 : 1;
-      (n == 4 ? f->four : n == 2 ? f->two : f->one)(w, act + static_cast<size_t>(m) * act_stride, act_stride, cols,
-                                                    sums);
-      for (int i = 0; i < n; ++i) {
-        float& c = C[static_cast<size_t>(m + i) * ldc + r];
-        c = beta == 0.f ? sums[i] : c + sums[i];
-      }
-      m += n;
-    }
-  }
+  RunDots(HasAvx2() ? DotAvx2(t) : nullptr, DotPortable(t), cols, w, row_bytes, rows, act, act_stride, M, beta, C,
+          ldc);
 }
 
 const char* DotKernelName() {

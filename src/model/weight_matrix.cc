@@ -82,12 +82,6 @@ bool WeightMatrix::all_f32() const {
   return std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.type == GgmlType::kF32; });
 }
 
-int WeightMatrix::MaxRowsInType() const {
-  int rows = parts_.empty() ? 0 : 1 << 30;
-  for (const Part& p : parts_) rows = std::min(rows, MaxRows(p));
-  return rows;
-}
-
 std::vector<WeightMatrix::PartInfo> WeightMatrix::parts() const {
   std::vector<PartInfo> out;
   for (const Part& p : parts_) out.push_back({p.type, p.rows, p.packed_rows, MaxRows(p)});
@@ -124,10 +118,16 @@ constexpr int kInTypePartsPerThread = 8;
 struct WeightMatrix::Activations {
   const uint8_t* data[4] = {};  // by ActFormat; null: not needed
   size_t stride[4] = {};
-  bool every_part = false;      // Path::kInType; else only parts with M <= InTypeMaxRows(type)
 };
 
 int WeightMatrix::MaxRows(const Part& p) { return p.packed != nullptr ? kPackedMaxRows : InTypeMaxRows(p.type); }
+
+// The one decision of a part's path, taken where activations are prepared
+// and again where the part is multiplied.
+bool WeightMatrix::InType(const Part& p, Path path, int M) {
+  if (path == Path::kDequantize || ActivationFormat(p.type) == ActFormat::kNone) return false;
+  return path == Path::kInType || M <= MaxRows(p);
+}
 
 // Rows [a, b) of part p in type: whole groups of 8 from the packed copy,
 // any rows before or after them from the file's layout.
@@ -152,22 +152,22 @@ void WeightMatrix::DotRange(const Part& p, int a, int b, const uint8_t* act, siz
   file_rows(b8, b);
 }
 
-void WeightMatrix::MatMulRange(const Activations* acts, int M, const float* A, size_t lda, int c0, int n,
-                               float beta, float* C, size_t ldc) const {
+void WeightMatrix::MatMulRange(Path path, const Activations& acts, int M, const float* A, size_t lda, int c0,
+                               int n, float beta, float* C, size_t ldc) const {
   thread_local std::vector<float> tile;
   const int c1 = c0 + n;
   for (const Part& p : parts_) {
     const int a = std::max(c0, p.row0), b = std::min(c1, p.row0 + p.rows);
     if (a >= b) continue;
     float* out = C + (a - c0);
-    const uint8_t* rows = p.data + static_cast<size_t>(a - p.row0) * p.row_bytes;
-    const auto f = static_cast<size_t>(ActivationFormat(p.type));
-    if (acts != nullptr && acts->data[f] != nullptr && (acts->every_part || M <= MaxRows(p))) {
-      DotRange(p, a, b, acts->data[f], acts->stride[f], M, beta, out, ldc);
+    if (InType(p, path, M)) {
+      const auto f = static_cast<size_t>(ActivationFormat(p.type));
+      DotRange(p, a, b, acts.data[f], acts.stride[f], M, beta, out, ldc);
       continue;
     }
     if (p.type == GgmlType::kF32) {
-      kernels::MatMulNT(M, b - a, cols_, 1.0f, A, lda, reinterpret_cast<const float*>(rows), cols_, beta, out, ldc);
+      const auto* B = reinterpret_cast<const float*>(p.data + static_cast<size_t>(a - p.row0) * p.row_bytes);
+      kernels::MatMulNT(M, b - a, cols_, 1.0f, A, lda, B, cols_, beta, out, ldc);
       continue;
     }
     const int step = TileRows(cols_);
@@ -185,33 +185,28 @@ void WeightMatrix::MatMulBy(Path path, ThreadPool* pool, int M, const float* A, 
   if (M == 0 || n == 0) return;
   thread_local std::vector<uint8_t> buffers[4];
   Activations acts;
-  acts.every_part = path == Path::kInType;
   bool in_type = false;
-  if (path != Path::kDequantize) {
-    for (const Part& p : parts_) {
-      if (p.row0 >= r0 + n || p.row0 + p.rows <= r0) continue;
-      if (path == Path::kAuto && M > MaxRows(p)) continue;
-      const ActFormat f = ActivationFormat(p.type);
-      const auto i = static_cast<size_t>(f);
-      if (f == ActFormat::kNone || acts.data[i] != nullptr) continue;
-      in_type = true;
-      if (f == ActFormat::kF32) {  // the floats as given
-        acts.data[i] = reinterpret_cast<const uint8_t*>(A);
-        acts.stride[i] = lda * sizeof(float);
-        continue;
-      }
-      acts.stride[i] = ActRowBytes(f, cols_);
-      buffers[i].resize(static_cast<size_t>(M) * acts.stride[i]);
-      for (int m = 0; m < M; ++m) {
-        QuantizeActivations(f, A + static_cast<size_t>(m) * lda, cols_, buffers[i].data() + m * acts.stride[i]);
-      }
-      acts.data[i] = buffers[i].data();
+  for (const Part& p : parts_) {
+    if (p.row0 >= r0 + n || p.row0 + p.rows <= r0 || !InType(p, path, M)) continue;
+    in_type = true;
+    const ActFormat f = ActivationFormat(p.type);
+    const auto i = static_cast<size_t>(f);
+    if (acts.data[i] != nullptr) continue;
+    if (f == ActFormat::kF32) {  // the floats as given
+      acts.data[i] = reinterpret_cast<const uint8_t*>(A);
+      acts.stride[i] = lda * sizeof(float);
+      continue;
     }
+    acts.stride[i] = ActRowBytes(f, cols_);
+    buffers[i].resize(static_cast<size_t>(M) * acts.stride[i]);
+    for (int m = 0; m < M; ++m) {
+      QuantizeActivations(f, A + static_cast<size_t>(m) * lda, cols_, buffers[i].data() + m * acts.stride[i]);
+    }
+    acts.data[i] = buffers[i].data();
   }
-  const Activations* a = in_type ? &acts : nullptr;
-  if (pool == nullptr) return MatMulRange(a, M, A, lda, r0, n, beta, C, ldc);
-  auto part = [&](int c0, int cn) { MatMulRange(a, M, A, lda, r0 + c0, cn, beta, C + c0, ldc); };
-  if (a == nullptr) return kernels::ForColumnParts(pool, n, part);
+  if (pool == nullptr) return MatMulRange(path, acts, M, A, lda, r0, n, beta, C, ldc);
+  auto part = [&](int c0, int cn) { MatMulRange(path, acts, M, A, lda, r0 + c0, cn, beta, C + c0, ldc); };
+  if (!in_type) return kernels::ForColumnParts(pool, n, part);
   kernels::ForColumnParts(pool, n, part, /*min_part=*/32, /*per_thread=*/kInTypePartsPerThread);
 }
 

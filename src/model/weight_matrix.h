@@ -68,8 +68,6 @@ class WeightMatrix {
   size_t bytes() const;
   // True when every row is fp32 (owned or in place): products need no tiles.
   bool all_f32() const;
-  // The largest M MatMul multiplies every part in type at (0: none).
-  int MaxRowsInType() const;
   // Copies whole 8-row groups of Q4_K parts into the packed layout, where
   // the CPU has AVX-512 VNNI (else nothing). Call once the rows are checked;
   // not thread-safe (products may run only after it returns).
@@ -118,14 +116,17 @@ class WeightMatrix {
     int packed_rows = 0;              // the first packed_rows rows are in `packed`
   };
   struct Activations;  // A quantized for the in-type kernels (weight_matrix.cc)
-  // Columns [c0, c0 + n) of C (rows of W), on the calling thread; in type
-  // where acts is given and has the part's format.
   // Products of up to this many rows multiply p in type.
   static int MaxRows(const Part& p);
+  // Whether part p is multiplied in type in a product of M rows by `path`.
+  static bool InType(const Part& p, Path path, int M);
+  // Rows [a, b) of part p in type (packed groups, the rest from the file).
   void DotRange(const Part& p, int a, int b, const uint8_t* act, size_t stride, int M, float beta, float* C,
                 size_t ldc) const;
-  void MatMulRange(const Activations* acts, int M, const float* A, size_t lda, int c0, int n, float beta,
-                   float* C, size_t ldc) const;
+  // Columns [c0, c0 + n) of C (rows of W), on the calling thread; each part
+  // in type (from acts) or by sgemm, as InType says.
+  void MatMulRange(Path path, const Activations& acts, int M, const float* A, size_t lda, int c0, int n,
+                   float beta, float* C, size_t ldc) const;
 
   int rows_ = 0, cols_ = 0;
   std::vector<float> owned_;  // Floats(): the parts point into it
