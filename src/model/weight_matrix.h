@@ -22,9 +22,8 @@
 //
 // The path depends on M: a product of a few rows takes its activations to 8
 // bits, a longer one keeps them in fp32, so the same row can get logits
-// that differ by that rounding (about 1e-2 relative on random models) as
-// part of a short or a long product; llama.cpp rounds every product to 8
-// bits.
+// that differ by that rounding as part of a short or a long product;
+// llama.cpp rounds every product to 8 bits.
 //
 // Thread safety: const methods may run concurrently; each thread uses its
 // own thread_local tile. Not copyable (parts point into owned storage).
