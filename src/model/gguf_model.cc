@@ -168,11 +168,11 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<cons
   }
   if (storage == WeightStorage::kMapped) {
     m.weights.file = std::move(file);
-    // Q4_K repacked for the in-type products (model/quant_pack.h); an
+    // Q4_K and Q8_0 repacked for the in-type products (model/quant_pack.h); an
     // untied embedding table is only looked up row by row.
     for (auto& [tensor, matrix] : m.weights.Matrices()) {
       if (matrix == &m.weights.tok_embd && !m.weights.output.empty()) continue;
-      matrix->PackForProducts();
+      matrix->PackForProducts(/*release_rows=*/m.weights.file->mapped());
     }
   }
   return m;

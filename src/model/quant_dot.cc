@@ -277,7 +277,7 @@ void DotRows(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
 
 const char* DotKernelName() {
   if (!HasAvx2()) return "portable";
-  return HasPackedQ4K() ? "avx2, Q4_K packed for avx512-vnni" : "avx2";
+  return HasPackedKernels() ? "avx2, Q4_K and Q8_0 packed for avx512-vnni" : "avx2";
 }
 
 }  // namespace tierkv::model

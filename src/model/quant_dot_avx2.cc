@@ -55,11 +55,13 @@ TIERKV_AVX2 inline __m256i Load(const void* p) { return _mm256_loadu_si256(stati
 template <int MR, size_t kBytes, __m256i (*Decode)(const uint8_t*)>
 TIERKV_AVX2 void Blocks32(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
   __m256 acc[MR];
+  #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
   for (int b = 0; b < cols / 32; ++b, w += kBytes, a += 34) {
     const __m256i x = Decode(w);
     const __m256i ax = _mm256_sign_epi8(x, x);
     const float dw = H(w);
+    #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       const uint8_t* am = a + m * stride;
       const __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(Load(am + 2), x));
@@ -67,6 +69,7 @@ TIERKV_AVX2 void Blocks32(const uint8_t* w, const uint8_t* a, size_t stride, int
       acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * H(am)), _mm256_cvtepi32_ps(s), acc[m]);
     }
   }
+  #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]);
 }
 
@@ -116,6 +119,7 @@ TIERKV_AVX2 inline void Q45_KPair(const uint8_t* qs, __m256i* hb, __m256i scales
     *hb = _mm256_srli_epi16(*hb, 2);
   }
   const __m256i sl = Lane16<2 * K>(scales), sh = Lane16<2 * K + 1>(scales);
+  #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) {
     const uint8_t* ym = y + m * stride + 64 * K;
     const __m256i p = _mm256_add_epi32(DotU8Scaled(lo, Load(ym), sl), DotU8Scaled(hi, Load(ym + 32), sh));
@@ -130,6 +134,7 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
   constexpr size_t kBytes = kFive ? 176 : 144;
   __m256 acc[MR];
   __m128 acc_m[MR];
+  #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) {
     acc[m] = _mm256_setzero_ps();
     acc_m[m] = _mm_setzero_ps();
@@ -144,11 +149,13 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
     const uint8_t* qs = w + 16 + (kFive ? 32 : 0);
     __m256i hb = kFive ? Load(w + 16) : _mm256_setzero_si256();
     __m256i sumi[MR];
+    #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) sumi[m] = _mm256_setzero_si256();
     Q45_KPair<kFive, 0, MR>(qs, &hb, scales, a + 4, stride, sumi);
     Q45_KPair<kFive, 1, MR>(qs, &hb, scales, a + 4, stride, sumi);
     Q45_KPair<kFive, 2, MR>(qs, &hb, scales, a + 4, stride, sumi);
     Q45_KPair<kFive, 3, MR>(qs, &hb, scales, a + 4, stride, sumi);
+    #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       const uint8_t* am = a + m * stride;
       float yd;
@@ -160,6 +167,7 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
       acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(yd * d), _mm256_cvtepi32_ps(sumi[m]), acc[m]);
     }
   }
+  #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]) - Hsum128(acc_m[m]);
 }
 
@@ -167,12 +175,14 @@ template <int MR>
 TIERKV_AVX2 void Q6_K(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
   __m256 acc[MR];
+  #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
   for (int b = 0; b < cols / 256; ++b, w += 210, a += 292) {
     const uint8_t* ql = w;
     const uint8_t* qh = w + 128;
     const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
     __m256i sumi[MR];
+    #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) sumi[m] = _mm256_setzero_si256();
     for (int n = 0; n < 2; ++n, ql += 64, qh += 32, sc += 8) {
       const __m256i lo = Load(ql), hi = Load(ql + 32), h = Load(qh);
@@ -186,6 +196,7 @@ TIERKV_AVX2 void Q6_K(const uint8_t* w, const uint8_t* a, size_t stride, int col
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m256i scales = Scales16(sc[2 * k], sc[2 * k + 1]);
+        #pragma GCC unroll 8
         for (int m = 0; m < MR; ++m) {
           const __m256i yk = Load(a + m * stride + 4 + 128 * n + 32 * k);
           // (q - 32) · y = q·y - 32·y, both in int16 without saturation.
@@ -196,12 +207,14 @@ TIERKV_AVX2 void Q6_K(const uint8_t* w, const uint8_t* a, size_t stride, int col
       }
     }
     const float d = H(w + 208);
+    #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       float yd;
       std::memcpy(&yd, a + m * stride, 4);
       acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(yd * d), _mm256_cvtepi32_ps(sumi[m]), acc[m]);
     }
   }
+  #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]);
 }
 
@@ -227,16 +240,19 @@ TIERKV_AVX2 inline float Widen1(const uint8_t* p) {
 template <bool kBf16, int MR>
 TIERKV_AVX2 void Half(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
   __m256 s0[MR], s1[MR];
+  #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) s0[m] = s1[m] = _mm256_setzero_ps();
   int k = 0;
   for (; k + 16 <= cols; k += 16) {
     const __m256 w0 = Widen<kBf16>(w + 2 * k), w1 = Widen<kBf16>(w + 2 * k + 16);
+    #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       const auto* x = reinterpret_cast<const float*>(a + m * stride);
       s0[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k), s0[m]);
       s1[m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + k + 8), s1[m]);
     }
   }
+  #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) {
     const auto* x = reinterpret_cast<const float*>(a + m * stride);
     float sum = Hsum(_mm256_add_ps(s0[m], s1[m]));

@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kernels/matmul.h"
 #include "model/quant_dot.h"
@@ -53,23 +58,34 @@ Status WeightMatrix::AppendInPlace(GgmlType t, const uint8_t* data, int rows, in
   return Status::Ok();
 }
 
-void WeightMatrix::PackForProducts() {
-  if (!HasPackedQ4K()) return;
+void WeightMatrix::PackForProducts(bool release_rows) {
   for (Part& p : parts_) {
     const int rows = p.rows / kPackRows * kPackRows;  // whole groups; the rest stay in the file's layout
-    if (p.type != GgmlType::kQ4_K || p.packed != nullptr || rows == 0) continue;
+    if (!HasPacked(p.type) || p.packed != nullptr || rows == 0) continue;
     // Written whole before it is read: not zeroed first. The groups are
     // packed on the compute threads (a 1.24 B-weight model's 700 MB).
-    const size_t group_bytes = PackedQ4KBytes(kPackRows, cols_);
-    uint8_t* packed = packed_.emplace_back(new uint8_t[PackedQ4KBytes(rows, cols_)]).get();
+    const size_t group_bytes = PackedBytes(p.type, kPackRows, cols_);
+    uint8_t* packed = packed_.emplace_back(new uint8_t[PackedBytes(p.type, rows, cols_)]).get();
     ThreadPool::Compute()->ParallelFor(rows / kPackRows, [&](int g) {
-      PackQ4K(p.data + static_cast<size_t>(g) * kPackRows * p.row_bytes, p.row_bytes, kPackRows, cols_,
-              packed + static_cast<size_t>(g) * group_bytes);
+      Pack(p.type, p.data + static_cast<size_t>(g) * kPackRows * p.row_bytes, p.row_bytes, kPackRows, cols_,
+           packed + static_cast<size_t>(g) * group_bytes);
     });
     p.packed = packed;
     p.packed_rows = rows;
-    packed_bytes_ += PackedQ4KBytes(rows, cols_);
+    packed_bytes_ += PackedBytes(p.type, rows, cols_);
+    if (release_rows) ReleasePages(p.data, static_cast<size_t>(rows) * p.row_bytes);
   }
+}
+
+// Drops the whole pages of a file mapping's range from memory: a private
+// mapping of a file reads them again from the file if they are touched
+// (the embedding rows of a tied output). Advice only: a failure leaves
+// them resident.
+void WeightMatrix::ReleasePages(const uint8_t* data, size_t n) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(data) + n) / page * page;
+  if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
 }
 
 size_t WeightMatrix::bytes() const {
@@ -120,7 +136,10 @@ struct WeightMatrix::Activations {
   size_t stride[4] = {};
 };
 
-int WeightMatrix::MaxRows(const Part& p) { return p.packed != nullptr ? kPackedMaxRows : InTypeMaxRows(p.type); }
+// Packed rows: every product in type (model/quant_pack.h).
+int WeightMatrix::MaxRows(const Part& p) {
+  return p.packed != nullptr ? std::numeric_limits<int>::max() : InTypeMaxRows(p.type);
+}
 
 // The one decision of a part's path, taken where activations are prepared
 // and again where the part is multiplied.
@@ -146,7 +165,7 @@ void WeightMatrix::DotRange(const Part& p, int a, int b, const uint8_t* act, siz
   };
   file_rows(a, a8);
   if (b8 > a8) {
-    DotRowsPackedQ4K(cols_, p.packed + PackedQ4KBytes(a8 - p.row0, cols_), b8 - a8, act, stride, M, beta,
+    DotRowsPacked(p.type, cols_, p.packed + PackedBytes(p.type, a8 - p.row0, cols_), b8 - a8, act, stride, M, beta,
                      C + (a8 - a), ldc);
   }
   file_rows(b8, b);

@@ -6,7 +6,8 @@
 //
 // Products with in-place rows take one of two paths:
 // - up to InTypeMaxRows(type) activation rows (decode, short batches; 16
-//   for the 8-bit types, 48 for packed Q4_K), in the rows' own type (model/quant_dot.h): the activations are quantized once
+//   for the 8-bit types; any number for packed rows), in the rows' own type
+//   (model/quant_dot.h): the activations are quantized once
 //   per product to 8 bits per block and multiplied with integer dot products,
 //   so a token reads the file's bytes and converts no weight to fp32;
 // - more rows, dequantize-then-sgemm: a tile of rows at a time (the format's
@@ -14,11 +15,12 @@
 //   the calling thread's scratch, handed to sgemm, whose blocking wins once
 //   the conversion is shared by many rows.
 // F32 rows (and types without an in-type kernel) go to sgemm either way.
-// PackForProducts() copies Q4_K rows, repacked 8 rows at a time, where the
-// CPU has AVX-512 VNNI (model/quant_pack.h): resident memory grows by the
-// Q4_K tensors' size, and decode reads only the copy. The model loader
-// packs the matrices of mapped weights that products read (not an untied
-// embedding table).
+// PackForProducts() copies Q4_K and Q8_0 rows, repacked 8 rows at a time,
+// where the CPU has AVX-512 VNNI (model/quant_pack.h): resident memory grows
+// by those tensors' size until the file's pages are released, and products
+// read only the copy. The model loader packs the matrices of mapped weights
+// that products read (not an untied embedding table) and releases the
+// file's pages of the packed rows.
 //
 // The path depends on M: a product of a few rows takes its activations to 8
 // bits, a longer one keeps them in fp32, so the same row can get logits
@@ -67,10 +69,13 @@ class WeightMatrix {
   size_t bytes() const;
   // True when every row is fp32 (owned or in place): products need no tiles.
   bool all_f32() const;
-  // Copies whole 8-row groups of Q4_K parts into the packed layout, where
+  // Copies whole 8-row groups of Q4_K and Q8_0 parts into the packed layout, where
   // the CPU has AVX-512 VNNI (else nothing). Call once the rows are checked;
   // not thread-safe (products may run only after it returns).
-  void PackForProducts();
+  // release_rows: the rows are in a private mapping of a file, whose pages
+  // of the packed rows are then released (they are read again from the
+  // file if touched: embedding rows).
+  void PackForProducts(bool release_rows = false);
   // Bytes of the packed copies (beside bytes()).
   size_t packed_bytes() const { return packed_bytes_; }
   // The stacked tensors, in row order: type, rows, rows packed, and the
@@ -111,12 +116,13 @@ class WeightMatrix {
     const uint8_t* data;
     int row0, rows;
     size_t row_bytes;
-    const uint8_t* packed = nullptr;  // Q4_K rows 8 at a time (model/quant_pack.h), or null
+    const uint8_t* packed = nullptr;  // rows 8 at a time (model/quant_pack.h), or null
     int packed_rows = 0;              // the first packed_rows rows are in `packed`
   };
   struct Activations;  // A quantized for the in-type kernels (weight_matrix.cc)
   // Products of up to this many rows multiply p in type.
   static int MaxRows(const Part& p);
+  static void ReleasePages(const uint8_t* data, size_t n);
   // Whether part p is multiplied in type in a product of M rows by `path`.
   static bool InType(const Part& p, Path path, int M);
   // Rows [a, b) of part p in type (packed groups, the rest from the file).
@@ -130,7 +136,7 @@ class WeightMatrix {
   int rows_ = 0, cols_ = 0;
   std::vector<float> owned_;  // Floats(): the parts point into it
   std::vector<Part> parts_;   // by row, contiguous
-  // Packed copies of Q4_K parts on CPUs with the packed kernels (their
+  // Packed copies of Q4_K and Q8_0 parts on CPUs with the packed kernels (their
   // heap buffers stay put when the matrix moves). In-type products read
   // them; tiles and embedding rows still read the rows in place.
   std::vector<std::unique_ptr<uint8_t[]>> packed_;

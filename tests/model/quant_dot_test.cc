@@ -180,31 +180,58 @@ TEST(QuantDotTest, NonFiniteActivationsStayNonFinite) {
   }
 }
 
-// Q4_K rows packed 8 at a time give the products of the rows as the file
-// holds them (the same integer sums; fp32 order differs), for 1-7
-// activation rows, accumulating or not.
-TEST(QuantDotTest, PackedQ4KRowsGiveTheFileRowsProducts) {
-  if (!HasPackedQ4K()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU: Q4_K rows are not packed";
+// Rows packed 8 at a time give the products of the rows as the file holds
+// them (the same integer sums; fp32 order differs), for 1-7 activation
+// rows, accumulating or not, per packed type.
+TEST(QuantDotTest, PackedRowsGiveTheFileRowsProducts) {
+  if (!HasPackedKernels()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU: no rows are packed";
   std::mt19937 rng(13);
   const int rows = 24, cols = 768;
-  for (int M : {1, 2, 3, 4, 7}) {
-    const Case c = Make(GgmlType::kQ4_K, rows, M, cols, &rng);
-    std::vector<uint8_t> packed(PackedQ4KBytes(rows, cols));
-    ASSERT_EQ(packed.size(), size_t{3} * 3 * kPackedQ4KBlockBytes);
-    const auto* w = reinterpret_cast<const uint8_t*>(c.weights.data());
-    PackQ4K(w, c.row_bytes, rows, cols, packed.data());
-    for (float beta : {0.f, 1.f}) {
-      std::vector<float> want(static_cast<size_t>(M) * rows, 0.5f), got = want;
-      DotRowsPortable(GgmlType::kQ4_K, cols, w, c.row_bytes, rows, c.acts.data(), c.act_bytes, M, beta, want.data(),
-                      rows);
-      // The last two groups only, as a thread's share of rows would be.
-      DotRowsPackedQ4K(cols, packed.data(), 8, c.acts.data(), c.act_bytes, M, beta, got.data(), rows);
-      DotRowsPackedQ4K(cols, packed.data() + PackedQ4KBytes(8, cols), 16, c.acts.data(), c.act_bytes, M, beta,
-                       got.data() + 8, rows);
-      for (size_t i = 0; i < want.size(); ++i) {
-        EXPECT_NEAR(got[i], want[i], 1e-4) << "M " << M << " beta " << beta << " row " << i % rows << " act " << i / rows;
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ8_0}) {
+    const std::string_view name = TypeInfo(static_cast<uint32_t>(t))->name;
+    ASSERT_TRUE(HasPacked(t)) << name;
+    for (int M : {1, 2, 3, 4, 7}) {
+      Case c = Make(t, rows, M, cols, &rng);
+      // -128, which a symmetric quantizer never writes but a file may hold.
+      if (t == GgmlType::kQ8_0) {
+        for (size_t b = 0; b < c.weights.size(); b += 34 * 7) c.weights[b + 2 + b % 32] = static_cast<char>(0x80);
+      }
+      std::vector<uint8_t> packed(PackedBytes(t, rows, cols));
+      ASSERT_EQ(packed.size(), t == GgmlType::kQ4_K ? size_t{3} * 3 * kPackedQ4KBlockBytes
+                                                     : size_t{3} * 24 * kPackedQ8_0BlockBytes);
+      const auto* w = reinterpret_cast<const uint8_t*>(c.weights.data());
+      Pack(t, w, c.row_bytes, rows, cols, packed.data());
+      for (float beta : {0.f, 1.f}) {
+        std::vector<float> want(static_cast<size_t>(M) * rows, 0.5f), got = want;
+        DotRowsPortable(t, cols, w, c.row_bytes, rows, c.acts.data(), c.act_bytes, M, beta, want.data(), rows);
+        // The last two groups only, as a thread's share of rows would be.
+        DotRowsPacked(t, cols, packed.data(), 8, c.acts.data(), c.act_bytes, M, beta, got.data(), rows);
+        DotRowsPacked(t, cols, packed.data() + PackedBytes(t, 8, cols), 16, c.acts.data(), c.act_bytes, M, beta,
+                      got.data() + 8, rows);
+        for (size_t i = 0; i < want.size(); ++i) {
+          EXPECT_NEAR(got[i], want[i], 1e-4 * std::max(1.0f, std::fabs(want[i])))
+              << name << " M " << M << " beta " << beta << " row " << i % rows << " act " << i / rows;
+        }
       }
     }
+  }
+}
+
+// Packed rows keep NaN activations NaN too.
+TEST(QuantDotTest, PackedRowsKeepNonFiniteActivationsNonFinite) {
+  if (!HasPackedKernels()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU: no rows are packed";
+  std::mt19937 rng(19);
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ8_0}) {
+    const int cols = 512;
+    Case c = Make(t, 8, 1, cols, &rng);
+    std::vector<float> a = Normal(cols, &rng);
+    a[300] = INFINITY;
+    QuantizeActivations(ActivationFormat(t), a.data(), cols, c.acts.data());
+    std::vector<uint8_t> packed(PackedBytes(t, 8, cols));
+    Pack(t, reinterpret_cast<const uint8_t*>(c.weights.data()), c.row_bytes, 8, cols, packed.data());
+    float out[8];
+    DotRowsPacked(t, cols, packed.data(), 8, c.acts.data(), c.act_bytes, 1, 0.f, out, 8);
+    for (float v : out) EXPECT_TRUE(std::isnan(v)) << TypeInfo(static_cast<uint32_t>(t))->name;
   }
 }
 

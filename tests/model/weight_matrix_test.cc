@@ -166,8 +166,11 @@ TEST(WeightMatrixTest, PackedQ4KRowsAndTheRowsAroundThemGiveTheProduct) {
   s.w.PackForProducts();
   const std::vector<WeightMatrix::PartInfo> parts = s.w.parts();
   ASSERT_EQ(parts.size(), 3u);
-  EXPECT_EQ(parts[1].packed_rows, HasPackedQ4K() ? 56 : 0);
-  EXPECT_EQ(s.w.packed_bytes(), HasPackedQ4K() ? PackedQ4KBytes(56, 512) : 0u);
+  // The 5 Q8_0 rows are less than a group; the Q6_K rows have no packing.
+  EXPECT_EQ(parts[0].packed_rows, 0);
+  EXPECT_EQ(parts[1].packed_rows, HasPackedKernels() ? 56 : 0);
+  EXPECT_EQ(parts[2].packed_rows, 0);
+  EXPECT_EQ(s.w.packed_bytes(), HasPackedKernels() ? PackedBytes(GgmlType::kQ4_K, 56, 512) : 0u);
   for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), ThreadPool::Compute()}) {
     for (int M : {1, 3, 6}) {
       ExpectProduct(s.w, pool, M, 0, s.w.rows(), 0.0f);
