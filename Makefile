@@ -22,7 +22,7 @@ TS_PACKAGES := clang libomp-dev
 FUZZ_PACKAGES := clang libomp-dev libclang-rt-14-dev
 FUZZ_SECONDS ?= 30
 
-.PHONY: demo test build deps train-deps thread-safety fuzz bench-quick bench-paper bench-model clean
+.PHONY: demo test build deps train-deps thread-safety fuzz bench-quick bench-paper bench-model bench-native clean
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \
@@ -91,6 +91,20 @@ bench-model: build
 	node $(LLAMACPP_RUNNER) prefill --model $(BENCH_MODEL) --out $(BUILD)/llamacpp-prefill.json
 	$(BUILD)/apps/tierkv bench-engine --model $(BENCH_MODEL) --weights $(BENCH_WEIGHTS) \
 	  --llamacpp $(BUILD)/llamacpp-prefill.json
+# tierkv beside llama.cpp's own llama-bench, built natively from the source
+# node-llama-cpp bundles (tools/llamacpp/build_llama_bench.sh: needs
+# tools/llamacpp/setup.sh, ~8 minutes once), on a random-weight file of
+# Llama-3.2-1B's shape in BENCH_TYPE (Q4_K, Q8_0, F16, ...; written once
+# into build/models/): 3 alternating rounds of batches of 1-2,048 tokens and
+# decode, medians and per-round ratios (tools/dev/bench_native.sh).
+BENCH_TYPE ?= Q4_K
+BENCH_1B := build/models/llama-3.2-1b-$(BENCH_TYPE).gguf
+bench-native: build
+	bash tools/llamacpp/build_llama_bench.sh
+	test -x build/llamacpp-native/build/bin/llama-bench
+	test -f $(BENCH_1B) || { mkdir -p build/models && $(BUILD)/tests/random_gguf --shape llama-3.2-1b \
+	  --type $(BENCH_TYPE) --vocab $(SHARED)/reference/tokenizers/ggml-vocab-llama-bpe.gguf --out $(BENCH_1B); }
+	bash tools/dev/bench_native.sh $(BENCH_1B) 3 $(BUILD)/apps/tierkv
 PAPER := build/workloads/paper
 BENCH_ARGS ?=
 bench-paper: build

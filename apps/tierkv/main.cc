@@ -36,8 +36,9 @@ void AddWeightsFlag(CLI::App* sub, std::string* weights) {
                   "How the weight matrices are held: 'fp32' (dequantized at load, 4 bytes a weight), "
                   "'mapped' (read in place from the memory-mapped file in its own types: products of a few "
                   "rows, as in decode, multiply in that type against 8-bit activations, longer ones dequantize "
-                  "a tile at a time for sgemm; resident about the file's size, plus a repacked copy of Q4_K "
-                  "tensors on CPUs with AVX-512 VNNI), 'auto': fp32 when the "
+                  "a tile at a time for sgemm; on CPUs with AVX-512 VNNI, Q4_K and Q8_0 tensors are repacked "
+                  "at load and multiply in type at any length; resident about the file's size), 'auto': fp32 "
+                  "when the "
                   "weights take at most 1 GiB in fp32, mapped above (docs/models.md). llama2.c files are fp32")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "fp32", "mapped"}));

@@ -181,8 +181,9 @@ TEST(QuantDotTest, NonFiniteActivationsStayNonFinite) {
 }
 
 // Rows packed 8 at a time give the products of the rows as the file holds
-// them (the same integer sums; fp32 order differs), for 1-7 activation
-// rows, accumulating or not, per packed type.
+// them (the same integer sums; fp32 order differs), for activation rows
+// that take every kernel width (8, 4, 2, 1 rows at a time), accumulating or
+// not, per packed type.
 TEST(QuantDotTest, PackedRowsGiveTheFileRowsProducts) {
   if (!HasPackedKernels()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU: no rows are packed";
   std::mt19937 rng(13);
@@ -190,7 +191,7 @@ TEST(QuantDotTest, PackedRowsGiveTheFileRowsProducts) {
   for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ8_0}) {
     const std::string_view name = TypeInfo(static_cast<uint32_t>(t))->name;
     ASSERT_TRUE(HasPacked(t)) << name;
-    for (int M : {1, 2, 3, 4, 7}) {
+    for (int M : {1, 2, 3, 4, 7, 8, 15}) {
       Case c = Make(t, rows, M, cols, &rng);
       // -128, which a symmetric quantizer never writes but a file may hold.
       if (t == GgmlType::kQ8_0) {

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# tierkv beside native llama.cpp on one model file, programs alternated:
+# per round, llama-bench (2 threads, flash attention on, each figure the
+# mean of 2 repetitions after its warm-up) then tierkv's prefill of
+# batches of the same sizes (`bench-engine --weights mapped`, the best of 2)
+# and decode of 64 tokens after "Hello" (`tierkv run --stats`, greedy),
+# with tierkv's peak resident size. Prints every round, then the medians
+# and the median of the per-round ratios tierkv / llama.cpp.
+#
+#   tools/dev/bench_native.sh MODEL.gguf [ROUNDS=3] [TIERKV=build/release/apps/tierkv]
+#
+# llama-bench comes from tools/llamacpp/build_llama_bench.sh
+# (LLAMA_BENCH=path overrides). Batch sizes: BATCHES="1 16 64 512 2048".
+set -euo pipefail
+model=${1:?usage: bench_native.sh MODEL.gguf [ROUNDS] [TIERKV]}
+rounds=${2:-3}
+tierkv=${3:-build/release/apps/tierkv}
+lb=${LLAMA_BENCH:-build/llamacpp-native/build/bin/llama-bench}
+batches=${BATCHES:-1 16 64 512 2048}
+[ -x "$lb" ] || { echo "bench_native: $lb missing: run tools/llamacpp/build_llama_bench.sh" >&2; exit 1; }
+[ -x "$tierkv" ] || { echo "bench_native: $tierkv missing: make build" >&2; exit 1; }
+[ -f "$model" ] || { echo "bench_native: $model missing" >&2; exit 1; }
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+for r in $(seq "$rounds"); do
+  "$lb" -m "$model" -t 2 -fa 1 -p "$(echo $batches | tr ' ' ,)" -n 64 -r 2 -o csv 2>/dev/null | python3 -c '
+import csv, sys
+for row in csv.DictReader(sys.stdin):
+    name = "pp%s" % row["n_prompt"] if row["n_gen"] == "0" else "tg%s" % row["n_gen"]
+    print("llama.cpp", name, row["avg_ts"])' >> "$results"
+  # shellcheck disable=SC2086
+  "$tierkv" bench-engine --model "$model" --weights mapped --tokens $batches --repeats 2 --json 2>/dev/null |
+    python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["prefill"]: print("tierkv", "pp%d" % p["tokens"], p["tokens_per_s"])' >> "$results"
+  /usr/bin/time -v "$tierkv" run --model "$model" --weights mapped --prompt Hello --max-tokens 64 \
+    --temperature 0 --stats 2>&1 >/dev/null | python3 -c '
+import re, sys
+t = sys.stdin.read()
+tg = re.search(r"\(([0-9.]+) tokens/s\)", t)
+rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", t)
+if not tg or not rss: sys.exit("bench_native: tierkv run printed no decode rate:\n" + t[-2000:])
+print("tierkv tg64", tg.group(1)); print("tierkv rss_mib", int(rss.group(1)) / 1024)' >> "$results"
+  echo "round $r: $(grep -c . "$results") figures" >&2
+done
+python3 - "$results" "$rounds" <<'PY'
+import collections, statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+by = collections.defaultdict(list)
+for who, name, v in rows: by[(who, name)].append(float(v))
+names = sorted({n for _, n in by if n != "rss_mib"}, key=lambda n: (n[:2] == "tg", int(n[2:])))
+print("%-8s %12s %12s %8s   per round (tierkv / llama.cpp)" % ("figure", "llama.cpp", "tierkv", "ratio"))
+for n in names:
+    a, b = by.get(("llama.cpp", n), []), by.get(("tierkv", n), [])
+    if not a or not b: continue
+    ratios = [y / x for x, y in zip(a, b)]
+    print("%-8s %12.2f %12.2f %7.2fx   %s" % (n, statistics.median(a), statistics.median(b),
+          statistics.median(ratios), " ".join("%.2f" % q for q in ratios)))
+if ("tierkv", "rss_mib") in by: print("tierkv peak resident (run): %.0f MiB" % statistics.median(by[("tierkv", "rss_mib")]))
+PY
