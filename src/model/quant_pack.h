@@ -21,9 +21,9 @@
 //
 // Products with packed rows run in type whatever their number of activation
 // rows: on an 8192 x 8192 matrix, 2 threads, they beat dequantize-then-sgemm
-// from 1 to 4,096 rows (Q4_K 6.1 against 27.4 ms at 16 rows, 197 against
-// 244 at 512, 1,587 against 1,835 at 4,096; `bench-engine --decode`,
-// docs/engine.md).
+// from 1 to 4,096 rows (Q4_K 5.5 against 20.4 ms at 16 rows, 159 against
+// 224 at 512, 1,587 against 1,835 at 4,096 in one run; `bench-engine
+// --decode`, docs/engine.md).
 //
 // Groups follow each other, their blocks in order. The activations are the
 // type's ActivationFormat (model/quant_dot.h): Q8_K beside Q4_K, Q8_0 beside

@@ -6,8 +6,8 @@
 //
 // Products with in-place rows take one of two paths:
 // - up to InTypeMaxRows(type) activation rows (decode, short batches; 16
-//   for the 8-bit types; any number for packed rows), in the rows' own type
-//   (model/quant_dot.h): the activations are quantized once
+//   for the 8-bit types), or any number for packed rows (below), in the
+//   rows' own type (model/quant_dot.h): the activations are quantized once
 //   per product to 8 bits per block and multiplied with integer dot products,
 //   so a token reads the file's bytes and converts no weight to fp32;
 // - more rows, dequantize-then-sgemm: a tile of rows at a time (the format's
@@ -18,14 +18,15 @@
 // PackForProducts() copies Q4_K and Q8_0 rows, repacked 8 rows at a time,
 // where the CPU has AVX-512 VNNI (model/quant_pack.h): resident memory grows
 // by those tensors' size until the file's pages are released, and products
-// read only the copy. The model loader packs the matrices of mapped weights
-// that products read (not an untied embedding table) and releases the
-// file's pages of the packed rows.
+// read the copy for whole groups (a part's rows past its last whole group
+// stay in the file's layout). The model loader packs the matrices of mapped
+// weights that products read (not an untied embedding table) and releases
+// the file's pages of the packed rows.
 //
-// The path depends on M: a product of a few rows takes its activations to 8
-// bits, a longer one keeps them in fp32, so the same row can get logits
-// that differ by that rounding as part of a short or a long product;
-// llama.cpp rounds every product to 8 bits.
+// For unpacked rows the path depends on M: a product of a few rows takes
+// its activations to 8 bits, a longer one keeps them in fp32, so the same
+// row can get logits that differ by that rounding as part of a short or a
+// long product. Packed rows, like llama.cpp, round every product to 8 bits.
 //
 // Thread safety: const methods may run concurrently; each thread uses its
 // own thread_local tile. Not copyable (parts point into owned storage).

@@ -182,7 +182,7 @@ TEST(QuantDotTest, NonFiniteActivationsStayNonFinite) {
 
 // Rows packed 8 at a time give the products of the rows as the file holds
 // them (the same integer sums; fp32 order differs), for activation rows
-// that take every kernel width (8, 4, 2, 1 rows at a time), accumulating or
+// that take every kernel width (4, 2, 1 rows at a time), accumulating or
 // not, per packed type.
 TEST(QuantDotTest, PackedRowsGiveTheFileRowsProducts) {
   if (!HasPackedKernels()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU: no rows are packed";
@@ -218,7 +218,8 @@ TEST(QuantDotTest, PackedRowsGiveTheFileRowsProducts) {
   }
 }
 
-// Packed rows keep NaN activations NaN too.
+// Packed rows turn an infinite activation into NaN products too (its
+// block's scale is NaN), as the file's layout does.
 TEST(QuantDotTest, PackedRowsKeepNonFiniteActivationsNonFinite) {
   if (!HasPackedKernels()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU: no rows are packed";
   std::mt19937 rng(19);

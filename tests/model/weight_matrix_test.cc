@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -153,6 +154,27 @@ TEST(WeightMatrixTest, RowsOfSeveralTypesInPlaceGiveTheProductOfTheirValues) {
   EXPECT_EQ(f.bytes(), size_t{219} * 256 * 4);
   EXPECT_EQ(f.FloatValues(), all);
   ExpectProduct(f, ThreadPool::Compute(), 5, 35, 120, 1.0f);
+}
+
+// Packed parts (Q8_0 and Q4_K on CPUs with AVX-512 VNNI) multiply in type
+// at every number of activation rows, within the 8-bit activations' bound
+// of the exact product: 40 rows (above the unpacked types' 16) and 300
+// (more than one of the 256-row chunks a packed product walks), through
+// MatMul's own choice, each part with tail rows left in the file's layout.
+TEST(WeightMatrixTest, PackedPartsMultiplyInTypeAtEveryLength) {
+  Stacked s;
+  ASSERT_NO_FATAL_FAILURE(Stack({{GgmlType::kQ8_0, 21}, {GgmlType::kQ4_K, 19}}, 512, &s));
+  s.w.PackForProducts();
+  const std::vector<WeightMatrix::PartInfo> parts = s.w.parts();
+  ASSERT_EQ(parts.size(), 2u);
+  for (const WeightMatrix::PartInfo& p : parts) {
+    EXPECT_EQ(p.packed_rows, HasPackedKernels() ? 16 : 0);
+    EXPECT_EQ(p.max_rows_in_type, HasPackedKernels() ? std::numeric_limits<int>::max() : InTypeMaxRows(p.type));
+  }
+  for (int M : {1, 40, 300}) {
+    ExpectProduct(s.w, ThreadPool::Compute(), M, 0, s.w.rows(), 0.0f);
+    ExpectProduct(s.w, ThreadPool::Compute(), M, 3, 30, 1.0f);  // from inside a Q8_0 group into the Q4_K tail
+  }
 }
 
 // Q4_K parts are packed in whole groups of 8 rows for the in-type kernels

@@ -14,8 +14,9 @@
 set -euo pipefail
 model=${1:?usage: bench_native.sh MODEL.gguf [ROUNDS] [TIERKV]}
 rounds=${2:-3}
-tierkv=${3:-build/release/apps/tierkv}
-lb=${LLAMA_BENCH:-build/llamacpp-native/build/bin/llama-bench}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+tierkv=${3:-$repo/build/release/apps/tierkv}
+lb=${LLAMA_BENCH:-$repo/build/llamacpp-native/build/bin/llama-bench}
 batches=${BATCHES:-1 16 64 512 2048}
 [ -x "$lb" ] || { echo "bench_native: $lb missing: run tools/llamacpp/build_llama_bench.sh" >&2; exit 1; }
 [ -x "$tierkv" ] || { echo "bench_native: $tierkv missing: make build" >&2; exit 1; }
@@ -23,14 +24,17 @@ batches=${BATCHES:-1 16 64 512 2048}
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 for r in $(seq "$rounds"); do
-  "$lb" -m "$model" -t 2 -fa 1 -p "$(echo $batches | tr ' ' ,)" -n 64 -r 2 -o csv 2>/dev/null | python3 -c '
+  csv=$("$lb" -m "$model" -t 2 -fa 1 -p "$(echo $batches | tr ' ' ,)" -n 64 -r 2 -o csv 2>/dev/null) ||
+    { echo "bench_native: llama-bench failed on $model (run it by hand to see why)" >&2; exit 1; }
+  echo "$csv" | python3 -c '
 import csv, sys
 for row in csv.DictReader(sys.stdin):
     name = "pp%s" % row["n_prompt"] if row["n_gen"] == "0" else "tg%s" % row["n_gen"]
     print("llama.cpp", name, row["avg_ts"])' >> "$results"
   # shellcheck disable=SC2086
-  "$tierkv" bench-engine --model "$model" --weights mapped --tokens $batches --repeats 2 --json 2>/dev/null |
-    python3 -c '
+  json=$("$tierkv" bench-engine --model "$model" --weights mapped --tokens $batches --repeats 2 --json) ||
+    { echo "bench_native: tierkv bench-engine failed on $model" >&2; exit 1; }
+  echo "$json" | python3 -c '
 import json, sys
 for p in json.load(sys.stdin)["prefill"]: print("tierkv", "pp%d" % p["tokens"], p["tokens_per_s"])' >> "$results"
   /usr/bin/time -v "$tierkv" run --model "$model" --weights mapped --prompt Hello --max-tokens 64 \
@@ -53,6 +57,7 @@ print("%-8s %12s %12s %8s   per round (tierkv / llama.cpp)" % ("figure", "llama.
 for n in names:
     a, b = by.get(("llama.cpp", n), []), by.get(("tierkv", n), [])
     if not a or not b: continue
+    if len(a) != len(b): sys.exit("bench_native: %s has %d llama.cpp and %d tierkv figures" % (n, len(a), len(b)))
     ratios = [y / x for x, y in zip(a, b)]
     print("%-8s %12.2f %12.2f %7.2fx   %s" % (n, statistics.median(a), statistics.median(b),
           statistics.median(ratios), " ".join("%.2f" % q for q in ratios)))

@@ -25,8 +25,10 @@ fi
 command -v cmake >/dev/null || { echo "build_llama_bench: cmake is missing" >&2; exit 1; }
 rm -rf "$out"
 mkdir -p "$out"
-git clone -q "$bundle" "$out/src"
+git -c advice.detachedHead=false clone -q "$bundle" "$out/src"
+fail() { echo "build_llama_bench: $1 failed; the end of $2:" >&2; tail -20 "$2" >&2; exit 1; }
 cmake -S "$out/src" -B "$out/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF > "$out/cmake.log"
-cmake --build "$out/build" --target llama-bench -j"$(nproc)" > "$out/build.log"
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF > "$out/cmake.log" 2>&1 ||
+  fail cmake "$out/cmake.log"
+cmake --build "$out/build" --target llama-bench -j"$(nproc)" > "$out/build.log" 2>&1 || fail "the build" "$out/build.log"
 echo "build_llama_bench: $out/build/bin/llama-bench ($(git -C "$out/src" log -1 --format=%h))"
