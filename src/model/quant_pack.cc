@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "kernels/fp16.h"
 #include "model/dequant_avx2.h"
@@ -43,18 +42,18 @@ TIERKV_VNNI void GroupQ4K(const uint8_t* g, int blocks, const uint8_t* act, size
                           size_t side_stride, float out[][kPackRows]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[MR];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
   for (int b = 0; b < blocks; ++b, g += kPackedQ4KBlockBytes) {
     const uint8_t* ya[MR];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) ya[m] = act + m * stride + static_cast<size_t>(b) * kQ8KBytes + 4;
     __m256i sumi[MR], mins[MR];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) sumi[m] = mins[m] = _mm256_setzero_si256();
     for (int i = 0; i < 4; ++i) {
       const __m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 96 + 16 * i)));
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
         const uint32_t pair = side[m * side_stride + kQ4KSideWords * b + i];
         mins[m] = _mm256_dpwssd_epi32(mins[m], mn, _mm256_set1_epi32(static_cast<int>(pair)));
@@ -63,13 +62,13 @@ TIERKV_VNNI void GroupQ4K(const uint8_t* g, int blocks, const uint8_t* act, size
     const uint8_t* q = g + 160;
     for (int j = 0; j < 8; ++j) {
       __m256i lo_s[MR], hi_s[MR];
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) lo_s[m] = hi_s[m] = _mm256_setzero_si256();
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k, q += 32) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
         const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int m = 0; m < MR; ++m) {
           const uint8_t* y = ya[m] + 32 * j + 8 * k;
           int32_t y0, y1;
@@ -80,14 +79,14 @@ TIERKV_VNNI void GroupQ4K(const uint8_t* g, int blocks, const uint8_t* act, size
         }
       }
       const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 8 * j)));
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
         sumi[m] = _mm256_add_epi32(sumi[m], _mm256_mullo_epi32(_mm256_add_epi32(lo_s[m], hi_s[m]), sc));
       }
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g)));
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16)));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       float yd;
       std::memcpy(&yd, ya[m] - 4, 4);
@@ -96,7 +95,7 @@ TIERKV_VNNI void GroupQ4K(const uint8_t* g, int blocks, const uint8_t* act, size
       acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(yd), t, acc[m]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) _mm256_storeu_ps(out[m], acc[m]);
 }
 
@@ -152,12 +151,16 @@ struct Packing {
   int side_words;
   void (*side)(const uint8_t* act_block, uint32_t* out);
   GroupFn group[3];  // 1, 2 and 4 activation rows
+  void (*pack_group)(const uint8_t* src, size_t row_bytes, int blocks, uint8_t* dst);  // 8 rows
 };
 
+void PackQ4KGroup(const uint8_t* src, size_t row_bytes, int blocks, uint8_t* dst);
+void PackQ8_0Group(const uint8_t* src, size_t row_bytes, int blocks, uint8_t* dst);
+
 const Packing kQ4K{256, kQ8KBytes, kPackedQ4KBlockBytes, kQ4KSideWords, SideQ4K,
-                   {GroupQ4K<1>, GroupQ4K<2>, GroupQ4K<4>}};
+                   {GroupQ4K<1>, GroupQ4K<2>, GroupQ4K<4>}, PackQ4KGroup};
 const Packing kQ8_0{32, 34, kPackedQ8_0BlockBytes, kQ8_0SideWords, SideQ8_0,
-                    {GroupQ8_0<1>, GroupQ8_0<2>, GroupQ8_0<4>}};
+                    {GroupQ8_0<1>, GroupQ8_0<2>, GroupQ8_0<4>}, PackQ8_0Group};
 
 const Packing* PackingOf(GgmlType t) {
   if (t == GgmlType::kQ4_K) return &kQ4K;
@@ -245,30 +248,31 @@ void Pack(GgmlType t, const uint8_t* src, size_t row_bytes, int rows, int cols, 
   const int blocks = cols / p->block_elems;
   const size_t group_bytes = static_cast<size_t>(blocks) * p->packed_block_bytes;
   for (int g0 = 0; g0 < rows; g0 += kPackRows, dst += group_bytes) {
-    const uint8_t* rows8 = src + static_cast<size_t>(g0) * row_bytes;
-    if (t == GgmlType::kQ4_K) {
-      PackQ4KGroup(rows8, row_bytes, blocks, dst);
-    } else {
-      PackQ8_0Group(rows8, row_bytes, blocks, dst);
+    p->pack_group(src + static_cast<size_t>(g0) * row_bytes, row_bytes, blocks, dst);
+  }
+}
+
+size_t PackedSideWords(GgmlType t, int cols) {
+  const Packing& p = *PackingOf(t);
+  return static_cast<size_t>(cols / p.block_elems) * p.side_words;
+}
+
+void PackedSide(GgmlType t, const uint8_t* act, size_t act_stride, int M, int cols, uint32_t* out) {
+  const Packing& p = *PackingOf(t);
+  const int blocks = cols / p.block_elems;
+  for (int m = 0; m < M; ++m) {
+    for (int b = 0; b < blocks; ++b, out += p.side_words) {
+      p.side(act + static_cast<size_t>(m) * act_stride + static_cast<size_t>(b) * p.act_block_bytes, out);
     }
   }
 }
 
 void DotRowsPacked(GgmlType t, int cols, const uint8_t* packed, int rows, const uint8_t* act, size_t act_stride,
-                   int M, float beta, float* C, size_t ldc) {
+                   const uint32_t* side, int M, float beta, float* C, size_t ldc) {
   const Packing& p = *PackingOf(t);
   const int blocks = cols / p.block_elems;
   const size_t group_bytes = static_cast<size_t>(blocks) * p.packed_block_bytes;
-  // Each activation row's side words, once per call (grows once per thread).
-  thread_local std::vector<uint32_t> side;
-  const size_t side_stride = static_cast<size_t>(blocks) * p.side_words;
-  if (side.size() < static_cast<size_t>(M) * side_stride) side.resize(static_cast<size_t>(M) * side_stride);
-  for (int m = 0; m < M; ++m) {
-    for (int b = 0; b < blocks; ++b) {
-      p.side(act + static_cast<size_t>(m) * act_stride + static_cast<size_t>(b) * p.act_block_bytes,
-             side.data() + m * side_stride + static_cast<size_t>(b) * p.side_words);
-    }
-  }
+  const size_t side_stride = PackedSideWords(t, cols);
   // Activation rows kChunkRows at a time (their bytes stay in cache while
   // every group passes over them: all of a 4,096-row product at once ran
   // slower than sgemm), 4 of them against each group of weights.
@@ -277,7 +281,7 @@ void DotRowsPacked(GgmlType t, int cols, const uint8_t* packed, int rows, const 
     const int m1 = std::min(M, m0 + kChunkRows);
     const uint8_t* g = packed;
     for (int r = 0; r < rows; r += kPackRows, g += group_bytes) {
-      DotGroup(p, g, blocks, act, act_stride, side.data(), side_stride, m0, m1, beta, C + r, ldc);
+      DotGroup(p, g, blocks, act, act_stride, side, side_stride, m0, m1, beta, C + r, ldc);
     }
   }
 }

@@ -54,10 +54,18 @@ size_t PackedBytes(GgmlType t, int rows, int cols);
 // Packs `rows` rows of type t (row_bytes apart at src) into dst.
 void Pack(GgmlType t, const uint8_t* src, size_t row_bytes, int rows, int cols, uint8_t* dst);
 
+// What the packed kernels of t read of each activation row beside its
+// values (block sums, scales), computed once per product rather than once
+// per thread's share of rows: PackedSideWords(t, cols) 32-bit words per row,
+// M rows at out.
+size_t PackedSideWords(GgmlType t, int cols);
+void PackedSide(GgmlType t, const uint8_t* act, size_t act_stride, int M, int cols, uint32_t* out);
+
 // C[m·ldc + r] = Σ_k W[r][k] · A[m][k] (+ C when beta is 1) for packed rows
 // r ∈ [0, rows) (rows a multiple of 8, `packed` at the first one's group)
-// and activation rows m ∈ [0, M), act_stride bytes apart.
+// and activation rows m ∈ [0, M), act_stride bytes apart, with `side` their
+// PackedSide.
 void DotRowsPacked(GgmlType t, int cols, const uint8_t* packed, int rows, const uint8_t* act, size_t act_stride,
-                   int M, float beta, float* C, size_t ldc);
+                   const uint32_t* side, int M, float beta, float* C, size_t ldc);
 
 }  // namespace tierkv::model

@@ -134,6 +134,7 @@ constexpr int kInTypePartsPerThread = 8;
 struct WeightMatrix::Activations {
   const uint8_t* data[4] = {};  // by ActFormat; null: not needed
   size_t stride[4] = {};
+  const uint32_t* side[4] = {};  // PackedSide of data, where a packed part reads it
 };
 
 // Packed rows: every product in type (model/quant_pack.h).
@@ -150,8 +151,8 @@ bool WeightMatrix::InType(const Part& p, Path path, int M) {
 
 // Rows [a, b) of part p in type: whole groups of 8 from the packed copy,
 // any rows before or after them from the file's layout.
-void WeightMatrix::DotRange(const Part& p, int a, int b, const uint8_t* act, size_t stride, int M, float beta,
-                            float* C, size_t ldc) const {
+void WeightMatrix::DotRange(const Part& p, int a, int b, const uint8_t* act, size_t stride, const uint32_t* side,
+                            int M, float beta, float* C, size_t ldc) const {
   int a8 = a, b8 = a;
   if (p.packed != nullptr) {
     a8 = p.row0 + (a - p.row0 + kPackRows - 1) / kPackRows * kPackRows;
@@ -165,8 +166,8 @@ void WeightMatrix::DotRange(const Part& p, int a, int b, const uint8_t* act, siz
   };
   file_rows(a, a8);
   if (b8 > a8) {
-    DotRowsPacked(p.type, cols_, p.packed + PackedBytes(p.type, a8 - p.row0, cols_), b8 - a8, act, stride, M, beta,
-                     C + (a8 - a), ldc);
+    DotRowsPacked(p.type, cols_, p.packed + PackedBytes(p.type, a8 - p.row0, cols_), b8 - a8, act, stride, side, M,
+                  beta, C + (a8 - a), ldc);
   }
   file_rows(b8, b);
 }
@@ -181,7 +182,7 @@ void WeightMatrix::MatMulRange(Path path, const Activations& acts, int M, const 
     float* out = C + (a - c0);
     if (InType(p, path, M)) {
       const auto f = static_cast<size_t>(ActivationFormat(p.type));
-      DotRange(p, a, b, acts.data[f], acts.stride[f], M, beta, out, ldc);
+      DotRange(p, a, b, acts.data[f], acts.stride[f], acts.side[f], M, beta, out, ldc);
       continue;
     }
     if (p.type == GgmlType::kF32) {
@@ -203,6 +204,7 @@ void WeightMatrix::MatMulBy(Path path, ThreadPool* pool, int M, const float* A, 
                             float beta, float* C, size_t ldc) const {
   if (M == 0 || n == 0) return;
   thread_local std::vector<uint8_t> buffers[4];
+  thread_local std::vector<uint32_t> sides[4];
   Activations acts;
   bool in_type = false;
   for (const Part& p : parts_) {
@@ -210,18 +212,22 @@ void WeightMatrix::MatMulBy(Path path, ThreadPool* pool, int M, const float* A, 
     in_type = true;
     const ActFormat f = ActivationFormat(p.type);
     const auto i = static_cast<size_t>(f);
-    if (acts.data[i] != nullptr) continue;
-    if (f == ActFormat::kF32) {  // the floats as given
+    if (acts.data[i] == nullptr && f == ActFormat::kF32) {  // the floats as given
       acts.data[i] = reinterpret_cast<const uint8_t*>(A);
       acts.stride[i] = lda * sizeof(float);
-      continue;
+    } else if (acts.data[i] == nullptr) {
+      acts.stride[i] = ActRowBytes(f, cols_);
+      buffers[i].resize(static_cast<size_t>(M) * acts.stride[i]);
+      for (int m = 0; m < M; ++m) {
+        QuantizeActivations(f, A + static_cast<size_t>(m) * lda, cols_, buffers[i].data() + m * acts.stride[i]);
+      }
+      acts.data[i] = buffers[i].data();
     }
-    acts.stride[i] = ActRowBytes(f, cols_);
-    buffers[i].resize(static_cast<size_t>(M) * acts.stride[i]);
-    for (int m = 0; m < M; ++m) {
-      QuantizeActivations(f, A + static_cast<size_t>(m) * lda, cols_, buffers[i].data() + m * acts.stride[i]);
+    if (p.packed != nullptr && acts.side[i] == nullptr) {
+      sides[i].resize(static_cast<size_t>(M) * PackedSideWords(p.type, cols_));
+      PackedSide(p.type, acts.data[i], acts.stride[i], M, cols_, sides[i].data());
+      acts.side[i] = sides[i].data();
     }
-    acts.data[i] = buffers[i].data();
   }
   if (pool == nullptr) return MatMulRange(path, acts, M, A, lda, r0, n, beta, C, ldc);
   auto part = [&](int c0, int cn) { MatMulRange(path, acts, M, A, lda, r0 + c0, cn, beta, C + c0, ldc); };

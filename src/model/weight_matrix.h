@@ -126,9 +126,10 @@ class WeightMatrix {
   static void ReleasePages(const uint8_t* data, size_t n);
   // Whether part p is multiplied in type in a product of M rows by `path`.
   static bool InType(const Part& p, Path path, int M);
-  // Rows [a, b) of part p in type (packed groups, the rest from the file).
-  void DotRange(const Part& p, int a, int b, const uint8_t* act, size_t stride, int M, float beta, float* C,
-                size_t ldc) const;
+  // Rows [a, b) of part p in type (packed groups, with the activations'
+  // PackedSide; the rest from the file).
+  void DotRange(const Part& p, int a, int b, const uint8_t* act, size_t stride, const uint32_t* side, int M,
+                float beta, float* C, size_t ldc) const;
   // Columns [c0, c0 + n) of C (rows of W), on the calling thread; each part
   // in type (from acts) or by sgemm, as InType says.
   void MatMulRange(Path path, const Activations& acts, int M, const float* A, size_t lda, int c0, int n,

@@ -202,13 +202,15 @@ TEST(QuantDotTest, PackedRowsGiveTheFileRowsProducts) {
                                                      : size_t{3} * 24 * kPackedQ8_0BlockBytes);
       const auto* w = reinterpret_cast<const uint8_t*>(c.weights.data());
       Pack(t, w, c.row_bytes, rows, cols, packed.data());
+      std::vector<uint32_t> side(static_cast<size_t>(M) * PackedSideWords(t, cols));
+      PackedSide(t, c.acts.data(), c.act_bytes, M, cols, side.data());
       for (float beta : {0.f, 1.f}) {
         std::vector<float> want(static_cast<size_t>(M) * rows, 0.5f), got = want;
         DotRowsPortable(t, cols, w, c.row_bytes, rows, c.acts.data(), c.act_bytes, M, beta, want.data(), rows);
         // The last two groups only, as a thread's share of rows would be.
-        DotRowsPacked(t, cols, packed.data(), 8, c.acts.data(), c.act_bytes, M, beta, got.data(), rows);
-        DotRowsPacked(t, cols, packed.data() + PackedBytes(t, 8, cols), 16, c.acts.data(), c.act_bytes, M, beta,
-                      got.data() + 8, rows);
+        DotRowsPacked(t, cols, packed.data(), 8, c.acts.data(), c.act_bytes, side.data(), M, beta, got.data(), rows);
+        DotRowsPacked(t, cols, packed.data() + PackedBytes(t, 8, cols), 16, c.acts.data(), c.act_bytes, side.data(),
+                      M, beta, got.data() + 8, rows);
         for (size_t i = 0; i < want.size(); ++i) {
           EXPECT_NEAR(got[i], want[i], 1e-4 * std::max(1.0f, std::fabs(want[i])))
               << name << " M " << M << " beta " << beta << " row " << i % rows << " act " << i / rows;
@@ -231,8 +233,10 @@ TEST(QuantDotTest, PackedRowsKeepNonFiniteActivationsNonFinite) {
     QuantizeActivations(ActivationFormat(t), a.data(), cols, c.acts.data());
     std::vector<uint8_t> packed(PackedBytes(t, 8, cols));
     Pack(t, reinterpret_cast<const uint8_t*>(c.weights.data()), c.row_bytes, 8, cols, packed.data());
+    std::vector<uint32_t> side(PackedSideWords(t, cols));
+    PackedSide(t, c.acts.data(), c.act_bytes, 1, cols, side.data());
     float out[8];
-    DotRowsPacked(t, cols, packed.data(), 8, c.acts.data(), c.act_bytes, 1, 0.f, out, 8);
+    DotRowsPacked(t, cols, packed.data(), 8, c.acts.data(), c.act_bytes, side.data(), 1, 0.f, out, 8);
     for (float v : out) EXPECT_TRUE(std::isnan(v)) << TypeInfo(static_cast<uint32_t>(t))->name;
   }
 }
