@@ -227,10 +227,22 @@ Result<MaintainResult> Engine::Maintain() {
   return out;
 }
 
+void Engine::Impl::ReadTail(const store::LookupResult& m, size_t end, Request& rq) {
+  if (end <= rq.R) return;
+  const auto t = Clock::now();
+  Status s = ReadTailRows(*reader, m, rq.R, end, c.n_layers, &rq.tail, &rq.io);
+  rq.load_ms += Ms(t, Clock::now());
+  // A row that fails its checksum is never served: the rows are computed.
+  if (!s.ok()) {
+    TIERKV_LOG(kWarn) << "serve: computing the prefix's last " << end - rq.R << " rows: " << s.ToString();
+    rq.tail = remote::FarRows{};
+  }
+}
+
 size_t Engine::Impl::Reusable(const store::LookupResult& m, size_t cap) const {
   size_t R = std::min(m.matched_tokens, cap);
   // Selective loads work on whole chunks (full ones: only a path's last
-  // chunk can be short, and it is then past R).
+  // chunk can be short, and it is then past R; ReadTail reads it whole).
   if (row.selective()) R = R / opts.chunk_tokens * opts.chunk_tokens;
   return R;
 }
@@ -319,7 +331,8 @@ void Engine::Impl::FillStats(const Request& rq, Clock::time_point t_compute,
   st->fallback_layers = rq.fallbacks;
   st->compute_ms = Ms(t_compute, t_done) - st->load_wait_ms - st->identify_ms;
   st->ttft_ms = Ms(rq.t0, t_done);
-  st->ideal_bytes = IdealBytes(*st, rq.R);
+  // The tail's rows are read whole.
+  st->ideal_bytes = IdealBytes(*st, rq.R) + 2 * (rq.tail.end - rq.tail.start) * row_bytes * st->layers.size();
 }
 
 uint64_t Engine::Impl::IdealBytes(const RequestStats& st, uint64_t R) const {
@@ -359,6 +372,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   Request rq(&m, R, t0, c.n_layers);
   rq.cache_namespace = ns;
   rq.far = std::move(far);
+  if (row.selective() && rq.far.chunks == 0) ReadTail(m, std::min(m.matched_tokens, cap), rq);
   const size_t E = rq.End();  // R, then the remote chunks read in part
   *reused = E;
   st.prompt_tokens = n;

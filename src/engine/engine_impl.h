@@ -40,6 +40,9 @@ struct Engine::Impl {
                               Status* load_error);
   // The rows of the stored prefix this request reuses (below `cap`).
   size_t Reusable(const store::LookupResult& m, size_t cap) const;
+  // A selective request's rows of `m` from rq.R to `end` (a partial chunk),
+  // read whole into rq.tail; on a failed read none (they are computed).
+  void ReadTail(const store::LookupResult& m, size_t end, Request& rq);
   // The local match of `tokens`, extended from the remote tier (first
   // attempts only: a retry after damage reuses less, never fetches again):
   // with `keep` (rows per layer; ImportantKeep), the important part of the

@@ -2,14 +2,17 @@
 
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "engine/engine_impl.h"
 
 namespace tierkv::engine {
 
-Status AppendFarRows(const ModelConfig& c, Request& rq, int layer, LayerPrefix* prefix) {
-  const remote::FarRows& far = rq.far;
-  if (far.chunks == 0) return Status::Ok();
+namespace {
+
+// Appends `far`'s rows of `layer` to `prefix` (see AppendFarRows).
+Status AppendRows(const ModelConfig& c, const remote::FarRows& far, FarScratch& s, int layer,
+                  LayerPrefix* prefix) {
   const size_t H = static_cast<size_t>(c.n_kv_heads), hd = static_cast<size_t>(c.head_dim());
   const size_t kv_dim = static_cast<size_t>(c.kv_dim()), hb = hd * 2;
   const std::vector<int32_t>& fpos = far.positions[layer];
@@ -28,7 +31,6 @@ Status AppendFarRows(const ModelConfig& c, Request& rq, int layer, LayerPrefix* 
     return Status::InvalidArgument("far rows: the layer's prefix has " + std::to_string(prefix->heads.size()) +
                             " heads, the model " + std::to_string(H));
   }
-  FarScratch& s = rq.far_scratch;
   s.k.resize(H);
   s.v.resize(H);
   s.pos.resize(H);
@@ -52,6 +54,35 @@ Status AppendFarRows(const ModelConfig& c, Request& rq, int layer, LayerPrefix* 
     }
     prefix->heads[h] = KvRows{s.k[h].data(), s.v[h].data(), KvDType::kF16, n, hd, hd, s.pos[h].data()};
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status AppendFarRows(const ModelConfig& c, Request& rq, int layer, LayerPrefix* prefix) {
+  if (rq.far.chunks > 0) return AppendRows(c, rq.far, rq.far_scratch, layer, prefix);
+  if (rq.tail.end > rq.tail.start) return AppendRows(c, rq.tail, rq.far_scratch, layer, prefix);
+  return Status::Ok();
+}
+
+Status ReadTailRows(PooledReader& reader, const store::LookupResult& m, size_t from, size_t to,
+                    int n_layers, remote::FarRows* tail, IoCounts* io) {
+  const size_t rb = reader.geometry().row_bytes, n = to - from;
+  std::vector<int32_t> rows(n);
+  std::iota(rows.begin(), rows.end(), static_cast<int32_t>(from));
+  remote::FarRows t;
+  t.start = from;
+  t.end = to;
+  t.positions.assign(n_layers, rows);
+  t.k.resize(n_layers);
+  t.v.resize(n_layers);
+  for (int l = 0; l < n_layers; ++l) {
+    t.k[l].assign(n * rb, '\0');
+    t.v[l].assign(n * rb, '\0');
+    RETURN_IF_ERROR(reader.ReadSelected(m, l, rows, t.k[l].data(), t.v[l].data(), ReadFor::kDemand, io));
+  }
+  t.bytes = 2 * n * rb * static_cast<size_t>(n_layers);
+  *tail = std::move(t);
   return Status::Ok();
 }
 

@@ -40,7 +40,7 @@ Result<std::vector<PrefillResult::LayerKv>> PromptWriter::ExactKv(std::span<cons
 }
 
 void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
-                       const std::vector<PrefillResult::LayerKv>& kv, RequestStats* stats) {
+                       const std::vector<PrefillResult::LayerKv>& kv, bool after_tail, RequestStats* stats) {
   const int L = model_.config().n_layers;
   std::vector<std::string> k(L), v(L);
   store::KvInput in;
@@ -51,6 +51,10 @@ void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
     if (rq.R > 0 && !selective_) {
       k[l] = std::move(rq.whole[l]->k);
       v[l] = std::move(rq.whole[l]->v);
+    } else if (after_tail && rq.tail.end > rq.tail.start) {
+      // The rows read whole past R come first: the store starts at R.
+      k[l] = std::move(rq.tail.k[l]);
+      v[l] = std::move(rq.tail.v[l]);
     }
     k[l].append(reinterpret_cast<const char*>(kv[l].k.data()), kv[l].k.size());
     v[l].append(reinterpret_cast<const char*>(kv[l].v.data()), kv[l].v.size());
@@ -77,7 +81,11 @@ void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
 
 void PromptWriter::Store(std::span<const int32_t> tokens, Request& rq,
                          std::vector<PrefillResult::LayerKv> kv, RequestStats* stats) {
+  // The recomputation starts at R, the tail included; the forward pass's
+  // K/V start after the tail.
+  bool after_tail = true;
   if (selective_ && rq.R > 0 && exact_store_) {
+    after_tail = false;
     const auto s0 = Clock::now();
     auto exact = ExactKv(tokens, rq);
     stats->store_ms += Ms(s0, Clock::now());
@@ -91,7 +99,7 @@ void PromptWriter::Store(std::span<const int32_t> tokens, Request& rq,
     kv = std::move(exact).value();
   }
   const auto s0 = Clock::now();
-  Put(tokens, rq, kv, stats);
+  Put(tokens, rq, kv, after_tail, stats);
   stats->store_ms += Ms(s0, Clock::now());
 }
 

@@ -25,9 +25,9 @@ class PromptWriter {
         exact_store_(exact_store) {}
 
   // Stores `tokens` with the new rows' K/V `kv` (the forward pass's capture,
-  // rows R.. of the prompt); counts stored chunks and store_ms into *stats.
-  // The last step of a request: R's whole rows are taken out of its
-  // fetches, not copied.
+  // rows End().. of the prompt); counts stored chunks and store_ms into *stats.
+  // The last step of a request: R's whole rows (and a selective request's
+  // tail rows) are taken out of its fetches, not copied.
   void Store(std::span<const int32_t> tokens, Request& rq,
              std::vector<PrefillResult::LayerKv> kv, RequestStats* stats);
 
@@ -36,7 +36,7 @@ class PromptWriter {
   Result<std::vector<PrefillResult::LayerKv>> ExactKv(std::span<const int32_t> tokens,
                                                       const Request& rq);
   void Put(std::span<const int32_t> tokens, Request& rq,
-           const std::vector<PrefillResult::LayerKv>& kv, RequestStats* stats);
+           const std::vector<PrefillResult::LayerKv>& kv, bool after_tail, RequestStats* stats);
 
   const Model& model_;
   store::ChunkStore* store_;

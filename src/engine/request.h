@@ -3,6 +3,7 @@
 // touches only the Fetches (through their own mutexes).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,8 +48,13 @@ struct Request {
   // appended to every layer's prefix (far_rows.h); the forward pass starts
   // at End().
   remote::FarRows far;
+  // Selective systems reuse whole chunks (R); the rows of a stored short
+  // last chunk (or of the chunk a prompt ends in) past R are read whole
+  // instead of computed: positions [tail.start, tail.end), every layer, in
+  // FarRows' shape (tail.chunks stays 0). Never together with far rows.
+  remote::FarRows tail;
   FarScratch far_scratch;
-  size_t End() const { return far.chunks > 0 ? far.end : R; }
+  size_t End() const { return far.chunks > 0 ? far.end : std::max(R, tail.end); }
   Clock::time_point t0;          // the request's start
   double retention = 1;                 // share of R's rows per layer (the request's or the engine's)
   bool own_retention = false;           // the request's differs from the engine's

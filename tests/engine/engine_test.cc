@@ -352,6 +352,45 @@ TEST_F(EngineTest, RetentionOneGivesTheSameLogitsOnARandomQwen2) {
   ExpectRetentionOneEqualsReference(*model, a, b, P);
 }
 
+// A selective system reuses whole chunks and reads the rows of a stored
+// short last chunk whole instead of computing them: a 300-token prefix
+// stored alone (4 chunks and 44 rows) gives a 40-token query 300 reused rows
+// and exact reuse's logits at retention 1; what that request stores (the 44
+// rows read and its own, from row 256) serves the next request exactly too.
+// At retention 0.25 the tail is still read whole.
+TEST_F(EngineTest, SelectiveSystemsReadAShortLastChunkWhole) {
+  const size_t P = 300, Q = 40;
+  const std::vector<int32_t> prefix = Prompt(P, 0, 0), b = Prompt(P, 1500, Q);
+  std::vector<int32_t> c = b;
+  c.insert(c.end(), corpus_->begin() + 2000, corpus_->begin() + 2000 + Q);
+  for (System sys : {System::kImpress, System::kSpec, System::kAsH2oLru}) {
+    SCOPED_TRACE(std::string(SystemName(sys)));
+    for (double retention : {1.0, 0.25}) {
+      store::testing::TempDir dir;
+      EngineOptions o = Options(dir.path());
+      o.system = sys;
+      o.retention = retention;
+      ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+      ASSERT_OK(eng->Serve(prefix).status());
+      ServeOptions so;
+      so.logits_from = P;
+      ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
+      EXPECT_EQ(r.stats.reused_tokens, P);
+      EXPECT_EQ(r.stats.computed_tokens, Q);
+      for (const LayerTrace& t : r.stats.layers) EXPECT_EQ(t.rows, retention == 1.0 ? 256u : 64u);
+      so.logits_from = P + Q;
+      ASSERT_OK_AND_ASSIGN(ServeResult r2, eng->Serve(c, so));
+      EXPECT_EQ(r2.stats.reused_tokens, P + Q);
+      EXPECT_EQ(r2.stats.computed_tokens, Q);
+      if (retention == 1.0) {
+        EXPECT_LE(MaxDiff(r.logits, SplitReference(b, P, P)), 1e-3);
+        EXPECT_LE(MaxDiff(r2.logits, SplitReference(c, P + Q, P + Q)), 1e-3);
+      }
+      for (float x : r2.logits) ASSERT_TRUE(std::isfinite(x));
+    }
+  }
+}
+
 // At lower retention the selective systems use fewer rows per layer, read
 // fewer bytes than as-like, and impress counts the layers that fell back.
 // A selective system at retention 0.25 supplies a quarter of R's rows to
