@@ -1,10 +1,11 @@
-// Two paths. Many query rows (prefill): blocks of 128 rows, scores and
+// Three paths. Many query rows (prefill): blocks of 128 rows, scores and
 // weighted values as matrix products (oneDNN keeps ~145 GFLOP/s per core even
 // at an inner dimension of 16), vectorized softmax between them. Few rows
-// (decode): keys transposed once (KT[d][j]) and scores computed 64 keys at a
-// time with broadcast-FMA, where a matrix product would be a slow
-// matrix-vector one. Explicit AVX2/FMA code (chosen once at run time) with a
-// portable scalar fallback. Numbers: docs/engine.md.
+// (a few tokens): keys transposed once (KT[d][j]) and scores computed 64 keys
+// at a time with broadcast-FMA, where a matrix product would be a slow
+// matrix-vector one. One row (decode): the prefix rows read in place, 64 at a
+// time, shared by the group's query heads. Explicit AVX2/FMA code (chosen
+// once at run time) with a portable scalar fallback. Numbers: docs/engine.md.
 #include "kernels/attention.h"
 
 
@@ -195,6 +196,114 @@ void CountNearZero(const float* e, int n, uint64_t* weights, uint64_t* near_zero
   *near_zero += z;
 }
 
+// ---- one new row (decode): the prefix rows read in place ----
+
+constexpr int kRowBlockKeys = 64;  // prefix rows converted to fp32 at a time (L1-sized)
+
+// s[j] = scale * q . k_j for n rows of k (hd floats, row j at k + j*ldk), 4
+// rows per step with one horizontal reduction for the 4. REQUIRES hd % 8 == 0.
+TIERKV_AVX2 void RowScoresAvx2(const float* q, const float* k, size_t ldk, int hd, int n, float scale,
+                               float* s) {
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int d = 0; d < hd; d += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + d);
+      for (int r = 0; r < 4; ++r) {
+        acc[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (j + r) * ldk + d), acc[r]);
+      }
+    }
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    _mm_storeu_ps(s + j, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+  }
+  for (; j < n; ++j) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + j * ldk + d), acc);
+    }
+    s[j] = HorizontalSum(acc) * scale;
+  }
+}
+
+// acc += sum_j p[j] v_j over n rows of v (hd floats, row j at v + j*ldv).
+// REQUIRES hd % 8 == 0.
+TIERKV_AVX2 void RowValuesAvx2(const float* p, const float* v, size_t ldv, int hd, int n, float* acc) {
+  for (int d0 = 0; d0 < hd; d0 += 32) {
+    const int nv = std::min(4, (hd - d0) / 8);
+    __m256 a[4];
+    for (int c = 0; c < nv; ++c) a[c] = _mm256_loadu_ps(acc + d0 + 8 * c);
+    for (int j = 0; j < n; ++j) {
+      const __m256 pj = _mm256_set1_ps(p[j]);
+      const float* vj = v + j * ldv + d0;
+      for (int c = 0; c < nv; ++c) a[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * c), a[c]);
+    }
+    for (int c = 0; c < nv; ++c) _mm256_storeu_ps(acc + d0 + 8 * c, a[c]);
+  }
+}
+
+// One new row over the prefix: the prefix's K and V are read once each, in
+// place (fp32) or a block of kRowBlockKeys rows at a time converted to fp32
+// (fp16), and used by every query head of the group, where AttendRows would
+// transpose and convert the whole prefix first (that copy, not the
+// arithmetic, was a decode step's attention time). REQUIRES a.n_new == 1,
+// UseAvx2(), head_dim % 8 == 0.
+void AttendOneRow(const AttentionArgs& a, AttentionScratch* scratch) {
+  const int hd = a.head_dim, G = a.group;
+  const int np = static_cast<int>(a.prefix.count), n = np + 1;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const KvRows& pre = a.prefix;
+  const bool f16 = pre.dtype == KvDType::kF16;
+  std::vector<float>& block = scratch->kp;
+  if (f16) block.resize(static_cast<size_t>(kRowBlockKeys) * hd);
+  // Rows [j0, j0 + B) of the prefix's K (or V) as fp32 rows `*ld` apart.
+  auto rows = [&](const void* base, size_t stride, int j0, int B, size_t* ld) -> const float* {
+    if (stride == 0) stride = static_cast<size_t>(hd);
+    if (!f16) {
+      *ld = stride;
+      return static_cast<const float*>(base) + j0 * stride;
+    }
+    GatherRows(static_cast<const uint16_t*>(base) + j0 * stride, pre.dtype, B, stride, hd, block.data());
+    *ld = static_cast<size_t>(hd);
+    return block.data();
+  };
+  std::vector<float>& s = scratch->scores;  // G rows of n scores, then G accumulators of hd
+  const size_t ld = static_cast<size_t>(n + 7) / 8 * 8;
+  s.resize(G * ld + static_cast<size_t>(G) * hd);
+  for (int j0 = 0; j0 < np; j0 += kRowBlockKeys) {
+    const int B = std::min(kRowBlockKeys, np - j0);
+    size_t ldk;
+    const float* k = rows(pre.k, pre.k_stride, j0, B, &ldk);
+    for (int g = 0; g < G; ++g) RowScoresAvx2(a.q + static_cast<size_t>(g) * hd, k, ldk, hd, B, scale, &s[g * ld + j0]);
+  }
+  std::vector<float> inv(G);
+  for (int g = 0; g < G; ++g) {
+    float* row = &s[g * ld];
+    RowScoresAvx2(a.q + static_cast<size_t>(g) * hd, a.k_new, 0, hd, 1, scale, row + np);
+    inv[g] = 1.0f / Softmax(row, n);
+    if (a.colsum) {
+      float* colsum = a.colsum + static_cast<size_t>(g) * np;
+      for (int j = 0; j < np; ++j) colsum[j] += row[j] * inv[g];
+    }
+    if (a.near_zero) CountNearZero(row, n, a.weights, a.near_zero);
+  }
+  if (!a.out) return;
+  float* acc = &s[G * ld];
+  std::fill(acc, acc + static_cast<size_t>(G) * hd, 0.0f);
+  for (int j0 = 0; j0 < np; j0 += kRowBlockKeys) {
+    const int B = std::min(kRowBlockKeys, np - j0);
+    size_t ldv;
+    const float* v = rows(pre.v, pre.v_stride, j0, B, &ldv);
+    for (int g = 0; g < G; ++g) RowValuesAvx2(&s[g * ld + j0], v, ldv, hd, B, acc + static_cast<size_t>(g) * hd);
+  }
+  for (int g = 0; g < G; ++g) {
+    float* ag = acc + static_cast<size_t>(g) * hd;
+    RowValuesAvx2(&s[g * ld + np], a.v_new, 0, hd, 1, ag);
+    float* out = a.out + static_cast<size_t>(g) * hd;
+    for (int d = 0; d < hd; ++d) out[d] = ag[d] * inv[g];
+  }
+}
+
 void AttendRows(const AttentionArgs& a, AttentionScratch* scratch) {
   const int T = a.n_new;
   const int hd = a.head_dim;
@@ -325,6 +434,8 @@ void AttendKvGroup(const AttentionArgs& a, AttentionScratch* scratch) {
     AttendLanes(a, scratch);
   } else if (a.n_new >= kMinGemmRows) {
     AttendBlocks(a, scratch);
+  } else if (a.n_new == 1 && UseAvx2() && a.head_dim % 8 == 0) {
+    AttendOneRow(a, scratch);
   } else {
     AttendRows(a, scratch);
   }

@@ -228,6 +228,25 @@ TEST(AttentionTest, SingleQueryRowOverLongPrefix) {
   RunCase({2000, 1, 16, 1}, KvDType::kF16, 8);
 }
 
+// One new row (a decode step) reads the prefix rows in place, 64 at a time:
+// prefixes around multiples of 4 and 64, no prefix, head_dims that are and
+// are not multiples of 8 and 32, every GQA group size, fp16 and fp32 rows.
+TEST(AttentionTest, OneRowEqualsTheReferenceAtEveryEdge) {
+  int seed = 300;
+  for (int n_prefix : {0, 1, 3, 4, 5, 63, 64, 65, 129, 700}) {
+    for (int hd : {6, 8, 16, 24, 40, 64, 128}) {
+      for (int group : {1, 3, 4, 8}) {
+        RunCase({n_prefix, 1, hd, group}, seed % 2 ? KvDType::kF16 : KvDType::kF32, seed);
+        ++seed;
+      }
+    }
+  }
+  Case huge{300, 1, 64, 4};
+  huge.q_scale = 30.0f;
+  huge.tol = 1e-3;
+  RunCase(huge, KvDType::kF16, 7);
+}
+
 // The lanes kernel (AVX-512, queries across lanes) at the shapes where its
 // blocks of 16 new tokens, its 16-key score tiles and its causal masks have
 // edges: new rows around multiples of 16, prefixes not a multiple of 16, no
