@@ -218,8 +218,8 @@ struct EngineOptions {
   // bytes for no measurable gain in the layers' wait (docs/systems.md,
   // "Read efficiency, part 2").
   bool merge_read_gaps = false;
-  // Measure the cache directory's disk (IO-MODEL, about 0.2 s once per
-  // directory and machine) when it has no model of this machine; false:
+  // Measure the cache directory's disk (IO-MODEL, once per directory and
+  // machine; store::StoreOptions::calibrate_io) when it has no model of this machine; false:
   // the saved model if any, else the built-in default. The planner picks a
   // reordered copy or the chunks' own records by this model's time.
   bool calibrate_io = true;
@@ -270,7 +270,8 @@ struct RequestStats {
   // disk and pool reads are compared with: all of R's K and V (whole-row
   // systems); R's keys and the used rows' values (H2O, and a probe layer
   // that fell back); R's probe-head keys and the used rows' K and V (a
-  // layer the probes decided).
+  // layer the probes decided); plus, for selective systems, the K and V of
+  // the rows past R's whole chunks, read whole.
   uint64_t ideal_bytes = 0;
   // Storing the prompt failed (a full disk, an I/O error): the answer stands,
   // later requests lose this reuse. Logged with the reason.

@@ -16,7 +16,6 @@ enum class RemoteAdmit {
   kReused,  // a chunk reused from the local store by at least two requests (Dynamo KVBM's filter)
   kAlways,  // every chunk a request stores
 };
-std::string_view RemoteAdmitName(RemoteAdmit a);    // "reused", "always"
 Result<RemoteAdmit> ParseRemoteAdmit(std::string_view name);  // InvalidArgument naming them
 
 // What a selective reader fetches of a chunk only the remote tier holds.
@@ -26,7 +25,6 @@ enum class RemoteRead {
                // (GETRANGE), attended to as they are (CaR's sparsified far tier); nothing is
                // admitted locally. Values without an order (an as-like writer) are fetched whole.
 };
-std::string_view RemoteReadName(RemoteRead r);             // "whole", "important"
 Result<RemoteRead> ParseRemoteRead(std::string_view name);  // InvalidArgument naming them
 
 struct RemoteOptions {

@@ -6,15 +6,6 @@
 
 namespace tierkv::cache {
 
-const char* TierName(Tier t) {
-  switch (t) {
-    case Tier::kDevice: return "device";
-    case Tier::kHost: return "host";
-    case Tier::kDisk: return "disk";
-  }
-  return "?";
-}
-
 double CacheStats::device_hit_ratio() const {
   const uint64_t n = hits[0] + hits[1] + hits[2];
   return n ? static_cast<double>(hits[0]) / static_cast<double>(n) : 0.0;

@@ -46,7 +46,6 @@
 namespace tierkv::cache {
 
 enum class Tier : uint8_t { kDevice = 0, kHost = 1, kDisk = 2 };
-const char* TierName(Tier t);
 
 using Buffer = std::shared_ptr<const std::vector<char>>;
 

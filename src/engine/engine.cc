@@ -227,11 +227,16 @@ Result<MaintainResult> Engine::Maintain() {
   return out;
 }
 
+size_t Engine::Impl::TailEnd(const store::LookupResult& m, size_t cap, const remote::FarRows& far) const {
+  if (!row.selective() || far.chunks > 0) return 0;
+  return std::min(m.matched_tokens, cap);
+}
+
 void Engine::Impl::ReadTail(const store::LookupResult& m, size_t end, Request& rq) {
   if (end <= rq.R) return;
   const auto t = Clock::now();
   Status s = ReadTailRows(*reader, m, rq.R, end, c.n_layers, &rq.tail, &rq.io);
-  rq.load_ms += Ms(t, Clock::now());
+  rq.tail_ms = Ms(t, Clock::now());
   // A row that fails its checksum is never served: the rows are computed.
   if (!s.ok()) {
     TIERKV_LOG(kWarn) << "serve: computing the prefix's last " << end - rq.R << " rows: " << s.ToString();
@@ -327,9 +332,9 @@ void Engine::Impl::FillStats(const Request& rq, Clock::time_point t_compute,
                              Clock::time_point t_done, RequestStats* st) const {
   rq.io.FillStats(st);
   st->identify_ms = rq.identify_ms;
-  st->load_wait_ms = rq.load_ms;
+  st->load_wait_ms = rq.load_ms + rq.tail_ms;  // the tail is read before the forward pass
   st->fallback_layers = rq.fallbacks;
-  st->compute_ms = Ms(t_compute, t_done) - st->load_wait_ms - st->identify_ms;
+  st->compute_ms = Ms(t_compute, t_done) - rq.load_ms - st->identify_ms;
   st->ttft_ms = Ms(rq.t0, t_done);
   // The tail's rows are read whole.
   st->ideal_bytes = IdealBytes(*st, rq.R) + 2 * (rq.tail.end - rq.tail.start) * row_bytes * st->layers.size();
@@ -372,12 +377,14 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   Request rq(&m, R, t0, c.n_layers);
   rq.cache_namespace = ns;
   rq.far = std::move(far);
-  if (row.selective() && rq.far.chunks == 0) ReadTail(m, std::min(m.matched_tokens, cap), rq);
-  const size_t E = rq.End();  // R, then the remote chunks read in part
-  *reused = E;
+  st.lookup_ms = Ms(t0, Clock::now());
+  if (TailEnd(m, cap, rq.far) > R) ReadTail(m, TailEnd(m, cap, rq.far), rq);
+  const size_t E = rq.End();  // R, then the remote chunks read in part or the tail
+  // A retry after a failed layer (whose rows are R's) reuses less than R:
+  // a chunk less, not a row less of the tail.
+  *reused = rq.tail.end > R ? R : E;
   st.prompt_tokens = n;
   st.attempts = attempt;
-  st.lookup_ms = Ms(t0, Clock::now());
   st.reused_tokens = E;
   st.computed_tokens = n - E;
   st.layers.resize(c.n_layers);

@@ -40,6 +40,9 @@ struct Engine::Impl {
                               Status* load_error);
   // The rows of the stored prefix this request reuses (below `cap`).
   size_t Reusable(const store::LookupResult& m, size_t cap) const;
+  // Where a selective request's rows read whole past its whole chunks end
+  // (0: none; without far rows only).
+  size_t TailEnd(const store::LookupResult& m, size_t cap, const remote::FarRows& far) const;
   // A selective request's rows of `m` from rq.R to `end` (a partial chunk),
   // read whole into rq.tail; on a failed read none (they are computed).
   void ReadTail(const store::LookupResult& m, size_t end, Request& rq);

@@ -29,7 +29,6 @@ const std::vector<uint32_t>& RowGroups(const SourceDeps& deps, Request& rq) {
   if (groups.size() == rq.R) return groups;  // every layer of the request after the first
   const uint32_t row_bytes = deps.reader->geometry().row_bytes;
   const SelectionUnit u = ResolveUnit(deps.options->unit, rq.retention, rq.R, row_bytes);
-  if (u.granularity == Granularity::kToken) return groups;
   switch (u.granularity) {
     case Granularity::kToken:
     case Granularity::kAuto: break;

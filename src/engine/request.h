@@ -63,6 +63,7 @@ struct Request {
   // What the sources add up.
   IoCounts io;
   double identify_ms = 0, load_ms = 0;
+  double tail_ms = 0;  // reading the tail, before the forward pass
   int fallbacks = 0;  // layers whose probe heads disagreed
 
   std::vector<SelectiveLayer> layers;

@@ -267,16 +267,17 @@ void AttendOneRow(const AttentionArgs& a, AttentionScratch* scratch) {
     *ld = static_cast<size_t>(hd);
     return block.data();
   };
-  std::vector<float>& s = scratch->scores;  // G rows of n scores, then G accumulators of hd
+  // G rows of n scores, G accumulators of hd, G inverse sums.
+  std::vector<float>& s = scratch->scores;
   const size_t ld = static_cast<size_t>(n + 7) / 8 * 8;
-  s.resize(G * ld + static_cast<size_t>(G) * hd);
+  s.resize(G * ld + static_cast<size_t>(G) * (hd + 1));
   for (int j0 = 0; j0 < np; j0 += kRowBlockKeys) {
     const int B = std::min(kRowBlockKeys, np - j0);
     size_t ldk;
     const float* k = rows(pre.k, pre.k_stride, j0, B, &ldk);
     for (int g = 0; g < G; ++g) RowScoresAvx2(a.q + static_cast<size_t>(g) * hd, k, ldk, hd, B, scale, &s[g * ld + j0]);
   }
-  std::vector<float> inv(G);
+  float* inv = &s[G * ld + static_cast<size_t>(G) * hd];
   for (int g = 0; g < G; ++g) {
     float* row = &s[g * ld];
     RowScoresAvx2(a.q + static_cast<size_t>(g) * hd, a.k_new, 0, hd, 1, scale, row + np);

@@ -15,15 +15,11 @@
 
 namespace tierkv {
 
-std::string_view RemoteAdmitName(RemoteAdmit a) { return a == RemoteAdmit::kAlways ? "always" : "reused"; }
-
 Result<RemoteAdmit> ParseRemoteAdmit(std::string_view name) {
   if (name == "reused") return RemoteAdmit::kReused;
   if (name == "always") return RemoteAdmit::kAlways;
   return Status::InvalidArgument("remote admit '" + std::string(name) + "': expected reused or always");
 }
-
-std::string_view RemoteReadName(RemoteRead r) { return r == RemoteRead::kImportant ? "important" : "whole"; }
 
 Result<RemoteRead> ParseRemoteRead(std::string_view name) {
   if (name == "whole") return RemoteRead::kWhole;

@@ -10,7 +10,7 @@
 //
 // Threads: `tierkv-remote-up` writes behind: it takes chunks from a bounded
 // queue (full: the write is dropped and counted), reads their records from
-// the local store, and SETs them. `tierkv-remote-ahead` runs lookups ahead
+// the local store, and SETs them. `tierkv-remote-ah` runs lookups ahead
 // of requests (FetchAhead: a request waiting in a server's queue), from a
 // bounded queue of prompts. Fetches run on the requesting thread or the
 // ahead thread under fetch_mu_, with their own connections; a fetch takes
@@ -100,7 +100,7 @@ class RemoteTier {
   FillResult Fill(std::span<const int32_t> tokens, size_t limit, const AdmittedFn& admitted = {},
                   uint64_t ns = 0) TIERKV_EXCLUDES(fetch_mu_);
 
-  // Fill on the `tierkv-remote-ahead` thread, returning at once: for a
+  // Fill on the `tierkv-remote-ah` thread, returning at once: for a
   // request that will start later (a server's queue). At most
   // RemoteOptions::ahead_prompts wait; more are dropped (counted).
   // `admitted` must stay callable until the tier is destroyed.

@@ -45,8 +45,6 @@ size_t LongestStop(const std::vector<std::string>& stops) {
 
 }  // namespace
 
-std::string_view SchedulerName(SchedulerKind k) { return k == SchedulerKind::kCar ? "car" : "fcfs"; }
-
 Result<SchedulerKind> ParseScheduler(std::string_view name) {
   if (name == "fcfs") return SchedulerKind::kFcfs;
   if (name == "car") return SchedulerKind::kCar;

@@ -42,7 +42,6 @@
 namespace tierkv::sched {
 
 enum class SchedulerKind { kFcfs, kCar };
-std::string_view SchedulerName(SchedulerKind k);  // "fcfs", "car"
 // InvalidArgument naming the known ones.
 Result<SchedulerKind> ParseScheduler(std::string_view name);
 

@@ -94,8 +94,8 @@ struct StoreOptions {
   // Open record files with O_DIRECT (off only for file systems without it).
   bool direct_io = true;
   // The read planner's cost model (store/io_model.h): the directory's
-  // IO-MODEL when it was measured on this machine, else measured now (about
-  // 0.1 s) and saved. false, a read-only open or a file system other than
+  // IO-MODEL when it was measured on this machine, else measured now (a
+  // fraction of a second: docs/store.md) and saved. false, a read-only open or a file system other than
   // the default: the saved model if any, else the built-in default.
   bool calibrate_io = true;
   // Row reads read through gaps the model says are cheaper to read than to

@@ -1,7 +1,8 @@
 // ChunkStore's internals (the front door is chunk_store.h). One Impl, its
 // member functions in one file per part:
-//   chunk_store.cc   opening, Put (plan, write, publish), lookup, eviction,
+//   chunk_store.cc   the front door's forwarding, opening, lookup, eviction,
 //                    dropping, the manifest, statistics
+//   put.cc           Put (plan, write, publish)
 //   recovery.cc      the index rebuilt from the manifest and the segments:
 //                    a plan built from what is found, then applied
 //   read_path.cc     whole-record reads through the registered arena, side backends

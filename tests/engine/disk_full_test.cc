@@ -90,7 +90,9 @@ TEST_F(DiskFullTest, RequestsAnswerWhileStoringFailsAndStoringResumesAfterFreein
   EXPECT_LE(worst, 5e-2);
   // Failed writes were cut off again: no empty segment file is left.
   for (const auto& e : fs::directory_iterator(cache)) {
-    if (e.path().filename().string().rfind("seg-", 0) == 0) EXPECT_GT(e.file_size(), 0u) << e.path();
+    if (e.path().filename().string().rfind("seg-", 0) == 0) {
+      EXPECT_GT(e.file_size(), 0u) << e.path();
+    }
   }
   // A reordering round on the full disk fails as a Status, nothing more.
   auto maint = eng->Maintain();

@@ -374,9 +374,13 @@ TEST_F(EngineTest, SelectiveSystemsReadAShortLastChunkWhole) {
       ASSERT_OK(eng->Serve(prefix).status());
       ServeOptions so;
       so.logits_from = P;
+      // The scheduler's view agrees with what the request reuses.
+      EXPECT_EQ(eng->Locate(b).reusable_tokens, P);
       ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(b, so));
       EXPECT_EQ(r.stats.reused_tokens, P);
       EXPECT_EQ(r.stats.computed_tokens, Q);
+      EXPECT_GE(r.stats.compute_ms, 0.0);
+      EXPECT_GE(r.stats.load_wait_ms, 0.0);
       for (const LayerTrace& t : r.stats.layers) EXPECT_EQ(t.rows, retention == 1.0 ? 256u : 64u);
       so.logits_from = P + Q;
       ASSERT_OK_AND_ASSIGN(ServeResult r2, eng->Serve(c, so));
@@ -387,7 +391,28 @@ TEST_F(EngineTest, SelectiveSystemsReadAShortLastChunkWhole) {
         EXPECT_LE(MaxDiff(r2.logits, SplitReference(c, P + Q, P + Q)), 1e-3);
       }
       for (float x : r2.logits) ASSERT_TRUE(std::isfinite(x));
+      // The same prompt again: the reuse ends inside the stored short last
+      // chunk (the last token is computed): 320 rows of whole chunks, 59 read whole.
+      so.logits_from = P + 2 * Q - 1;
+      ASSERT_OK_AND_ASSIGN(ServeResult r3, eng->Serve(c, so));
+      EXPECT_EQ(r3.stats.reused_tokens, P + 2 * Q - 1);
+      EXPECT_EQ(r3.stats.computed_tokens, 1u);
+      if (retention == 1.0) {
+        EXPECT_LE(MaxDiff(r3.logits, SplitReference(c, P + 2 * Q - 1, P + 2 * Q - 1)), 1e-3);
+      }
     }
+    // Shorter than a chunk: no whole chunk, every stored row read whole.
+    store::testing::TempDir dir;
+    EngineOptions o = Options(dir.path());
+    o.system = sys;
+    ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
+    const std::vector<int32_t> shorter = Prompt(40, 0, 0), longer = Prompt(40, 1500, Q);
+    ASSERT_OK(eng->Serve(shorter).status());
+    ServeOptions so;
+    so.logits_from = 40;
+    ASSERT_OK_AND_ASSIGN(ServeResult r, eng->Serve(longer, so));
+    EXPECT_EQ(r.stats.reused_tokens, 40u);
+    EXPECT_LE(MaxDiff(r.logits, SplitReference(longer, 40, 40)), 1e-3);
   }
 }
 
