@@ -109,7 +109,8 @@ TEST_F(DiskFullTest, RequestsAnswerWhileStoringFailsAndStoringResumesAfterFreein
   EXPECT_FALSE(stored.stats.store_failed);
   EXPECT_GT(stored.stats.stored_chunks, 0u);
   ASSERT_OK_AND_ASSIGN(ServeResult again, eng->Serve(p));
-  EXPECT_EQ(again.stats.reused_tokens, 640u);
+  // Everything but the last token: 640 rows of whole chunks, 19 read whole.
+  EXPECT_EQ(again.stats.reused_tokens, p.size() - 1);
 }
 
 }  // namespace
