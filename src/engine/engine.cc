@@ -378,7 +378,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   rq.cache_namespace = ns;
   rq.far = std::move(far);
   st.lookup_ms = Ms(t0, Clock::now());
-  if (TailEnd(m, cap, rq.far) > R) ReadTail(m, TailEnd(m, cap, rq.far), rq);
+  ReadTail(m, TailEnd(m, cap, rq.far), rq);  // nothing unless it ends past R
   const size_t E = rq.End();  // R, then the remote chunks read in part or the tail
   // A retry after a failed layer (whose rows are R's) reuses less than R:
   // a chunk less, not a row less of the tail.

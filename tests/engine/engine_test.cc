@@ -120,6 +120,17 @@ class EngineTest : public DefaultModelTest {
     StoredPrefix() { StorePrompt(dir.path(), Prompt(kPrefix, 1000, 40)); }
   };
 
+  // *eng: an engine of `sys` at `retention` in `dir` (Options otherwise)
+  // that has served `stored`.
+  static void OpenAfter(const std::string& dir, System sys, double retention, const std::vector<int32_t>& stored,
+                        std::unique_ptr<Engine>* eng) {
+    EngineOptions o = Options(dir);
+    o.system = sys;
+    o.retention = retention;
+    ASSERT_OK_AND_ASSIGN(*eng, Engine::Open(*model_, o));
+    ASSERT_OK((*eng)->Serve(stored).status());
+  }
+
   void ExpectRetentionOneEqualsReference(const Model& model, const std::vector<int32_t>& a,
                                          const std::vector<int32_t>& b, size_t P);
 
@@ -367,11 +378,8 @@ TEST_F(EngineTest, SelectiveSystemsReadAShortLastChunkWhole) {
     SCOPED_TRACE(std::string(SystemName(sys)));
     for (double retention : {1.0, 0.25}) {
       store::testing::TempDir dir;
-      EngineOptions o = Options(dir.path());
-      o.system = sys;
-      o.retention = retention;
-      ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
-      ASSERT_OK(eng->Serve(prefix).status());
+      std::unique_ptr<Engine> eng;
+      ASSERT_NO_FATAL_FAILURE(OpenAfter(dir.path(), sys, retention, prefix, &eng));
       ServeOptions so;
       so.logits_from = P;
       // The scheduler's view agrees with what the request reuses.
@@ -479,11 +487,8 @@ TEST_F(EngineTest, ARequestsOwnRetentionOverridesTheEnginesForThatRequest) {
     SCOPED_TRACE(std::string(SystemName(sys)));
     for (double engine_retention : {0.25, 1.0}) {
       store::testing::TempDir dir;
-      EngineOptions o = Options(dir.path());
-      o.system = sys;
-      o.retention = engine_retention;
-      ASSERT_OK_AND_ASSIGN(auto eng, Engine::Open(*model_, o));
-      ASSERT_OK(eng->Serve(a).status());
+      std::unique_ptr<Engine> eng;
+      ASSERT_NO_FATAL_FAILURE(OpenAfter(dir.path(), sys, engine_retention, a, &eng));
       ServeOptions so;
       so.logits_from = P;
       so.retention = engine_retention == 1.0 ? 0.25 : 1.0;

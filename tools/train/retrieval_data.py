@@ -21,6 +21,7 @@ the evaluation's haystacks come from the held-out text (val.txt). Numbers are
 uniform in 10000-99999.
 """
 import random
+import re
 import zlib
 
 SYLLABLES = ("ka lo ri ta mu ne so vi da pe zu ha ki mo ra li fe no gu be "
@@ -58,7 +59,7 @@ class Haystack:
     def __init__(self, text, sep="\n\f\n"):
         self.text = "\n\n".join(d.strip() for d in text.split(sep) if d.strip())
         # Candidate starts: line starts, so a haystack never begins mid-word.
-        self.starts = [0] + [i + 1 for i, ch in enumerate(self.text) if ch == "\n"]
+        self.starts = [0] + [m.end() for m in re.finditer("\n", self.text)]
 
     def take(self, rng, n_chars):
         s = rng.choice(self.starts[: max(1, len(self.starts) - 1)])

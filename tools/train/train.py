@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import random
 import sys
 import time
 
@@ -182,7 +183,6 @@ def retrieval_accuracy(model, sp, hay, T, n, seed=99):
     """Share of n held-out needles (names never trained on, haystack from
     the held-out text, depths spread over 0-1) whose answer the model gives
     greedily: every answer token the argmax after the tokens before it."""
-    import random
     rng = random.Random(seed)
     model.eval()
     right = 0
@@ -292,7 +292,6 @@ def main():
         print(f"initialised from {a.init_gguf}", flush=True)
 
     rng = np.random.default_rng(a.seed + state["step"])
-    import random
     rrng = random.Random(a.seed + state["step"])
     hay = retrieval_data.Haystack(open(os.path.join(a.data, "train.txt"), encoding="utf-8").read())
     hay_val = retrieval_data.Haystack(val_text)
