@@ -124,6 +124,10 @@ Status MeasureRound(const Model& model, std::span<const TaskRequest> reqs, const
       ASSIGN_OR_RETURN(engine::ServeResult s, eng->Serve(reqs[i].Joined(), so));
       AddRequest(s.stats, A);
       sum += s.stats.ttft_ms;
+      TIERKV_LOG(kDebug) << name << " round " << round + 1 << " request " << i + 1 << ": ttft " << s.stats.ttft_ms
+                         << " ms (lookup " << s.stats.lookup_ms << ", identify " << s.stats.identify_ms << ", load wait "
+                         << s.stats.load_wait_ms << ", compute " << s.stats.compute_ms << "), reused "
+                         << s.stats.reused_tokens << " computed " << s.stats.computed_tokens;
       Progress(o, name + " round " + std::to_string(round + 1) + "/" + std::to_string(o.rounds),
                pass * reqs.size() + i + 1, total);
     }

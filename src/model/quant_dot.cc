@@ -26,41 +26,53 @@ int NearestInt(float f) {
   return (i & 0x007fffff) - 0x00400000;
 }
 
+bool AllFinite(const float* x, int n) {
+  for (int j = 0; j < n; ++j) {
+    if (!std::isfinite(x[j])) return false;
+  }
+  return true;
+}
+
 void QuantizeQ8_0(const float* x, int cols, uint8_t* out) {
   for (int b = 0; b < cols / kQK; ++b, x += kQK, out += kQ8_0Bytes) {
-    float amax = 0, sum = 0;
-    for (int j = 0; j < kQK; ++j) {
-      amax = std::max(amax, std::fabs(x[j]));
-      sum += x[j];
-    }
+    auto* q = reinterpret_cast<int8_t*>(out + 2);
     // A NaN or infinity stays one in the products (as fp32 activations
     // would carry it), instead of rounding to zeros.
-    const float d = std::isfinite(sum) ? amax / 127.f : std::numeric_limits<float>::quiet_NaN();
-    const float id = d != 0 && std::isfinite(d) ? 1.f / d : 0.f;
+    if (!AllFinite(x, kQK)) {
+      const uint16_t h = kernels::FloatToHalf(std::numeric_limits<float>::quiet_NaN());
+      std::memcpy(out, &h, 2);
+      std::memset(q, 0, kQK);
+      continue;
+    }
+    float amax = 0;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.f;
+    // A block of denormals: 1/d overflows; its products are zeros anyway.
+    const float id = d != 0 && std::isfinite(1.f / d) ? 1.f / d : 0.f;
     const uint16_t h = kernels::FloatToHalf(d);
     std::memcpy(out, &h, 2);
-    auto* q = reinterpret_cast<int8_t*>(out + 2);
-    for (int j = 0; j < kQK; ++j) q[j] = static_cast<int8_t>(std::lround(x[j] * id));
+    // Ties to even, as ggml's AVX2 quantizer rounds (its portable one
+    // rounds them away from zero).
+    for (int j = 0; j < kQK; ++j) q[j] = static_cast<int8_t>(NearestInt(x[j] * id));
   }
 }
 
 void QuantizeQ8_K(const float* x, int cols, uint8_t* out) {
   for (int b = 0; b < cols / kQKK; ++b, x += kQKK, out += kQ8_KBytes) {
-    float amax = 0, max = 0, sum = 0;
+    auto* q = reinterpret_cast<int8_t*>(out + 4);
+    int16_t sums[16] = {};
+    float d = 0;
+    float amax = 0, max = 0;
     for (int j = 0; j < kQKK; ++j) {
-      sum += x[j];
       if (std::fabs(x[j]) > amax) {
         amax = std::fabs(x[j]);
         max = x[j];
       }
     }
-    auto* q = reinterpret_cast<int8_t*>(out + 4);
-    int16_t sums[16] = {};
-    float d = 0;
-    if (!std::isfinite(sum)) {  // as in Q8_0: the products become NaN
+    if (!AllFinite(x, kQKK)) {  // as in Q8_0: the products become NaN
       std::memset(q, 0, kQKK);
       d = std::numeric_limits<float>::quiet_NaN();
-    } else if (amax != 0) {
+    } else if (amax != 0 && std::isfinite(-127.f / max)) {  // not a block of denormals
       const float iscale = -127.f / max;
       for (int j = 0; j < kQKK; ++j) q[j] = static_cast<int8_t>(std::min(127, NearestInt(iscale * x[j])));
       for (int j = 0; j < kQKK; ++j) sums[j / 16] = static_cast<int16_t>(sums[j / 16] + q[j]);
@@ -255,13 +267,21 @@ size_t ActRowBytes(ActFormat f, int cols) {
   return 0;
 }
 
-void QuantizeActivations(ActFormat f, const float* x, int cols, uint8_t* out) {
+void QuantizeActivationsPortable(ActFormat f, const float* x, int cols, uint8_t* out) {
   switch (f) {
     case ActFormat::kF32: std::memcpy(out, x, static_cast<size_t>(cols) * sizeof(float)); break;
     case ActFormat::kQ8_0: QuantizeQ8_0(x, cols, out); break;
     case ActFormat::kQ8_K: QuantizeQ8_K(x, cols, out); break;
     case ActFormat::kNone: break;
   }
+}
+
+void QuantizeActivations(ActFormat f, const float* x, int cols, uint8_t* out) {
+  if (HasAvx2()) {
+    if (f == ActFormat::kQ8_0) return QuantizeQ8_0Avx2(x, cols, out);
+    if (f == ActFormat::kQ8_K) return QuantizeQ8_KAvx2(x, cols, out);
+  }
+  QuantizeActivationsPortable(f, x, cols, out);
 }
 
 void DotRowsPortable(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,

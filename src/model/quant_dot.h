@@ -58,8 +58,16 @@ size_t ActRowBytes(ActFormat f, int cols);
 // ggml's rounding: Q8_0's scale is max|x| / 127 stored as fp16, Q8_K's is
 // -max / 127 for the value of largest magnitude, kept as fp32. A block
 // holding a NaN or an infinity gets a NaN scale, so the products carry it
-// as fp32 activations would (ggml's would round it away).
+// as fp32 activations would (ggml's would round it away), and zeros.
+// Values round to the nearest step, ties to even (ggml's x86 rounding).
+// Runs the AVX2 quantizers where the CPU has them: the same bytes as the
+// portable loops' (QuantizeActivationsPortable, the reference).
 void QuantizeActivations(ActFormat f, const float* x, int cols, uint8_t* out);
+void QuantizeActivationsPortable(ActFormat f, const float* x, int cols, uint8_t* out);
+// The AVX2 quantizers of one row (model/quant_dot_avx2.cc); the caller
+// checks HasAvx2().
+void QuantizeQ8_0Avx2(const float* x, int cols, uint8_t* out);
+void QuantizeQ8_KAvx2(const float* x, int cols, uint8_t* out);
 
 // C[m·ldc + r] = Σ_k W[r][k] · A[m][k] + beta · C[m·ldc + r] for rows
 // r ∈ [0, rows) of W (type t, `row_bytes` apart from w) and activation rows

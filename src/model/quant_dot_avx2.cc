@@ -4,8 +4,11 @@
 // portable loops'; only the order of the fp32 additions differs.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "kernels/fp16.h"
 #include "model/dequant_avx2.h"
 #include "model/quant_dot.h"
 
@@ -284,6 +287,98 @@ const MultiDot* DotAvx2(GgmlType t) {
     case GgmlType::kF16: return &kTable<F16K>;
     case GgmlType::kBF16: return &kTable<BF16K>;
     default: return nullptr;
+  }
+}
+
+// ---- activation quantizers: the portable loops' bytes (quant_dot.cc) ----
+namespace {
+
+// Whether every lane of the n floats at x is finite (x - x is 0 for a
+// finite x, NaN for an infinity or a NaN), and their largest magnitude.
+TIERKV_AVX2 inline bool FiniteAmax(const float* x, int n, float* amax) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+  for (int j = 0; j < n; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v));
+    bad = _mm256_or_ps(bad, _mm256_sub_ps(v, v));
+  }
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  *amax = _mm_cvtss_f32(h);
+  return _mm256_movemask_ps(_mm256_cmp_ps(bad, _mm256_setzero_ps(), _CMP_NEQ_UQ)) == 0;
+}
+
+// 32 rounded products x·scale (ties to even, the current rounding mode as
+// the portable NearestInt's) at most 127, to 32 int8 at q; returns the four
+// int32 vectors for sums.
+TIERKV_AVX2 inline void Round32(const float* x, __m256 scale, int8_t* q, __m256i out[4]) {
+  const __m256i top = _mm256_set1_epi32(127);
+  for (int i = 0; i < 4; ++i) {
+    out[i] = _mm256_min_epi32(top, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), scale)));
+  }
+  // packs work per 128-bit lane: the permutation puts the 32 bytes back in order.
+  const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(out[0], out[1]), _mm256_packs_epi32(out[2], out[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+TIERKV_AVX2 inline int Hsum(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
+}  // namespace
+
+TIERKV_AVX2 void QuantizeQ8_0Avx2(const float* x, int cols, uint8_t* out) {
+  constexpr int kBlock = 32;
+  for (int b = 0; b < cols / kBlock; ++b, x += kBlock, out += 2 + kBlock) {
+    auto* q = reinterpret_cast<int8_t*>(out + 2);
+    float amax;
+    if (!FiniteAmax(x, kBlock, &amax)) {
+      const uint16_t h = kernels::FloatToHalf(std::numeric_limits<float>::quiet_NaN());
+      std::memcpy(out, &h, 2);
+      std::memset(q, 0, kBlock);
+      continue;
+    }
+    const float d = amax / 127.f;
+    const float id = d != 0 && std::isfinite(1.f / d) ? 1.f / d : 0.f;
+    const uint16_t h = kernels::FloatToHalf(d);
+    std::memcpy(out, &h, 2);
+    __m256i ints[4];
+    Round32(x, _mm256_set1_ps(id), q, ints);
+  }
+}
+
+TIERKV_AVX2 void QuantizeQ8_KAvx2(const float* x, int cols, uint8_t* out) {
+  constexpr int kBlock = 256;
+  for (int b = 0; b < cols / kBlock; ++b, x += kBlock, out += 4 + kBlock + 32) {
+    auto* q = reinterpret_cast<int8_t*>(out + 4);
+    int16_t sums[16] = {};
+    float d = 0, amax;
+    if (!FiniteAmax(x, kBlock, &amax)) {
+      std::memset(q, 0, kBlock);
+      d = std::numeric_limits<float>::quiet_NaN();
+    } else if (amax != 0 && std::isfinite(127.f / amax)) {  // not a block of denormals
+      int j = 0;  // the first value of largest magnitude gives the sign
+      while (std::fabs(x[j]) != amax) ++j;
+      const float iscale = -127.f / x[j];
+      const __m256 s = _mm256_set1_ps(iscale);
+      for (int i = 0; i < kBlock / 32; ++i) {
+        __m256i ints[4];
+        Round32(x + 32 * i, s, q + 32 * i, ints);
+        sums[2 * i] = static_cast<int16_t>(Hsum(_mm256_add_epi32(ints[0], ints[1])));
+        sums[2 * i + 1] = static_cast<int16_t>(Hsum(_mm256_add_epi32(ints[2], ints[3])));
+      }
+      d = 1.f / iscale;
+    } else {
+      std::memset(q, 0, kBlock);
+    }
+    std::memcpy(out, &d, 4);
+    std::memcpy(out + 4 + kBlock, sums, sizeof(sums));
   }
 }
 

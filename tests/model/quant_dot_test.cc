@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -238,6 +239,44 @@ TEST(QuantDotTest, PackedRowsKeepNonFiniteActivationsNonFinite) {
     float out[8];
     DotRowsPacked(t, cols, packed.data(), 8, c.acts.data(), c.act_bytes, side.data(), 1, 0.f, out, 8);
     for (float v : out) EXPECT_TRUE(std::isnan(v)) << TypeInfo(static_cast<uint32_t>(t))->name;
+  }
+}
+
+// The AVX2 quantizers write the portable loops' bytes: scales, values
+// (ties to even), Q8_K's sums, on rows with exact ties, zero blocks, a
+// largest magnitude held by both signs, denormals, huge values, and a NaN
+// or an infinity in one block.
+TEST(QuantDotTest, VectorQuantizersWriteThePortableBytes) {
+  if (!HasAvx2()) GTEST_SKIP() << "no AVX2 on this CPU: only the portable quantizers run";
+  std::mt19937 rng(21);
+  const int cols = 1024;
+  for (int trial = 0; trial < 400; ++trial) {
+    std::vector<float> x = Normal(cols, &rng, trial % 7 == 0 ? 1e30f : trial % 5 == 0 ? 1e-40f : 3.f);
+    const int kind = trial % 8;
+    if (kind == 1) std::fill(x.begin() + 256, x.begin() + 512, 0.f);
+    if (kind == 2) {  // exact half steps: 127 at the top, k + 0.5 below
+      for (int j = 0; j < cols; ++j) x[j] = j % 32 == 0 ? 127.f : static_cast<float>(j % 100 - 50) + 0.5f;
+    }
+    if (kind == 3) {
+      x[300] = -50.f;
+      x[301] = 50.f;
+      x[40] = 60.f;
+      x[41] = -60.f;
+    }
+    if (kind == 4) x[rng() % cols] = std::numeric_limits<float>::quiet_NaN();
+    if (kind == 5) x[rng() % cols] = (rng() & 1) ? INFINITY : -INFINITY;
+    for (ActFormat f : {ActFormat::kQ8_0, ActFormat::kQ8_K}) {
+      std::vector<uint8_t> want(ActRowBytes(f, cols)), got(want.size());
+      QuantizeActivationsPortable(f, x.data(), cols, want.data());
+      if (f == ActFormat::kQ8_0) QuantizeQ8_0Avx2(x.data(), cols, got.data());
+      else QuantizeQ8_KAvx2(x.data(), cols, got.data());
+      const size_t at = std::mismatch(want.begin(), want.end(), got.begin()).first - want.begin();
+      ASSERT_EQ(at, want.size()) << (f == ActFormat::kQ8_0 ? "Q8_0" : "Q8_K") << " trial " << trial
+                                 << ": first different byte " << at;
+      // What MatMul calls dispatches to them.
+      QuantizeActivations(f, x.data(), cols, got.data());
+      ASSERT_EQ(want, got);
+    }
   }
 }
 
