@@ -46,14 +46,12 @@ void QuantizeQ8_0(const float* x, int cols, uint8_t* out) {
     }
     float amax = 0;
     for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.f;
-    // A block of denormals: 1/d overflows; its products are zeros anyway.
-    const float id = d != 0 && std::isfinite(1.f / d) ? 1.f / d : 0.f;
-    const uint16_t h = kernels::FloatToHalf(d);
+    const Q8_0Scale sc = Q8_0ScaleOf(amax);
+    const uint16_t h = kernels::FloatToHalf(sc.d);
     std::memcpy(out, &h, 2);
     // Ties to even, as ggml's AVX2 quantizer rounds (its portable one
     // rounds them away from zero).
-    for (int j = 0; j < kQK; ++j) q[j] = static_cast<int8_t>(NearestInt(x[j] * id));
+    for (int j = 0; j < kQK; ++j) q[j] = static_cast<int8_t>(NearestInt(x[j] * sc.inverse));
   }
 }
 
@@ -61,19 +59,18 @@ void QuantizeQ8_K(const float* x, int cols, uint8_t* out) {
   for (int b = 0; b < cols / kQKK; ++b, x += kQKK, out += kQ8_KBytes) {
     auto* q = reinterpret_cast<int8_t*>(out + 4);
     int16_t sums[16] = {};
-    float d = 0;
-    float amax = 0, max = 0;
+    float d = 0, amax = 0, max = 0;
     for (int j = 0; j < kQKK; ++j) {
       if (std::fabs(x[j]) > amax) {
         amax = std::fabs(x[j]);
         max = x[j];
       }
     }
+    const float iscale = Q8_KInverseOf(max);
     if (!AllFinite(x, kQKK)) {  // as in Q8_0: the products become NaN
       std::memset(q, 0, kQKK);
       d = std::numeric_limits<float>::quiet_NaN();
-    } else if (amax != 0 && std::isfinite(-127.f / max)) {  // not a block of denormals
-      const float iscale = -127.f / max;
+    } else if (iscale != 0) {
       for (int j = 0; j < kQKK; ++j) q[j] = static_cast<int8_t>(std::min(127, NearestInt(iscale * x[j])));
       for (int j = 0; j < kQKK; ++j) sums[j / 16] = static_cast<int16_t>(sums[j / 16] + q[j]);
       d = 1.f / iscale;

@@ -20,6 +20,7 @@
 // Thread safety: all functions are pure; callers own every buffer.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -64,6 +65,24 @@ size_t ActRowBytes(ActFormat f, int cols);
 // portable loops' (QuantizeActivationsPortable, the reference).
 void QuantizeActivations(ActFormat f, const float* x, int cols, uint8_t* out);
 void QuantizeActivationsPortable(ActFormat f, const float* x, int cols, uint8_t* out);
+// The scales both quantizers (portable and AVX2) use, so the rules live
+// once. Q8_0, for a finite block of largest magnitude amax: d = amax / 127
+// (stored as fp16) and the multiplier 1/d, 0 where d is 0 or 1/d overflows
+// (a block of denormals, whose products are zeros anyway).
+struct Q8_0Scale {
+  float d, inverse;
+};
+inline Q8_0Scale Q8_0ScaleOf(float amax) {
+  const float d = amax / 127.f, inverse = 1.f / d;
+  return {d, d != 0 && std::isfinite(inverse) ? inverse : 0.f};
+}
+// Q8_K, for a finite block whose value of largest magnitude is max: the
+// multiplier -127 / max, or 0 for a block of zeros or denormals (then the
+// block is all zeros with scale 0).
+inline float Q8_KInverseOf(float max) {
+  const float inverse = -127.f / max;
+  return max != 0 && std::isfinite(inverse) ? inverse : 0.f;
+}
 // The AVX2 quantizers of one row (model/quant_dot_avx2.cc); the caller
 // checks HasAvx2().
 void QuantizeQ8_0Avx2(const float* x, int cols, uint8_t* out);

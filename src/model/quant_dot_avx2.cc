@@ -344,12 +344,11 @@ TIERKV_AVX2 void QuantizeQ8_0Avx2(const float* x, int cols, uint8_t* out) {
       std::memset(q, 0, kBlock);
       continue;
     }
-    const float d = amax / 127.f;
-    const float id = d != 0 && std::isfinite(1.f / d) ? 1.f / d : 0.f;
-    const uint16_t h = kernels::FloatToHalf(d);
+    const Q8_0Scale sc = Q8_0ScaleOf(amax);
+    const uint16_t h = kernels::FloatToHalf(sc.d);
     std::memcpy(out, &h, 2);
     __m256i ints[4];
-    Round32(x, _mm256_set1_ps(id), q, ints);
+    Round32(x, _mm256_set1_ps(sc.inverse), q, ints);
   }
 }
 
@@ -358,14 +357,17 @@ TIERKV_AVX2 void QuantizeQ8_KAvx2(const float* x, int cols, uint8_t* out) {
   for (int b = 0; b < cols / kBlock; ++b, x += kBlock, out += 4 + kBlock + 32) {
     auto* q = reinterpret_cast<int8_t*>(out + 4);
     int16_t sums[16] = {};
-    float d = 0, amax;
-    if (!FiniteAmax(x, kBlock, &amax)) {
-      std::memset(q, 0, kBlock);
-      d = std::numeric_limits<float>::quiet_NaN();
-    } else if (amax != 0 && std::isfinite(127.f / amax)) {  // not a block of denormals
+    float d = 0, amax, iscale = 0;
+    const bool finite = FiniteAmax(x, kBlock, &amax);
+    if (finite && amax != 0) {
       int j = 0;  // the first value of largest magnitude gives the sign
       while (std::fabs(x[j]) != amax) ++j;
-      const float iscale = -127.f / x[j];
+      iscale = Q8_KInverseOf(x[j]);
+    }
+    if (!finite) {
+      std::memset(q, 0, kBlock);
+      d = std::numeric_limits<float>::quiet_NaN();
+    } else if (iscale != 0) {
       const __m256 s = _mm256_set1_ps(iscale);
       for (int i = 0; i < kBlock / 32; ++i) {
         __m256i ints[4];
@@ -374,7 +376,7 @@ TIERKV_AVX2 void QuantizeQ8_KAvx2(const float* x, int cols, uint8_t* out) {
         sums[2 * i + 1] = static_cast<int16_t>(Hsum(_mm256_add_epi32(ints[2], ints[3])));
       }
       d = 1.f / iscale;
-    } else {
+    } else {  // zeros, or denormals
       std::memset(q, 0, kBlock);
     }
     std::memcpy(out, &d, 4);
