@@ -6,7 +6,10 @@
 // reads every record once (the disk settles). Each round opens every system
 // afresh with device and host pools sized as shares of the stored K/V, runs
 // `warmup` unmeasured passes, one maintenance round (impress-ro, impress,
-// spec: reordering), then `repeat` measured passes; rounds alternate the
+// spec: reordering), one unmeasured settling request (every system, so that
+// none meets its first measured forward pass after seconds of idle or
+// maintenance: on this project's machines such a pass ran up to 4x slower,
+// docs/engine.md), then `repeat` measured passes; rounds alternate the
 // systems' order (listed, reversed, ...), so that neither the disk's state
 // nor the host's page cache favours a system.
 //
