@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "engine_flags.h"
 #include "prompt_file.h"
 #include "tierkv/bench_suite.h"
 #include "tierkv/commands.h"
@@ -82,7 +83,7 @@ void AddBench(CLI::App& app, Action* run) {
                   "Results of tools/llamacpp/runner.mjs bench on the same workloads (JSON; repeat for several): "
                   "the report puts llama.cpp's full prefill and state restore beside recompute and the reuse "
                   "systems");
-  AddEngineFlags(sub, &a->f);
+  AddEngineFlags(sub, &a->f, ScratchStoreUse(/*pool_mib=*/false));
   sub->add_flag("--json", a->json, "Print results.json to stdout as well");
   sub->callback([a, run, sub] {
     *run = [a, sub]() -> int {

@@ -10,6 +10,7 @@
 #include "tierkv/fidelity.h"
 #include "tierkv/harness.h"
 #include "tierkv/task_workload.h"
+#include "engine_flags.h"
 #include "prompt_file.h"
 #include "tierkv/commands.h"
 
@@ -38,7 +39,7 @@ void AddCheck(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   AddPromptFileFlag(sub, &a->prompt_file);
-  AddEngineFlags(sub, &a->f);
+  AddEngineFlags(sub, &a->f, ScratchStoreUse(/*pool_mib=*/true));
   sub->add_flag("--from-remote", a->from_remote,
                 "With --remote: the system gets the stored prefixes only from the remote tier: they are "
                 "stored in a directory of their own and every chunk is sent up (in the writer's importance "
@@ -65,7 +66,7 @@ void AddCheck(CLI::App& app, Action* run) {
       size_t not_stored = 0;  // prefixes whose storing failed (a full disk): less reuse, said below
       engine::EngineOptions wo = eo;  // the writer's
       if (a->from_remote) {
-        if (a->f.remote.url.empty()) return Fail("--from-remote needs --remote URL");
+        if (a->f.engine.remote.url.empty()) return Fail("--from-remote needs --remote URL");
         wo.cache_dir = scratch->path() + "/writer";
         eo.cache_dir = scratch->path() + "/reader";
         wo.remote.admit = RemoteAdmit::kAlways;
@@ -144,7 +145,7 @@ void AddCheck(CLI::App& app, Action* run) {
         j["prefix_tokens"] = prefix_tokens;
         j["reused_tokens"] = reused_tokens;
         j["prefixes_not_stored"] = not_stored;
-        if (!a->f.remote.url.empty()) j["remote_bytes"] = remote_bytes;
+        if (!a->f.engine.remote.url.empty()) j["remote_bytes"] = remote_bytes;
         j["max_abs_logit_diff"] = fid.max_abs_logit_diff;
         j["top1_agree"] = fid.top1_agree();
         j["kl_mean"] = fid.kl_mean();
@@ -172,7 +173,7 @@ void AddCheck(CLI::App& app, Action* run) {
                     static_cast<unsigned long long>(prefix_tokens));
         std::printf("max |dlogit| %.4g, top-1 agreement %.4f, mean KL %.4g (against recompute)\n",
                     fid.max_abs_logit_diff, fid.top1_agree(), fid.kl_mean());
-        if (!a->f.remote.url.empty()) {
+        if (!a->f.engine.remote.url.empty()) {
           std::printf("%llu bytes fetched from the remote tier\n", static_cast<unsigned long long>(remote_bytes));
         }
         if (not_stored > 0) {

@@ -15,6 +15,7 @@
 #include "tierkv/task_workload.h"
 #include "tierkv/latency.h"
 #include "tierkv/logging.h"
+#include "engine_flags.h"
 #include "prompt_file.h"
 #include "tierkv/commands.h"
 
@@ -76,7 +77,7 @@ void AddCompare(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   AddPromptFileFlag(sub, &a->prompt_file);
-  AddEngineFlags(sub, &a->f);
+  AddEngineFlags(sub, &a->f, ScratchStoreUse(/*pool_mib=*/false));
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->add_flag("--quality", a->quality,
                 "After the rounds, serve every request once more with each system and with "

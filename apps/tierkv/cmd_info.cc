@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "prompt_file.h"
+#include "engine_flags.h"
 #include "tierkv/chat.h"
 #include "tierkv/commands.h"
 #include "tierkv/engine.h"
@@ -115,7 +115,7 @@ void AddInfo(CLI::App& app, Action* run) {
   struct Args {
     std::string model, tokenizer;
     std::string weights = "auto";
-    uint32_t chunk_tokens = 64;
+    uint32_t chunk_tokens = engine::EngineOptions{}.chunk_tokens;
     bool json = false;
   };
   auto a = std::make_shared<Args>();

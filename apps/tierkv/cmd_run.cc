@@ -3,24 +3,21 @@
 #include "tierkv/commands.h"
 #include "tierkv/engine.h"
 #include "tierkv/generate.h"
-#include "prompt_file.h"
-#include "remote_flags.h"
+#include "engine_flags.h"
 
 namespace tierkv::app {
 
 namespace {
 
 struct RunArgs {
-  std::string model, tokenizer, prompt, kv_dtype = "f32";
-  std::string weights = "auto";
+  EngineFlags f;  // the model, and with --cache-dir the store and the engine
+  std::string prompt, kv_dtype = "f32";
   int max_tokens = 64;
   float temperature = 0.8f, top_p = 0.9f;
   uint64_t seed = 0;
   bool stats = false;
-  std::string cache_dir, system = "as-like", disk_budget = "auto";
+  std::string system = "as-like";
   double retention = 1.0;
-  engine::StoreOrder store_order = engine::StoreOrder::kOff;
-  RemoteOptions remote;
 };
 
 // The prompt through the engine (stored prefix reused, the prompt stored for
@@ -30,18 +27,12 @@ Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& to
   RETURN_IF_ERROR(ValidateGenerateOptions(go));
   auto system = engine::ParseSystem(a.system);
   if (!system.ok()) return system.status().WithContext("--system");
-  engine::EngineOptions o;
+  DiskBudget budget;
+  engine::EngineOptions o = EngineOptionsFrom(a.f, a.f.cache_dir, a.retention, &budget);
   o.system = *system;
-  o.cache_dir = a.cache_dir;
-  const DiskBudget budget = ResolveDiskBudget(a.disk_budget, a.cache_dir);
-  o.disk_budget_bytes = budget.bytes;
   if (a.stats) {
     std::fprintf(stderr, "disk budget %.1f MiB (%s)\n", double(budget.bytes) / double(1u << 20), budget.how.c_str());
   }
-  o.retention = a.retention;
-  o.store_order = a.store_order;
-  o.tokenizer_hash = TokenizerHash(a.tokenizer);
-  o.remote = a.remote;
   ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(model, o));
   GenerateResult res;
   ASSIGN_OR_RETURN(res.prompt_tokens, tok.Encode(a.prompt, /*add_bos=*/true));
@@ -54,7 +45,7 @@ Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& to
     std::fprintf(stderr, "%s: %zu of %zu prompt tokens reused (%llu bytes read from disk), TTFT %.1f ms\n",
                  a.system.c_str(), st.reused_tokens, st.prompt_tokens,
                  static_cast<unsigned long long>(st.disk_bytes_read), st.ttft_ms);
-    if (!a.remote.url.empty()) {
+    if (!a.f.engine.remote.url.empty()) {
       std::fprintf(stderr, "remote: %llu chunks whole, %llu in part (%llu bytes) fetched in %.1f ms\n",
                    static_cast<unsigned long long>(st.remote_chunks),
                    static_cast<unsigned long long>(st.remote_important_chunks),
@@ -65,7 +56,7 @@ Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& to
   const auto step = [&](int32_t t) { return seq.Step(model, t); };
   RETURN_IF_ERROR(Continue(tok, model.config().context_length, std::move(first.logits), step, go, &res));
   eng->DrainRemote();  // the chunks queued for the remote tier go up before the process ends
-  if (a.stats && !a.remote.url.empty()) {
+  if (a.stats && !a.f.engine.remote.url.empty()) {
     const RemoteStats rs = eng->RemoteStatistics();
     std::fprintf(stderr,
                  "remote: %llu chunks written (%llu bytes), %llu refused by Redis, %llu dropped, %llu errors, "
@@ -85,12 +76,12 @@ void AddRun(CLI::App& app, Action* run) {
   using Args = RunArgs;
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("run", "Generate a continuation of a prompt");
-  sub->add_option("--model", a->model,
-                  "Model file: GGUF (llama, qwen2, mistral; F32/F16/BF16 or quantized) or llama2.c checkpoint (default: $TIERKV_MODEL, else " +
-                      DefaultModelPath() + ")");
-  sub->add_option("--tokenizer", a->tokenizer,
-                  "SentencePiece .model, a GGUF file's tokenizer or llama2.c tokenizer.bin (default: the model's own)");
-  AddWeightsFlag(sub, &a->weights);
+  const auto store_flags = AddEngineFlags(sub, &a->f,
+                 EngineFlagUse{"Reuse and store the prompt's K/V in this cache directory (created if "
+                               "missing): a later run whose prompt starts the same reuses that prefix, and "
+                               "the tokens generated attend the rows the prompt attended. Without it the "
+                               "prompt is computed in memory and nothing is kept (the store's, selection's "
+                               "and remote tier's flags are then refused)"});
   sub->add_option("--prompt", a->prompt, "Prompt text")->required();
   sub->add_option("--max-tokens", a->max_tokens, "Tokens to generate at most")
       ->capture_default_str()
@@ -107,12 +98,6 @@ void AddRun(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16"}));
   sub->add_flag("--stats", a->stats, "Print token counts and timings to stderr");
-  sub->add_option("--cache-dir", a->cache_dir,
-                  "Reuse and store the prompt's K/V in this cache directory (created if "
-                  "missing): a later run whose prompt starts the same reuses that prefix, and "
-                  "the tokens generated attend the rows the prompt attended. Without it the "
-                  "prompt is computed in memory and nothing is kept");
-  AddDiskBudgetFlag(sub, &a->disk_budget);  // with --cache-dir
   sub->add_option("--system", a->system,
                   "With --cache-dir: how the stored prefix is reused (tierkv compare's systems: "
                   "as-like reads all of it, as fp16 rows; the selective ones read a share)")
@@ -121,16 +106,12 @@ void AddRun(CLI::App& app, Action* run) {
                   "With --cache-dir: share of the prefix rows a selective system reads per layer")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  AddParsedOption(sub, "--store-order", &a->store_order, engine::ParseStoreOrder,
-                  "With --cache-dir: write the stored rows once more in this request's importance "
-                  "order: off (the default), system (the selective systems that order at store), or on. "
-                  "With --remote, chunks then go up in that order, and a reader with --remote-read "
-                  "important fetches only their important part",
-                  "system, on or off");
-  AddRemoteFlags(sub, &a->remote);  // with --cache-dir
-  sub->callback([a, run] {
-    *run = [a]() -> int {
-      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer, a->weights);
+  sub->callback([a, run, store_flags] {
+    *run = [a, store_flags]() -> int {
+      if (a->f.cache_dir.empty()) {
+        if (Status s = CheckStoreFlagsUnused(store_flags); !s.ok()) return Fail(s.message());
+      }
+      auto loaded = LoadModelAndTokenizer(a->f.model, a->f.tokenizer, a->f.weights);
       if (!loaded.ok()) return Fail(loaded.status().ToString());
       const Model& model = *loaded->model;
       const Tokenizer& tok = *loaded->tokenizer;
@@ -144,7 +125,7 @@ void AddRun(CLI::App& app, Action* run) {
         std::fwrite(s.data(), 1, s.size(), stdout);
         std::fflush(stdout);
       };
-      auto res = a->cache_dir.empty() ? Generate(model, tok, a->prompt, go)
+      auto res = a->f.cache_dir.empty() ? Generate(model, tok, a->prompt, go)
                                       : GenerateWithReuse(model, tok, *a, go);
       if (!res.ok()) return Fail(res.status().ToString());
       std::fputc('\n', stdout);

@@ -4,8 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "prompt_file.h"
-#include "remote_flags.h"
+#include "engine_flags.h"
 #include "signals.h"
 #include "tierkv/commands.h"
 #include "tierkv/engine.h"
@@ -16,15 +15,12 @@ namespace tierkv::app {
 namespace {
 
 struct ServeArgs {
-  std::string model, tokenizer, cache_dir, system = "as-like", chat_template = "auto";
-  std::string weights = "auto";
+  EngineFlags f;
+  std::string system = "as-like", chat_template = "auto";
   double retention = 1.0;
-  uint64_t device_mib = 64, host_mib = 256;
   server::ServerOptions server;
   double grace_seconds = 10;
-  std::string disk_budget = "auto";
   double request_timeout_seconds = 30;
-  RemoteOptions remote;
 };
 
 // $XDG_CACHE_HOME/tierkv, else ~/.cache/tierkv: a restart finds the
@@ -69,27 +65,20 @@ Result<std::vector<std::string>> ApiKeys(std::vector<std::string> keys) {
 }
 
 Result<int> Serve(const ServeArgs& a) {
-  ASSIGN_OR_RETURN(auto loaded, LoadModelAndTokenizer(a.model, a.tokenizer, a.weights));
+  ASSIGN_OR_RETURN(auto loaded, LoadModelAndTokenizer(a.f.model, a.f.tokenizer, a.f.weights));
   // Before the engine opens the store: a template this build cannot render stops here.
   auto chat = ChooseChatTemplate(loaded.model->embedded_vocab(), a.chat_template);
-  if (!chat.ok()) return chat.status().WithContext(a.model);
+  if (!chat.ok()) return chat.status().WithContext(a.f.model);
   auto system = engine::ParseSystem(a.system);
   if (!system.ok()) return system.status().WithContext("--system");
-  engine::EngineOptions o;
-  o.system = *system;
-  if (a.cache_dir.empty()) {
-    ASSIGN_OR_RETURN(o.cache_dir, DefaultCacheDir());
-  } else {
-    o.cache_dir = a.cache_dir;
+  std::string cache_dir = a.f.cache_dir;
+  if (cache_dir.empty()) {
+    ASSIGN_OR_RETURN(cache_dir, DefaultCacheDir());
   }
-  const DiskBudget budget = ResolveDiskBudget(a.disk_budget, o.cache_dir);
-  o.disk_budget_bytes = budget.bytes;
+  DiskBudget budget;
+  engine::EngineOptions o = EngineOptionsFrom(a.f, cache_dir, a.retention, &budget);
+  o.system = *system;
   std::fprintf(stderr, "tierkv: disk budget %.1f MiB (%s)\n", double(budget.bytes) / double(1u << 20), budget.how.c_str());
-  o.retention = a.retention;
-  o.device_bytes = a.device_mib << 20;
-  o.host_bytes = a.host_mib << 20;
-  o.tokenizer_hash = TokenizerHash(a.tokenizer);
-  o.remote = a.remote;
   ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(*loaded.model, o));
   server::ServerOptions so = a.server;
   so.chat = *chat;
@@ -135,22 +124,15 @@ void AddServe(CLI::App& app, Action* run) {
       "serve",
       "Serve the model over an OpenAI-compatible HTTP API (POST /v1/completions, /v1/chat/completions; "
       "GET /v1/models, /health, /metrics, /v1/cache), reusing stored prompt prefixes");
-  sub->add_option("--model", a->model,
-                  "Model file: GGUF (llama, qwen2, mistral; F32/F16/BF16 or quantized) or llama2.c checkpoint (default: $TIERKV_MODEL, else " +
-                      DefaultModelPath() + ")");
-  sub->add_option("--tokenizer", a->tokenizer,
-                  "SentencePiece .model, a GGUF file's tokenizer or llama2.c tokenizer.bin (default: the model's own)");
-  AddWeightsFlag(sub, &a->weights);
+  AddEngineFlags(sub, &a->f,
+                 EngineFlagUse{"Where prompt K/V is stored and found again across restarts (default: "
+                               "$XDG_CACHE_HOME/tierkv, else ~/.cache/tierkv); each model has its own namespace in it"});
   sub->add_option("--chat-template", a->chat_template,
                   "How /v1/chat/completions writes a conversation: auto (recognise the model's "
                   "tokenizer.chat_template: Llama 3.1-3.3, ChatML/Qwen2, Mistral Nemo; the tierkv format "
                   "for a model without one), or llama3, chatml, mistral, tierkv")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "llama3", "chatml", "mistral", "tierkv"}));
-  sub->add_option("--cache-dir", a->cache_dir,
-                  "Where prompt K/V is stored and found again across restarts (default: "
-                  "$XDG_CACHE_HOME/tierkv, else ~/.cache/tierkv); each model has its own namespace in it");
-  AddDiskBudgetFlag(sub, &a->disk_budget);
   sub->add_option("--system", a->system,
                   "How a stored prefix is reused (tierkv compare's systems; as-like reads all of it, "
                   "the selective ones a share)")
@@ -158,13 +140,6 @@ void AddServe(CLI::App& app, Action* run) {
   sub->add_option("--retention", a->retention, "Share of the prefix rows a selective system reads per layer")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  AddRemoteFlags(sub, &a->remote);
-  sub->add_option("--device-mib", a->device_mib, "The device pool's size (MiB), the fastest tier above the disk")
-      ->capture_default_str()
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
-  sub->add_option("--host-mib", a->host_mib, "The host pool's size (MiB), between the device pool and the disk")
-      ->capture_default_str()
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
   sub->add_option("--scheduler", a->server.scheduler,
                   "Which waiting request starts next: fcfs (arrival order) or car (CaR: a shuffled window "
                   "ordered by where each prefix's K/V is, pools before nothing stored before disk, and a "
