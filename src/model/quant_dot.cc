@@ -244,12 +244,30 @@ ActFormat ActivationFormat(GgmlType t) {
   }
 }
 
+namespace {
+
+// The 8-bit kernels' crossover on a CPU without AVX-512 (quant_dot.h).
+int Avx2OnlyMaxRows(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_0: return 32;
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ6_K: return 64;
+    case GgmlType::kQ4_K: return 128;
+    case GgmlType::kQ5_K: return 256;
+    default: return 16;
+  }
+}
+
+}  // namespace
+
 int InTypeMaxRows(GgmlType t) {
+  // Without AVX2 the portable loops run: the figures measured with AVX-512.
+  static const bool avx2_only = !__builtin_cpu_supports("avx512f") && HasAvx2();
   switch (ActivationFormat(t)) {
     case ActFormat::kNone: return 0;
     case ActFormat::kF32: return t == GgmlType::kF16 ? 2 : 8;
     case ActFormat::kQ8_0:
-    case ActFormat::kQ8_K: return 16;
+    case ActFormat::kQ8_K: return avx2_only ? Avx2OnlyMaxRows(t) : 16;
   }
   return 0;
 }

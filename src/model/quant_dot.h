@@ -42,14 +42,24 @@ ActFormat ActivationFormat(GgmlType t);
 
 // Products of up to this many activation rows with weights of type t run in
 // type (WeightMatrix::MatMul); sgemm on dequantized tiles wins above it.
-// 0 for a type without kernels. Measured with `tierkv bench-engine --decode`
-// (docs/engine.md): the 8-bit kernels stay ahead of dequantize-then-sgemm
-// up to 16 rows (Q4_K: 16.7 against 31.2 ms at 16 rows, 70 against 40 at
-// 64, an 8192 x 8192 matrix on 2 threads); F16's fp32 products lose from 4
-// rows on (16.7 against 11.3 ms at 4; F16C makes sgemm's tiles cheap), so
-// they stop at 2; BF16's at 16 (its tiles are converted by a portable
-// loop), so they stop at 8.
-int InTypeMaxRows(GgmlType t);
+// 0 for a type without kernels. The crossover depends on how fast sgemm is
+// next to the 8-bit kernels, so it is per kind of CPU, measured with
+// `tierkv bench-engine --decode --product-rows ...` on an 8192 x 8192
+// matrix, 2 threads (docs/engine.md):
+// - with AVX-512 (an Intel CPU with VNNI, where sgemm runs at ~300 GFLOP/s):
+//   16 rows for the 8-bit kernels (Q4_K: 16.7 against 31.2 ms at 16 rows, 70
+//   against 40 at 64); F16's fp32 products lose from 4 rows on (16.7 against
+//   11.3 ms at 4; F16C makes sgemm's tiles cheap), so they stop at 2; BF16's
+//   at 16 (its tiles are converted by a portable loop), so they stop at 8;
+// - AVX2 only (an AMD EPYC, Zen 3, where sgemm peaks at ~135 GFLOP/s and
+//   dequantizing a tile costs as much as multiplying it): in type up to 32
+//   rows for Q4_0 (46.4 against 44.7 ms at 32), 64 for Q8_0 and Q6_K (at 64
+//   level: 92.4 | 90.1, 71.0 | 67.0; at 32: 44.4 | 60.6, 32.7 | 42.7), 128
+//   for Q4_K (78.7 against 87.4 at 64, level at 128) and 256 for Q5_K (308
+//   against 361 at 256). With 16 there, a 19-token query after a reused
+//   prefix dequantized every weight of the model (~800 ms on a 1B model).
+//   F16 and BF16 keep the AVX-512 figures (not measured there).
+int InTypeMaxRows(GgmlType t);int InTypeMaxRows(GgmlType t);
 
 // Bytes of one row of `cols` activations in format f (cols a multiple of
 // its block: 32 for Q8_0, 256 for Q8_K).

@@ -6,7 +6,7 @@
 //
 // Products with in-place rows take one of two paths:
 // - up to InTypeMaxRows(type) activation rows (decode, short batches; 16
-//   for the 8-bit types), or any number for packed rows (below), in the
+//   for the 8-bit types with AVX-512, 32-256 with AVX2 only), or any number for packed rows (below), in the
 //   rows' own type (model/quant_dot.h): the activations are quantized once
 //   per product to 8 bits per block and multiplied with integer dot products,
 //   so a token reads the file's bytes and converts no weight to fp32;
