@@ -158,6 +158,37 @@ def encode_sample(sp, rng, hay, T, answer_weight, heldout=False, kind=None, dept
     raise RuntimeError("retrieval sample does not fit %d tokens" % T)
 
 
+def encode_drill(sp, rng, T, answer_weight, heldout=False):
+    """A dense retrieval drill: a short haystack-free registry of 4-16
+    "<name>: <digits>" lines, then as many questions as fit, each
+    "In the registry, <name>:" -> " <digits>", every answer weighted.
+
+    Why: in the haystack samples one 6-token answer is supervised per row,
+    so a model that has not yet learned to look back barely sees the
+    signal; a drill gives every row dozens of lookups (the copying circuit
+    forms on these first, then the haystack kinds teach it at depth).
+    Returns (ids, weights) like encode_sample."""
+    k = rng.randint(4, 16)
+    names = make_names(rng, k, heldout)
+    nums = [number(rng) for _ in names]
+    text = "Registry:\n" + "\n".join(f"{n}: {v}" for n, v in zip(names, nums)) + "\n"
+    spans = []
+    while True:
+        i = rng.randrange(k)
+        q = text + f"In the registry, {names[i]}:"
+        a = q + f" {nums[i]}\n"
+        if len(sp.encode(a)) + 1 > T + 1:
+            break
+        spans.append((len(sp.encode(q)), len(sp.encode(a.rstrip("\n")))))
+        text = a
+    ids = [sp.bos_id()] + sp.encode(text)
+    w = [1.0] * (len(ids) - 1)
+    for b, e in spans:  # targets ids[b+1 : e+1] are the answer's tokens
+        for j in range(b, e):
+            w[j] = answer_weight
+    return ids, w
+
+
 if __name__ == "__main__":
     import sys
     rng = random.Random(1)
