@@ -76,7 +76,7 @@ void AddRun(CLI::App& app, Action* run) {
   using Args = RunArgs;
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("run", "Generate a continuation of a prompt");
-  const auto store_flags = AddEngineFlags(sub, &a->f,
+  auto store_flags = AddEngineFlags(sub, &a->f,
                  EngineFlagUse{"Reuse and store the prompt's K/V in this cache directory (created if "
                                "missing): a later run whose prompt starts the same reuses that prefix, and "
                                "the tokens generated attend the rows the prompt attended. Without it the "
@@ -98,14 +98,16 @@ void AddRun(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16"}));
   sub->add_flag("--stats", a->stats, "Print token counts and timings to stderr");
-  sub->add_option("--system", a->system,
-                  "With --cache-dir: how the stored prefix is reused (tierkv compare's systems: "
-                  "as-like reads all of it, as fp16 rows; the selective ones read a share)")
-      ->capture_default_str();
-  sub->add_option("--retention", a->retention,
-                  "With --cache-dir: share of the prefix rows a selective system reads per layer")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+  store_flags.push_back(sub->add_option("--system", a->system,
+                                        "With --cache-dir: how the stored prefix is reused (tierkv compare's "
+                                        "systems: as-like reads all of it, as fp16 rows; the selective ones read a "
+                                        "share)")
+                            ->capture_default_str());
+  store_flags.push_back(sub->add_option("--retention", a->retention,
+                                        "With --cache-dir: share of the prefix rows a selective system reads per "
+                                        "layer")
+                            ->capture_default_str()
+                            ->check(CLI::Range(0.0, 1.0)));
   sub->callback([a, run, store_flags] {
     *run = [a, store_flags]() -> int {
       if (a->f.cache_dir.empty()) {

@@ -8,6 +8,7 @@
 #include "signals.h"
 #include "tierkv/commands.h"
 #include "tierkv/engine.h"
+#include "tierkv/hex.h"
 #include "tierkv/server.h"
 
 namespace tierkv::app {
@@ -24,9 +25,9 @@ struct ServeArgs {
 };
 
 // $XDG_CACHE_HOME/tierkv, else ~/.cache/tierkv: a restart finds the
-// prefixes stored before (each model in its own namespace within it). Its
-// parent is created when missing (a fresh account has no ~/.cache); the
-// store creates the directory itself.
+// prefixes stored before, each store namespace in a subdirectory named by
+// its fingerprint. Its parent is created when missing (a fresh account has
+// no ~/.cache).
 Result<std::string> DefaultCacheDir() {
   std::string dir;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
@@ -73,7 +74,16 @@ Result<int> Serve(const ServeArgs& a) {
   if (!system.ok()) return system.status().WithContext("--system");
   std::string cache_dir = a.f.cache_dir;
   if (cache_dir.empty()) {
-    ASSIGN_OR_RETURN(cache_dir, DefaultCacheDir());
+    // One directory per store namespace (model, tokenizer, chunk size): a
+    // store holds one, so serving another model by default must not find
+    // the first one's directory and be refused.
+    ASSIGN_OR_RETURN(std::string base, DefaultCacheDir());
+    engine::EngineOptions probe = a.f.engine;
+    probe.tokenizer_hash = TokenizerHash(a.f.tokenizer);
+    cache_dir = base + "/" + Hex64(engine::StoreFingerprint(*loaded.model, probe));
+    std::error_code ec;
+    std::filesystem::create_directories(base, ec);
+    if (ec) return Status::IOError("cannot create " + base + " for the default cache directory: " + ec.message());
   }
   DiskBudget budget;
   engine::EngineOptions o = EngineOptionsFrom(a.f, cache_dir, a.retention, &budget);
@@ -126,7 +136,9 @@ void AddServe(CLI::App& app, Action* run) {
       "GET /v1/models, /health, /metrics, /v1/cache), reusing stored prompt prefixes");
   AddEngineFlags(sub, &a->f,
                  EngineFlagUse{"Where prompt K/V is stored and found again across restarts (default: "
-                               "$XDG_CACHE_HOME/tierkv, else ~/.cache/tierkv); each model has its own namespace in it"});
+                               "$XDG_CACHE_HOME/tierkv/FINGERPRINT, else ~/.cache/tierkv/FINGERPRINT: one directory per "
+                               "model, tokenizer and --chunk-tokens). A directory holds one such namespace: "
+                               "another is refused at start, naming what differs"});
   sub->add_option("--chat-template", a->chat_template,
                   "How /v1/chat/completions writes a conversation: auto (recognise the model's "
                   "tokenizer.chat_template: Llama 3.1-3.3, ChatML/Qwen2, Mistral Nemo; the tierkv format "

@@ -112,7 +112,8 @@ void AddStoreFlags(CLI::App* sub, EngineFlags* f, const EngineFlagUse& use) {
                   "pages): off (the default), system (impress-ro, impress, spec and car do; "
                   "compare's store is written so), or on. With --remote, chunks then go up in that "
                   "order, and a reader with --remote-read important fetches only their important part",
-                  "system, on or off");
+                  "system, on or off")
+      ->default_str(std::string(engine::StoreOrderName(e.store_order)));
   sub->add_option_function<std::string>(
          "--read-planner", [&e](const std::string& s) { e.merge_read_gaps = s == "model"; },
          "How selective reads fetch a record's pages: pages (the default: only the "
@@ -178,16 +179,19 @@ void AddSelectionFlags(CLI::App* sub, EngineFlags* f) {
                   "default: every prefix row, read from the request's start where the layer fell "
                   "back in the previous request) or h2o (IMPRESS's: all keys, then each head's "
                   "top rows)",
-                  "all or h2o");
+                  "all or h2o")
+      ->default_str(std::string(engine::ProbeFallbackName(e.fallback)));
   AddParsedOption(sub, "--aggregation", &e.aggregation, engine::ParseAggregation,
-                  "How the probe heads' sets combine: sum (default) or vote", "sum or vote");
+                  "How the probe heads' sets combine: sum (default) or vote", "sum or vote")
+      ->default_str(std::string(engine::AggregationName(e.aggregation)));
   AddParsedOption(sub, "--granularity", &e.unit, engine::ParseSelectionUnit,
                   "Selective systems choose or skip as one: auto (the default: blocks of up to 64 "
                   "tokens at retention 0.25 or below, smaller while a layer would keep fewer than 8, "
                   "page above), page (the consecutive tokens whose rows "
                   "share a 4 KiB page of a chunk's record, 8 for the default model), token "
                   "(single rows) or block:N (N consecutive tokens)",
-                  "auto, token, page or block:N");
+                  "auto, token, page or block:N")
+      ->default_str(engine::SelectionUnitName(e.unit));
   sub->add_option("--spec-min-recall", e.spec_min_recall,
                   "spec: prefetch a layer's predicted rows only while the prediction's recall "
                   "there (a moving average) is at least this (0: always, as SPEC publishes; the "
@@ -199,7 +203,8 @@ void AddSelectionFlags(CLI::App* sub, EngineFlags* f) {
                   "spec: how layer l+1's rows are predicted while layer l computes: set (layer l's "
                   "own set, as SPEC publishes; the default) or queries (layer l+1's probe heads "
                   "scored with the queries it would compute from layer l's input)",
-                  "set or queries");
+                  "set or queries")
+      ->default_str(std::string(engine::SpecPredictorName(e.spec_predictor)));
 }
 
 }  // namespace

@@ -59,7 +59,8 @@ struct EngineFlagUse {
 };
 
 // Returns the flags that only mean something with a store (all but the
-// model's and --cache-dir), for run's check below.
+// model's and --cache-dir), for run's check below (run adds its --system
+// and --retention).
 std::vector<const CLI::Option*> AddEngineFlags(CLI::App* sub, EngineFlags* f, const EngineFlagUse& use);
 // run without --cache-dir computes in memory: a store flag given then is a
 // mistake, named (InvalidArgument).

@@ -59,7 +59,11 @@ ActFormat ActivationFormat(GgmlType t);
 //   against 361 at 256). With 16 there, a 19-token query after a reused
 //   prefix dequantized every weight of the model (~800 ms on a 1B model).
 //   F16 and BF16 keep the AVX-512 figures (not measured there).
-int InTypeMaxRows(GgmlType t);int InTypeMaxRows(GgmlType t);
+// Other CPUs with AVX-512 (Zen 4, Skylake without VNNI) take the first
+// figures unmeasured. The rule is fixed per CPU rather than timed at load
+// so that which products round their activations to 8 bits, and so a
+// row's logits, do not change between runs of one machine.
+int InTypeMaxRows(GgmlType t);
 
 // Bytes of one row of `cols` activations in format f (cols a multiple of
 // its block: 32 for Q8_0, 256 for Q8_K).

@@ -203,6 +203,13 @@ Status CheckIdentity(const StoreOptions& o, const std::string& text) {
     return Status::InvalidArgument(path + ": not a tierkv store identity file");
   }
   if (ValueOf(text, "fingerprint") != Hex64(o.fingerprint)) {
+    // chunk_tokens is part of the fingerprint: name it when it is what differs.
+    const std::string tokens = ValueOf(text, "chunk_tokens");
+    if (tokens != std::to_string(o.chunk_tokens)) {
+      return Status::InvalidArgument("cache directory " + o.dir + " was written with chunks of " + tokens +
+                                     " tokens, not " + std::to_string(o.chunk_tokens) +
+                                     " (--chunk-tokens), or for another model; use another cache directory");
+    }
     return Status::InvalidArgument("cache directory " + o.dir + " belongs to another model (fingerprint " +
                                    ValueOf(text, "fingerprint") + ", this model " + Hex64(o.fingerprint) +
                                    "); use another cache directory");

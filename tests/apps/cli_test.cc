@@ -115,6 +115,14 @@ TEST(CliTest, UnknownFlagAndMissingArgumentsFail) {
   EXPECT_NE(r.out.find("--prompt"), std::string::npos) << r.out;
   r = Tierkv("run --model x --prompt y --top-p 2");
   EXPECT_NE(r.code, 0);
+  // Without --cache-dir nothing is stored: a store, selection or remote
+  // flag then is a mistake, named before the model is read.
+  for (const std::string flag : {"--remote redis://127.0.0.1:1", "--system impress", "--chunk-tokens 32",
+                                 "--device-mib 1", "--granularity page"}) {
+    r = Tierkv("run --model x --prompt y " + flag);
+    EXPECT_EQ(r.code, 1) << flag;
+    EXPECT_NE(r.out.find(flag.substr(0, flag.find(' ')) + " needs --cache-dir"), std::string::npos) << r.out;
+  }
 }
 
 TEST(CliTest, MissingDefaultModelIsAClearError) {

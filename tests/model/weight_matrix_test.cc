@@ -132,8 +132,15 @@ TEST(WeightMatrixTest, RowsOfSeveralTypesInPlaceGiveTheProductOfTheirValues) {
   size_t bytes = 0;
   for (const std::string& b : s.buffers) bytes += b.size();
   EXPECT_EQ(s.w.bytes(), bytes);
+  // One row count above every part's threshold, so that MatMul's own choice
+  // of the dequantizing path is checked on every kind of CPU (the
+  // thresholds reach 128 with AVX2 only).
+  int above = 0;
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kF16, GgmlType::kQ6_K, GgmlType::kBF16}) {
+    above = std::max(above, InTypeMaxRows(t) + 1);
+  }
   for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), ThreadPool::Compute()}) {
-    for (int M : {1, 5, 37}) {
+    for (int M : {1, 5, 37, above}) {
       ExpectProduct(s.w, pool, M, 0, s.w.rows(), 0.0f);
       ExpectProduct(s.w, pool, M, 35, 120, 1.0f);  // from the F32 rows into the Q4_K ones, accumulating
       ExpectProduct(s.w, pool, M, 200, 19, 0.0f);
@@ -158,7 +165,8 @@ TEST(WeightMatrixTest, RowsOfSeveralTypesInPlaceGiveTheProductOfTheirValues) {
 
 // Packed parts (Q8_0 and Q4_K on CPUs with AVX-512 VNNI) multiply in type
 // at every number of activation rows, within the 8-bit activations' bound
-// of the exact product: 40 rows (above the unpacked types' 16) and 300
+// of the exact product: 40 rows (above the unpacked types' 16 on those
+// CPUs) and 300
 // (more than one of the 256-row chunks a packed product walks), through
 // MatMul's own choice, each part with tail rows left in the file's layout.
 TEST(WeightMatrixTest, PackedPartsMultiplyInTypeAtEveryLength) {

@@ -552,8 +552,8 @@ TEST(ServeTest, AFullQueueRefusesAndClientsThatLeaveCancel) {
 
 // SIGTERM while a request runs: new requests are refused (503), the running
 // one is cancelled after the grace period, the process exits 0.
-// Without --cache-dir the store goes to ~/.cache/tierkv, and an account
-// that has no ~/.cache yet gets one.
+// Without --cache-dir the store goes to ~/.cache/tierkv/FINGERPRINT, and
+// an account that has no ~/.cache yet gets one.
 TEST(ServeTest, TheDefaultCacheDirectoryIsCreatedUnderAFreshHome) {
   TempDir dir;
   const std::string home = dir.path + "/home";
@@ -570,6 +570,16 @@ TEST(ServeTest, TheDefaultCacheDirectoryIsCreatedUnderAFreshHome) {
     EXPECT_TRUE(std::filesystem::is_directory(home + "/.cache/tierkv"));
     EXPECT_EQ(srv.Stop(), 0);
   }
+  {
+    // Another store namespace (here the chunk size) gets its own default
+    // directory instead of a refusal of the first one's.
+    ServerProcess srv({"--port", "0", "--chunk-tokens", "32"});
+    EXPECT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+    EXPECT_EQ(srv.Stop(), 0);
+  }
+  int stores = 0;
+  for (const auto& e : std::filesystem::directory_iterator(home + "/.cache/tierkv")) stores += e.is_directory();
+  EXPECT_EQ(stores, 2);
   if (old_home) ::setenv("HOME", saved_home.c_str(), 1);
   if (old_xdg) ::setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
 }

@@ -363,6 +363,11 @@ TEST(ChunkStoreErrorsTest, BadDirectoriesAndBudgetsAreClearErrors) {
   StoreOptions geometry = Options(dir.path());
   geometry.chunk_tokens = 32;
   EXPECT_THAT(ChunkStore::Open(geometry), StatusIs(StatusCode::kInvalidArgument, "geometry"));
+  // The engine's fingerprint covers chunk_tokens: when both differ the
+  // error names the chunk size first (a user's --chunk-tokens).
+  geometry.fingerprint = 0xbeef;
+  EXPECT_THAT(ChunkStore::Open(geometry),
+              StatusIs(StatusCode::kInvalidArgument, "written with chunks of 16 tokens, not 32 (--chunk-tokens)"));
   // Not a directory we can create.
   std::ofstream(dir.path() + "/plainfile") << "x";
   // The error names the directory and the system's reason (errno-mapped code).
