@@ -72,22 +72,20 @@ Result<int> Serve(const ServeArgs& a) {
   if (!chat.ok()) return chat.status().WithContext(a.f.model);
   auto system = engine::ParseSystem(a.system);
   if (!system.ok()) return system.status().WithContext("--system");
+  engine::EngineOptions o = EngineOptionsFrom(a.f, a.retention);
+  o.system = *system;
   std::string cache_dir = a.f.cache_dir;
   if (cache_dir.empty()) {
     // One directory per store namespace (model, tokenizer, chunk size): a
     // store holds one, so serving another model by default must not find
     // the first one's directory and be refused.
     ASSIGN_OR_RETURN(std::string base, DefaultCacheDir());
-    engine::EngineOptions probe = a.f.engine;
-    probe.tokenizer_hash = TokenizerHash(a.f.tokenizer);
-    cache_dir = base + "/" + Hex64(engine::StoreFingerprint(*loaded.model, probe));
+    cache_dir = base + "/" + Hex64(engine::StoreFingerprint(*loaded.model, o));
     std::error_code ec;
     std::filesystem::create_directories(base, ec);
     if (ec) return Status::IOError("cannot create " + base + " for the default cache directory: " + ec.message());
   }
-  DiskBudget budget;
-  engine::EngineOptions o = EngineOptionsFrom(a.f, cache_dir, a.retention, &budget);
-  o.system = *system;
+  const DiskBudget budget = PlaceStore(a.f, cache_dir, &o);
   std::fprintf(stderr, "tierkv: disk budget %.1f MiB (%s)\n", double(budget.bytes) / double(1u << 20), budget.how.c_str());
   ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(*loaded.model, o));
   server::ServerOptions so = a.server;

@@ -233,15 +233,25 @@ EngineFlagUse ScratchStoreUse(bool pool_mib) {
   return EngineFlagUse{"Cache directory (default: a new one under $TMPDIR or /var/tmp, removed after)", pool_mib};
 }
 
-engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string& cache_dir, double retention,
-                                        DiskBudget* budget) {
+engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, double retention) {
   engine::EngineOptions o = f.engine;
-  o.cache_dir = cache_dir;
-  const DiskBudget b = ResolveDiskBudget(f.disk_budget, cache_dir);
-  o.disk_budget_bytes = b.bytes;
-  if (budget) *budget = b;
   o.retention = retention;
   o.tokenizer_hash = TokenizerHash(f.tokenizer);
+  return o;
+}
+
+DiskBudget PlaceStore(const EngineFlags& f, const std::string& cache_dir, engine::EngineOptions* o) {
+  o->cache_dir = cache_dir;
+  const DiskBudget b = ResolveDiskBudget(f.disk_budget, cache_dir);
+  o->disk_budget_bytes = b.bytes;
+  return b;
+}
+
+engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string& cache_dir, double retention,
+                                        DiskBudget* budget) {
+  engine::EngineOptions o = EngineOptionsFrom(f, retention);
+  const DiskBudget b = PlaceStore(f, cache_dir, &o);
+  if (budget) *budget = b;
   return o;
 }
 

@@ -82,9 +82,13 @@ struct DiskBudget {
 // system is measured). If that cannot be measured, unlimited, saying so.
 DiskBudget ResolveDiskBudget(const std::string& mib, const std::string& cache_dir);
 
-// The engine options the flags set, with the store in `cache_dir` (its disk
-// budget resolved there; *budget says how, if given), the tokenizer's hash
-// and `retention` (the system is the caller's).
+// The engine options the flags set, with the tokenizer's hash and
+// `retention` (the system is the caller's); the store has no place yet.
+engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, double retention);
+// Puts the store in `cache_dir` and resolves --disk-budget-mib there.
+DiskBudget PlaceStore(const EngineFlags& f, const std::string& cache_dir, engine::EngineOptions* o);
+// Both: the options with the store in `cache_dir` (*budget says how its
+// budget was chosen, if given).
 engine::EngineOptions EngineOptionsFrom(const EngineFlags& f, const std::string& cache_dir, double retention,
                                         DiskBudget* budget = nullptr);
 

@@ -368,8 +368,9 @@ def main():
         with torch.no_grad():  # teacher-forced accuracy on the answers' tokens
             is_ans = wt != 1.0
             if bool(is_ans.any()):
-                hit = logits.detach().reshape(-1, c.vocab).argmax(-1) == batch[:, 1:].reshape(-1)
-                ans_hit += int(hit[is_ans].sum())
+                # argmax at the answers' positions only, not over every row's vocabulary
+                pred = logits.detach().reshape(-1, c.vocab)[is_ans].argmax(-1)
+                ans_hit += int((pred == batch[:, 1:].reshape(-1)[is_ans]).sum())
                 ans_n += int(is_ans.sum())
         opt.zero_grad(set_to_none=True)
         loss.backward()
