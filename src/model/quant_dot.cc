@@ -250,7 +250,7 @@ namespace {
 int Avx2OnlyMaxRows(GgmlType t) {
   switch (t) {
     case GgmlType::kQ4_0: return 32;
-    case GgmlType::kQ8_0:
+    case GgmlType::kQ8_0: return 48;
     case GgmlType::kQ6_K: return 64;
     case GgmlType::kQ4_K: return 128;
     case GgmlType::kQ5_K: return 256;
@@ -265,7 +265,7 @@ int InTypeMaxRows(GgmlType t) {
   static const bool avx2_only = !__builtin_cpu_supports("avx512f") && HasAvx2();
   switch (ActivationFormat(t)) {
     case ActFormat::kNone: return 0;
-    case ActFormat::kF32: return t == GgmlType::kF16 ? 2 : 8;
+    case ActFormat::kF32: return avx2_only ? 16 : t == GgmlType::kF16 ? 2 : 8;
     case ActFormat::kQ8_0:
     case ActFormat::kQ8_K: return avx2_only ? Avx2OnlyMaxRows(t) : 16;
   }

@@ -58,7 +58,10 @@ ActFormat ActivationFormat(GgmlType t);
 //   for Q4_K (78.7 against 87.4 at 64, level at 128) and 256 for Q5_K (308
 //   against 361 at 256). With 16 there, a 19-token query after a reused
 //   prefix dequantized every weight of the model (~800 ms on a 1B model).
-//   F16 and BF16 keep the AVX-512 figures (not measured there).
+//   Measured again on 2026-11-28 (same CPU): Q8_0 level at 48 rows and
+//   behind at 64 (98-114 against 89-94 ms), so 48; F16 and BF16 in
+//   registers up to 16 (F16: 10.5 against 28.4 ms at 4, 34.8 against 39.3
+//   at 16, 144 against 87 at 64; BF16: 36.6 against 67.0 at 16).
 // Other CPUs with AVX-512 (Zen 4, Skylake without VNNI) take the first
 // figures unmeasured. The rule is fixed per CPU rather than timed at load
 // so that which products round their activations to 8 bits, and so a
