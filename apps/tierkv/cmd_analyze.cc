@@ -3,9 +3,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "tierkv/plot.h"
-#include "tierkv/attention_study.h"
-#include "tierkv/commands.h"
+#include "tierkv/tools/plot.h"
+#include "tierkv/tools/attention_study.h"
+#include "commands.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/tokenizer.h"
 

@@ -5,8 +5,8 @@
 
 #include "engine_flags.h"
 #include "prompt_file.h"
-#include "tierkv/bench_suite.h"
-#include "tierkv/commands.h"
+#include "tierkv/tools/bench_suite.h"
+#include "commands.h"
 
 namespace tierkv::app {
 

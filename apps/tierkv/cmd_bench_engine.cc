@@ -1,8 +1,8 @@
 #include <cstdio>
 
-#include "tierkv/commands.h"
-#include "tierkv/decode_bench.h"
-#include "tierkv/engine_bench.h"
+#include "commands.h"
+#include "tierkv/tools/decode_bench.h"
+#include "tierkv/tools/engine_bench.h"
 #include "tierkv/process.h"
 
 namespace tierkv::app {

@@ -1,7 +1,7 @@
 #include <cstdio>
 
-#include "tierkv/index_bench.h"
-#include "tierkv/commands.h"
+#include "tierkv/tools/index_bench.h"
+#include "commands.h"
 
 namespace tierkv::app {
 

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "tierkv/io_bench.h"
-#include "tierkv/commands.h"
+#include "tierkv/tools/io_bench.h"
+#include "commands.h"
 
 namespace tierkv::app {
 

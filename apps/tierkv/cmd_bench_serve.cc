@@ -3,8 +3,8 @@
 
 #include <cstdio>
 
-#include "tierkv/commands.h"
-#include "tierkv/serve_bench.h"
+#include "commands.h"
+#include "tierkv/tools/serve_bench.h"
 
 namespace tierkv::app {
 

@@ -8,11 +8,11 @@
 
 #include "tierkv/engine.h"
 #include "tierkv/fidelity.h"
-#include "tierkv/harness.h"
-#include "tierkv/task_workload.h"
+#include "tierkv/tools/harness.h"
+#include "tierkv/tools/task_workload.h"
 #include "engine_flags.h"
 #include "prompt_file.h"
-#include "tierkv/commands.h"
+#include "commands.h"
 
 namespace tierkv::app {
 void AddCheck(CLI::App& app, Action* run) {

@@ -10,14 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "tierkv/engine.h"
-#include "tierkv/bench_suite.h"
-#include "tierkv/harness.h"
-#include "tierkv/task_workload.h"
-#include "tierkv/latency.h"
+#include "tierkv/tools/bench_suite.h"
+#include "tierkv/tools/harness.h"
+#include "tierkv/tools/task_workload.h"
+#include "tierkv/tools/latency.h"
 #include "tierkv/logging.h"
 #include "engine_flags.h"
 #include "prompt_file.h"
-#include "tierkv/commands.h"
+#include "commands.h"
 
 namespace tierkv::app {
 

@@ -1,6 +1,6 @@
 #include <cstdio>
 
-#include "tierkv/commands.h"
+#include "commands.h"
 #include "tierkv/convert.h"
 
 namespace tierkv::app {

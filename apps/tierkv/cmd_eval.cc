@@ -2,7 +2,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "tierkv/commands.h"
+#include "commands.h"
 #include "tierkv/eval.h"
 #include "tierkv/tokenizer.h"
 

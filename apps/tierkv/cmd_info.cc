@@ -6,7 +6,7 @@
 
 #include "engine_flags.h"
 #include "tierkv/chat.h"
-#include "tierkv/commands.h"
+#include "commands.h"
 #include "tierkv/engine.h"
 #include "tierkv/hex.h"
 #include "tierkv/process.h"

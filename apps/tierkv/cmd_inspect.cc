@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tierkv/commands.h"
+#include "commands.h"
 #include "tierkv/engine.h"
 #include "tierkv/remote.h"
 #include "tierkv/store.h"

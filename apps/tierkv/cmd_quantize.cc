@@ -1,7 +1,7 @@
 // tierkv quantize: a GGUF model with its weight matrices in another type.
 #include <cstdio>
 
-#include "tierkv/commands.h"
+#include "commands.h"
 #include "tierkv/convert.h"
 
 namespace tierkv::app {

@@ -1,6 +1,6 @@
 #include <cstdio>
 
-#include "tierkv/commands.h"
+#include "commands.h"
 #include "tierkv/engine.h"
 #include "tierkv/generate.h"
 #include "engine_flags.h"

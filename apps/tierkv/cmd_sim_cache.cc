@@ -1,7 +1,7 @@
 #include <cstdio>
 
-#include "tierkv/policy_trace.h"
-#include "tierkv/commands.h"
+#include "tierkv/tools/policy_trace.h"
+#include "commands.h"
 
 namespace tierkv::app {
 

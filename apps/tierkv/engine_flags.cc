@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "remote_flags.h"
-#include "tierkv/commands.h"
+#include "commands.h"
 
 namespace tierkv::app {
 
@@ -115,14 +115,25 @@ void AddStoreFlags(CLI::App* sub, EngineFlags* f, const EngineFlagUse& use) {
                   "system, on or off")
       ->default_str(std::string(engine::StoreOrderName(e.store_order)));
   sub->add_option_function<std::string>(
-         "--read-planner", [&e](const std::string& s) { e.merge_read_gaps = s == "model"; },
+         "--read-planner", [&e](const std::string& s) { e.disk.merge_read_gaps = s == "model"; },
          "How selective reads fetch a record's pages: pages (the default: only the "
          "needed pages, adjacent ones merged) or model (gaps the store's measured cost "
          "model, IO-MODEL, says are cheaper to read than to skip are read through: "
          "fewer, larger reads; ~10% more bytes and no faster on the disks measured, "
          "docs/systems.md)")
-      ->default_str(e.merge_read_gaps ? "model" : "pages")
+      ->default_str(e.disk.merge_read_gaps ? "model" : "pages")
       ->check(CLI::IsMember({"model", "pages"}));
+  sub->add_option("--io-backend", e.disk.io_backend,
+                  "How the store reads records: auto (io_uring where the kernel allows it, else "
+                  "pread), uring or pread")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "uring", "pread"}));
+  sub->add_option_function<std::string>(
+         "--direct-io", [&e](const std::string& s) { e.disk.direct_io = s == "on"; },
+         "Open the store's record files with O_DIRECT: on, or off for a file system without it "
+         "(tmpfs before Linux 6.6, some network file systems); off also skips measuring the disk (IO-MODEL)")
+      ->default_str(e.disk.direct_io ? "on" : "off")
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_flag("--exact-store", e.exact_store,
                 "Selective systems: store NR's K/V computed again over all of R (after the first "
                 "token) instead of over the rows they selected");

@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "signals.h"
-#include "tierkv/commands.h"
+#include "commands.h"
 #include "tierkv/logging.h"
 
 namespace tierkv::app {

@@ -1,6 +1,6 @@
 // What check, compare and bench share besides the engine's flags
 // (engine_flags.h): the request file's flag and a scratch store directory.
-// Request files are read by tierkv/task_workload.h (errors name the file,
+// Request files are read by tierkv/tools/task_workload.h (errors name the file,
 // line and field).
 #pragma once
 

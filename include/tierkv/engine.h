@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "tierkv/model.h"
+#include "tierkv/pool_stats.h"
 #include "tierkv/remote.h"
 #include "tierkv/sequence.h"
 #include "tierkv/status.h"
@@ -37,9 +38,6 @@
 
 namespace tierkv::store {
 class ChunkStore;
-}
-namespace tierkv::cache {
-struct CacheStats;
 }
 
 namespace tierkv::engine {
@@ -181,8 +179,7 @@ struct EngineOptions {
   uint64_t disk_budget_bytes = 0;
   uint64_t device_bytes = 64ull << 20;
   uint64_t host_bytes = 256ull << 20;
-  std::string io_backend = "auto";  // auto, io_uring or pread (the store checks it)
-  bool direct_io = true;
+  store::DiskOptions disk;          // the disk tier's I/O (include/tierkv/store.h)
   uint64_t tokenizer_hash = 0;     // part of the store's namespace
   // Run Maintain() on a `tierkv-maint` thread every this many ms (0: only
   // when called). IMPRESS reorders every few minutes.
@@ -211,18 +208,6 @@ struct EngineOptions {
   // chunks' own records are read (fewer blocks) and it is never used
   // (docs/systems.md has the measurements).
   StoreOrder store_order = StoreOrder::kOff;
-  // Selective reads read through gaps between needed pages that the store's
-  // measured cost model says are cheaper to read than to skip (fewer, larger
-  // reads); false (the default): only the needed pages, adjacent ones
-  // merged. Off by default because on the disks measured it read ~10% more
-  // bytes for no measurable gain in the layers' wait (docs/systems.md,
-  // "Read efficiency, part 2").
-  bool merge_read_gaps = false;
-  // Measure the cache directory's disk (IO-MODEL, once per directory and
-  // machine; store::StoreOptions::calibrate_io) when it has no model of this machine; false:
-  // the saved model if any, else the built-in default. The planner picks a
-  // reordered copy or the chunks' own records by this model's time.
-  bool calibrate_io = true;
   // A shared tier below the disk (Redis or Redis Cluster; docs/remote.md):
   // a request looks past its local match there, and chunks go up behind
   // the requests. Empty url: none. Its failures are misses, never errors.

@@ -12,6 +12,31 @@
 
 namespace tierkv::store {
 
+// How the disk tier does its I/O: the store-facing options a command line
+// sets, kept in EngineOptions::disk and copied whole into StoreOptions::disk.
+struct DiskOptions {
+  // auto (io_uring where the kernel allows it, else pread), uring or
+  // pread; the store refuses anything else.
+  std::string io_backend = "auto";
+  // Open record files with O_DIRECT (off only for file systems without it,
+  // such as tmpfs before Linux 6.6).
+  bool direct_io = true;
+  // Selective reads read through gaps between needed pages that the cost
+  // model (IO-MODEL) says are cheaper to read than to skip (fewer, larger
+  // reads); false (the default): only the needed pages, adjacent ones
+  // merged. Off by default because on the disks measured it read ~10% more
+  // bytes for no measurable gain in the layers' wait (docs/systems.md,
+  // "Read efficiency, part 2").
+  bool merge_read_gaps = false;
+  // The read planner's cost model: the directory's IO-MODEL when it was
+  // measured on this machine, else measured at open (a fraction of a
+  // second: docs/store.md) and saved. false, a read-only open or a file
+  // system other than the default: the saved model if any, else the
+  // built-in default. The planner picks a reordered copy or the chunks' own
+  // records by this model's time.
+  bool calibrate_io = true;
+};
+
 // A store's counters and sizes (ChunkStore::stats()).
 struct StoreStats {
   uint64_t records_written = 0, bytes_written = 0, puts = 0;

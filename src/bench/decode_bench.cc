@@ -1,4 +1,4 @@
-#include "tierkv/decode_bench.h"
+#include "tierkv/tools/decode_bench.h"
 
 #include <immintrin.h>
 

@@ -1,4 +1,4 @@
-#include "tierkv/engine_bench.h"
+#include "tierkv/tools/engine_bench.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,11 +1,11 @@
-// The measuring harness (tierkv/harness.h): the timed rounds.
-#include "tierkv/harness.h"
+// The measuring harness (tierkv/tools/harness.h): the timed rounds.
+#include "tierkv/tools/harness.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "bench/quality.h"
-#include "tierkv/latency.h"
+#include "tierkv/tools/latency.h"
 #include "tierkv/logging.h"
 
 namespace tierkv::bench {

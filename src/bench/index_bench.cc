@@ -1,4 +1,4 @@
-#include "tierkv/index_bench.h"
+#include "tierkv/tools/index_bench.h"
 
 #include <chrono>
 #include <cstdio>

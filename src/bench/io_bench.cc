@@ -1,4 +1,4 @@
-#include "tierkv/io_bench.h"
+#include "tierkv/tools/io_bench.h"
 
 #include <algorithm>
 #include <chrono>
@@ -31,7 +31,7 @@ store::StoreOptions StoreOpts(const IoBenchOptions& o, int chunk, const std::str
   s.chunk_tokens = static_cast<uint32_t>(chunk);
   s.layers = o.layers;
   s.row_bytes = o.row_bytes;
-  s.io_backend = backend;
+  s.disk.io_backend = backend;
   s.queue_depth = static_cast<uint32_t>(depth);
   return s;
 }

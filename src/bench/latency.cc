@@ -1,4 +1,4 @@
-#include "tierkv/latency.h"
+#include "tierkv/tools/latency.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// llama.cpp beside tierkv in the report (tierkv/bench_suite.h): the
+// llama.cpp beside tierkv in the report (tierkv/tools/bench_suite.h): the
 // runner's results (tools/llamacpp/runner.mjs) read, checked and compared.
 #include <filesystem>
 #include <fstream>
@@ -6,7 +6,7 @@
 
 #include "bench/llamacpp.h"
 #include "bench/report_format.h"
-#include "tierkv/bench_suite.h"
+#include "tierkv/tools/bench_suite.h"
 
 namespace tierkv::bench {
 

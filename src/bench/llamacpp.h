@@ -1,4 +1,4 @@
-// The report's llama.cpp section (the rest is in tierkv/bench_suite.h).
+// The report's llama.cpp section (the rest is in tierkv/tools/bench_suite.h).
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-#include "tierkv/plot.h"
+#include "tierkv/tools/plot.h"
 
 #include <cstdlib>
 

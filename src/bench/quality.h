@@ -1,4 +1,4 @@
-// The harness's quality pass (tierkv/harness.h): fidelity against
+// The harness's quality pass (tierkv/tools/harness.h): fidelity against
 // recompute, exactness against as-like, and task accuracy.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tierkv/engine.h"
-#include "tierkv/harness.h"
+#include "tierkv/tools/harness.h"
 
 namespace tierkv::bench {
 

@@ -1,4 +1,4 @@
-// The benchmark's report (tierkv/bench_suite.h): results.json, report.md and
+// The benchmark's report (tierkv/tools/bench_suite.h): results.json, report.md and
 // gnuplot's PNGs.
 #include <cstdio>
 #include <cstdlib>
@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "bench/report_format.h"
-#include "tierkv/bench_suite.h"
+#include "tierkv/tools/bench_suite.h"
 
 namespace tierkv::bench {
 

@@ -1,4 +1,4 @@
-// WriteReport (tierkv/bench_suite.h): results.json, report.md and a PNG per
+// WriteReport (tierkv/tools/bench_suite.h): results.json, report.md and a PNG per
 // experiment.
 #include <filesystem>
 #include <fstream>
@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "bench/llamacpp.h"
-#include "tierkv/bench_suite.h"
+#include "tierkv/tools/bench_suite.h"
 #include "tierkv/filesystem.h"
-#include "tierkv/plot.h"
+#include "tierkv/tools/plot.h"
 
 namespace tierkv::bench {
 

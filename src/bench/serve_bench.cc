@@ -1,4 +1,4 @@
-// RunServeBench: the load generator (tierkv/serve_bench.h) over cpp-httplib's client.
+// RunServeBench: the load generator (tierkv/tools/serve_bench.h) over cpp-httplib's client.
 #include <httplib.h>
 
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "tierkv/mutex.h"
-#include "tierkv/serve_bench.h"
+#include "tierkv/tools/serve_bench.h"
 
 namespace tierkv::bench {
 

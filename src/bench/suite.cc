@@ -1,4 +1,4 @@
-// The suites of tierkv bench (tierkv/bench_suite.h): experiments as lists
+// The suites of tierkv bench (tierkv/tools/bench_suite.h): experiments as lists
 // of harness runs.
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -13,10 +13,10 @@
 
 #include <xxhash.h>
 
-#include "tierkv/bench_suite.h"
+#include "tierkv/tools/bench_suite.h"
 #include "tierkv/filesystem.h"
-#include "tierkv/harness.h"
-#include "tierkv/task_workload.h"
+#include "tierkv/tools/harness.h"
+#include "tierkv/tools/task_workload.h"
 #include "tierkv/hex.h"
 
 namespace tierkv::bench {

@@ -1,5 +1,5 @@
-// Reading request files (tierkv/task_workload.h, docs/workloads.md).
-#include "tierkv/task_workload.h"
+// Reading request files (tierkv/tools/task_workload.h, docs/workloads.md).
+#include "tierkv/tools/task_workload.h"
 
 #include <algorithm>
 #include <filesystem>

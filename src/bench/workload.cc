@@ -1,8 +1,8 @@
-// ReadWorkload: bench-serve's JSON Lines sessions (tierkv/serve_bench.h).
+// ReadWorkload: bench-serve's JSON Lines sessions (tierkv/tools/serve_bench.h).
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "tierkv/serve_bench.h"
+#include "tierkv/tools/serve_bench.h"
 
 namespace tierkv::bench {
 

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "cache/policy.h"
+#include "tierkv/pool_stats.h"
 #include "tierkv/status.h"
 #include "tierkv/mutex.h"
 
@@ -57,21 +58,6 @@ struct CacheOptions {
   // Background offload above this fraction of device_bytes; < 0: the
   // policy's default (on at 0.9 for car, off otherwise), 0: off.
   double offload_watermark = -1;
-};
-
-struct CacheStats {
-  uint64_t accesses = 0;
-  uint64_t hits[3] = {0, 0, 0};             // by Tier: device, host, disk (miss)
-  uint64_t important_rows[3] = {0, 0, 0};   // important rows requested, by the tier that had them
-  uint64_t rows[3] = {0, 0, 0};
-  uint64_t admissions[3] = {0, 0, 0};       // where Admit placed chunks
-  uint64_t promotions = 0, demotions = 0, host_drops = 0;
-  uint64_t offloads = 0;                    // demotions by the offload thread
-  uint64_t bytes_to_device = 0, bytes_to_host = 0;  // copies into each pool
-  uint64_t device_used = 0, host_used = 0, device_chunks = 0, host_chunks = 0;
-  uint64_t pinned_skips = 0;                // evictions that skipped a pinned chunk
-  double device_hit_ratio() const;
-  double device_important_hit_ratio() const;  // IMPRESS' measure
 };
 
 // CaR's scheduler events (their score rules: +1, +1, -2), and a request

@@ -23,6 +23,10 @@ StartReads AllRowsSource::QueryFreeReads() const {
   return {&ReadWholeRows, EntryKind::kWhole, 2 * d_.reader->geometry().row_bytes};
 }
 
+uint64_t AllRowsSource::IdealBytes(const LayerTrace&, uint64_t R) const {
+  return 2 * R * d_.reader->geometry().row_bytes;
+}
+
 Status AllRowsSource::Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,
                              LayerTrace* trace) {
   Fetch& f = *rq.whole[view.layer];

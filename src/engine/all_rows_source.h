@@ -18,6 +18,7 @@ class AllRowsSource : public LayerSource {
   explicit AllRowsSource(const SourceDeps& deps) : d_(deps) {}
   void Start(Request& rq) override;
   StartReads QueryFreeReads() const override;
+  uint64_t IdealBytes(const LayerTrace& trace, uint64_t R) const override;  // every row's K and V
   Status Supply(Request& rq, const LayerView& view, LayerPrefix* prefix, LayerTrace* trace) override;
 
  private:

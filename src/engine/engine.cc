@@ -85,10 +85,7 @@ Status Engine::Impl::OpenStore() {
   so.probe_bytes = probe_bytes;
   so.dtype = store::KvDtype::kF16;
   store::SetDiskBudget(&so, opts.disk_budget_bytes);  // the segment files' bound: live and dead records
-  so.io_backend = opts.io_backend;
-  so.direct_io = opts.direct_io;
-  so.merge_read_gaps = opts.merge_read_gaps;
-  so.calibrate_io = opts.calibrate_io;
+  so.disk = opts.disk;
   ASSIGN_OR_RETURN(store, store::ChunkStore::Open(so));
   if (!opts.remote.url.empty()) {
     ASSIGN_OR_RETURN(remote, remote::RemoteTier::Open(
@@ -341,17 +338,9 @@ void Engine::Impl::FillStats(const Request& rq, Clock::time_point t_compute,
 }
 
 uint64_t Engine::Impl::IdealBytes(const RequestStats& st, uint64_t R) const {
-  if (!row.reuses()) return 0;
+  if (!source) return 0;  // recompute reads nothing
   uint64_t sum = 0;
-  for (const LayerTrace& L : st.layers) {
-    if (!row.selective()) {
-      sum += 2 * R * row_bytes;
-    } else if (row.selection == Selection::kH2o || L.fallback) {
-      sum += (R + L.rows) * row_bytes;
-    } else {
-      sum += R * probe_bytes + 2 * L.rows * row_bytes;
-    }
-  }
+  for (const LayerTrace& L : st.layers) sum += source->IdealBytes(L, R);
   return sum;
 }
 

@@ -34,6 +34,10 @@ StartReads H2oSource::QueryFreeReads() const {
   return {&ReadAllKeys, EntryKind::kRows, d_.reader->geometry().row_bytes};
 }
 
+uint64_t H2oSource::IdealBytes(const LayerTrace& trace, uint64_t R) const {
+  return (R + trace.rows) * d_.reader->geometry().row_bytes;
+}
+
 void H2oSource::FetchKeys(Request& rq, int layer) const {
   rq.key_fetch[layer] = FetchLayer(d_, rq, layer, &ReadAllKeys);
 }

@@ -16,6 +16,7 @@ class H2oSource : public SelectiveSource {
   // Requests every layer's keys at the start.
   void Start(Request& rq) override;
   StartReads QueryFreeReads() const override;
+  uint64_t IdealBytes(const LayerTrace& trace, uint64_t R) const override;  // every key, the kept values
   // Requests layer `layer`'s keys (all of R) on the load thread.
   void FetchKeys(Request& rq, int layer) const;
   // The H2O selection of one layer; `selected` (optional) gets the union of

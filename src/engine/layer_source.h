@@ -54,6 +54,9 @@ class LayerSource {
  public:
   virtual ~LayerSource() = default;
   virtual StartReads QueryFreeReads() const = 0;
+  // Bytes an ideal reader would have read for what one layer of R prefix
+  // rows used (its `trace`): the measure RequestStats::ideal_bytes sums.
+  virtual uint64_t IdealBytes(const LayerTrace& trace, uint64_t R) const = 0;
   // The request reuses R > 0 rows: submit the reads known now.
   virtual void Start(Request& rq) = 0;
   // Before layer `view.layer`'s attention: the prefix rows it attends to,

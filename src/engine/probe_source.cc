@@ -46,6 +46,12 @@ StartReads ProbeSource::QueryFreeReads() const {
   return {&ReadProbeKeys, EntryKind::kProbe, d_.reader->geometry().probe_bytes};
 }
 
+uint64_t ProbeSource::IdealBytes(const LayerTrace& trace, uint64_t R) const {
+  const ReaderGeometry& g = d_.reader->geometry();
+  if (trace.fallback) return (R + trace.rows) * g.row_bytes;
+  return R * g.probe_bytes + 2 * trace.rows * g.row_bytes;
+}
+
 void ProbeSource::Finish(Request& rq, const RequestStats& stats) {
   const int L = d_.config->n_layers;
   {

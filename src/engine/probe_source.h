@@ -22,6 +22,9 @@ class ProbeSource : public SelectiveSource {
   explicit ProbeSource(const SourceDeps& deps);
   void Start(Request& rq) override;
   StartReads QueryFreeReads() const override;
+  // The probe keys and the kept rows' K and V; on fallback, every key and
+  // the kept values (as H2O).
+  uint64_t IdealBytes(const LayerTrace& trace, uint64_t R) const override;
   void Finish(Request& rq, const RequestStats& stats) override;
 
   // The probe heads' decision for the layer (its keys awaited or read);

@@ -22,6 +22,7 @@ class SpeculatingSource : public SelectiveSource {
   explicit SpeculatingSource(const SourceDeps& deps) : d_(deps), probes_(deps) {}
   void Start(Request& rq) override;
   StartReads QueryFreeReads() const override { return probes_.QueryFreeReads(); }
+  uint64_t IdealBytes(const LayerTrace& trace, uint64_t R) const override { return probes_.IdealBytes(trace, R); }
   void Finish(Request& rq, const RequestStats& stats) override;
 
   // Weight of the past in the recall's moving average (the new request's

@@ -7,29 +7,36 @@ namespace tierkv::engine {
 namespace {
 
 using cache::PolicyKind;
-constexpr bool kYes = true, kNo = false;
 
-// system, name, selection, retention, reports importance, orders at store,
-// speculates, score events, default pool policy
+// One row per system, every field named (system_table.h says what each means).
 constexpr SystemRow kTable[] = {
-    {System::kRecompute, "recompute", Selection::kNone, RetentionFrom::kUniform, kNo, kNo, kNo, kNo,
-     PolicyKind::kLru},
-    {System::kAsLike, "as-like", Selection::kAllRows, RetentionFrom::kUniform, kNo, kNo, kNo, kNo,
-     PolicyKind::kLru},
-    {System::kAsH2oLru, "as-h2o-lru", Selection::kH2o, RetentionFrom::kUniform, kNo, kNo, kNo, kNo,
-     PolicyKind::kLru},
-    {System::kAsH2oLfu, "as-h2o-lfu", Selection::kH2o, RetentionFrom::kUniform, kNo, kNo, kNo, kNo,
-     PolicyKind::kLfu},
-    {System::kImpress, "impress", Selection::kProbeHeads, RetentionFrom::kUniform, kYes, kYes, kNo, kNo,
-     PolicyKind::kScore},
-    {System::kImpressItf, "impress-itf", Selection::kProbeHeads, RetentionFrom::kUniform, kNo, kNo, kNo,
-     kNo, PolicyKind::kLru},
-    {System::kImpressRo, "impress-ro", Selection::kProbeHeads, RetentionFrom::kUniform, kYes, kYes, kNo,
-     kNo, PolicyKind::kLru},
-    {System::kSpec, "spec", Selection::kProbeHeads, RetentionFrom::kUniform, kYes, kYes, kYes, kNo,
-     PolicyKind::kScore},
-    {System::kCar, "car", Selection::kH2o, RetentionFrom::kProfile, kNo, kYes, kNo, kYes,
-     PolicyKind::kCar},
+    {.system = System::kRecompute, .name = "recompute", .selection = Selection::kNone,
+     .retention = RetentionFrom::kUniform, .reports_importance = false, .orders_at_store = false,
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru},
+    {.system = System::kAsLike, .name = "as-like", .selection = Selection::kAllRows,
+     .retention = RetentionFrom::kUniform, .reports_importance = false, .orders_at_store = false,
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru},
+    {.system = System::kAsH2oLru, .name = "as-h2o-lru", .selection = Selection::kH2o,
+     .retention = RetentionFrom::kUniform, .reports_importance = false, .orders_at_store = false,
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru},
+    {.system = System::kAsH2oLfu, .name = "as-h2o-lfu", .selection = Selection::kH2o,
+     .retention = RetentionFrom::kUniform, .reports_importance = false, .orders_at_store = false,
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLfu},
+    {.system = System::kImpress, .name = "impress", .selection = Selection::kProbeHeads,
+     .retention = RetentionFrom::kUniform, .reports_importance = true, .orders_at_store = true,
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kScore},
+    {.system = System::kImpressItf, .name = "impress-itf", .selection = Selection::kProbeHeads,
+     .retention = RetentionFrom::kUniform, .reports_importance = false, .orders_at_store = false,
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru},
+    {.system = System::kImpressRo, .name = "impress-ro", .selection = Selection::kProbeHeads,
+     .retention = RetentionFrom::kUniform, .reports_importance = true, .orders_at_store = true,
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru},
+    {.system = System::kSpec, .name = "spec", .selection = Selection::kProbeHeads,
+     .retention = RetentionFrom::kUniform, .reports_importance = true, .orders_at_store = true,
+     .speculates = true, .score_events = false, .default_policy = PolicyKind::kScore},
+    {.system = System::kCar, .name = "car", .selection = Selection::kH2o,
+     .retention = RetentionFrom::kProfile, .reports_importance = false, .orders_at_store = true,
+     .speculates = false, .score_events = true, .default_policy = PolicyKind::kCar},
 };
 
 // RowOf indexes the table by the enum's value.

@@ -1,4 +1,4 @@
-#include "tierkv/policy_trace.h"
+#include "tierkv/tools/policy_trace.h"
 
 #include <algorithm>
 #include <cmath>

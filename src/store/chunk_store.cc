@@ -78,11 +78,9 @@ std::vector<std::pair<uint32_t, uint64_t>> ChunkStore::LiveBytesBySegment() cons
 ChunkStore::Location ChunkStore::TEST_run_location(uint32_t chunk, uint16_t layer,
                                                   uint32_t record) const {
   MutexLock l(&impl_->mu_);
-  auto it = impl_->run_of_.find(chunk);
-  if (it == impl_->run_of_.end() || record >= it->second->records || layer >= impl_->opts_.layers) {
-    return Location{};
-  }
-  return it->second->where[size_t{layer} * it->second->records + record];
+  const std::shared_ptr<const Run> run = impl_->runs_.Of(chunk);
+  if (!run || record >= run->records || layer >= impl_->opts_.layers) return Location{};
+  return run->where[size_t{layer} * run->records + record];
 }
 
 std::vector<std::vector<uint16_t>> ChunkStore::RowOrder(uint32_t chunk, uint64_t prefix_hash) const {
@@ -94,9 +92,8 @@ std::vector<std::vector<uint16_t>> ChunkStore::RowOrder(uint32_t chunk, uint64_t
     MutexLock l(&impl_->mu_);
     if (!impl_->IsCurrentLocked(chunk, prefix_hash)) return {};
     tokens = impl_->tree_.chunk(chunk).tokens;
-    auto it = impl_->run_of_.find(chunk);
-    if (it != impl_->run_of_.end()) {
-      run = it->second;
+    run = impl_->runs_.Of(chunk);
+    if (run) {
       first = impl_->tree_.chunk(chunk).first_token - run->first_token;
     } else {
       // No packed layout yet: the requests' reports, where a layer has some
@@ -201,7 +198,7 @@ ChunkStore::Impl::~Impl() {
 Status ChunkStore::Impl::Init() {
   {
     MutexLock io(&io_mu_);
-    ASSIGN_OR_RETURN(io_, NewIoBackend(opts_.io_backend, IoOptions{opts_.queue_depth}));
+    ASSIGN_OR_RETURN(io_, NewIoBackend(opts_.disk.io_backend, IoOptions{opts_.queue_depth}));
     if (opts_.io_arena_bytes >= kBlockSize) {
       arena_bytes_ = opts_.io_arena_bytes / kBlockSize * kBlockSize;
       arena_ = AllocateAligned(arena_bytes_);
@@ -214,7 +211,7 @@ Status ChunkStore::Impl::Init() {
     }
   }
   for (uint32_t i = 0; i < std::max<uint32_t>(1, opts_.side_readers); ++i) {
-    ASSIGN_OR_RETURN(auto side, NewIoBackend(opts_.io_backend, IoOptions{opts_.queue_depth}));
+    ASSIGN_OR_RETURN(auto side, NewIoBackend(opts_.disk.io_backend, IoOptions{opts_.queue_depth}));
     MutexLock l(&side_mu_);
     side_free_.push_back(side.get());
     side_io_.push_back(std::move(side));
@@ -235,7 +232,7 @@ void ChunkStore::Impl::LoadIoModel() {
     io_model_ = *saved;
     return;
   }
-  if (!opts_.calibrate_io || opts_.read_only || !opts_.direct_io) return;  // the default
+  if (!opts_.disk.calibrate_io || opts_.read_only || !opts_.disk.direct_io) return;  // the default
   auto measured = CalibrateIo(opts_.dir, *io_);
   if (!measured.ok()) {
     TIERKV_LOG(kWarn) << "store " << opts_.dir << ": " << measured.status().ToString()
@@ -281,7 +278,7 @@ Result<std::shared_ptr<RandomAccessFile>> ChunkStore::Impl::ReaderForLocked(uint
 
 Status ChunkStore::Impl::OpenReader(uint32_t segment) {
   FileOptions fo;
-  fo.direct_io = opts_.direct_io;
+  fo.direct_io = opts_.disk.direct_io;
   fo.no_follow = true;
   ASSIGN_OR_RETURN(std::shared_ptr<RandomAccessFile> file,
                    fs_->NewRandomAccessFile(SegmentPath(segment), fo));
@@ -426,9 +423,9 @@ bool ChunkStore::Impl::EmptySegmentLocked() {
     if (there) chunks.push_back(id);
   }
   std::vector<uint32_t> runs;
-  for (const auto& [chunk, run] : run_of_) {
+  for (const auto& run : runs_.Runs()) {
     for (const Location& at : run->where) {
-      if (at.segment == victim) runs.push_back(chunk);
+      if (at.segment == victim) runs.push_back(run->chunks[0]);
     }
   }
   for (uint32_t c : runs) DropRunLocked(c);
@@ -540,10 +537,7 @@ Status ChunkStore::Impl::WriteManifest() {
     MutexLock l(&mu_);
     std::set<uint32_t> used;
     for (uint32_t id : tree_.LiveChunks()) m.chunks.push_back(ManifestChunkLocked(id, &used));
-    std::set<const Run*> runs;  // each installed run once (its chunks all point at it)
-    for (const auto& [chunk, run] : run_of_) {
-      if (runs.insert(run.get()).second) m.runs.push_back(ManifestRunOf(*run, &used));
-    }
+    for (const auto& run : runs_.Runs()) m.runs.push_back(ManifestRunOf(*run, &used));
     m.segments.assign(used.begin(), used.end());
     dirty_ = false;
   }
@@ -589,8 +583,8 @@ StoreStats ChunkStore::Impl::stats() const {
   s.nodes = tree_.num_nodes() - 1;
   s.live_bytes = live_bytes_;
   s.dead_bytes = dead_bytes_;
-  s.reordered_chunks = run_chunks_;
-  s.reordered_bytes = run_bytes_;
+  s.reordered_chunks = runs_.chunks();
+  s.reordered_bytes = runs_.bytes();
   s.segments = segment_count_;
   s.budget_bytes = opts_.disk_budget_bytes == 0 ? 0 : opts_.disk_budget_bytes + opts_.max_dead_bytes;
   return s;

@@ -81,7 +81,6 @@ struct StoreOptions {
   // SetDiskBudget sets both budgets from one bound on the segment files.
   uint64_t max_dead_bytes = 0;
   uint64_t segment_bytes = kDefaultSegmentBytes;
-  std::string io_backend = "auto";
   uint32_t queue_depth = 32;
   // Staging memory for whole-record reads, registered with io_uring (fixed
   // buffers: no page pinning per read). Bigger batches go through it in
@@ -91,17 +90,7 @@ struct StoreOptions {
   // backend (a ring, or pread threads), so threads' batches run side by
   // side on the device. At least 1.
   uint32_t side_readers = 2;
-  // Open record files with O_DIRECT (off only for file systems without it).
-  bool direct_io = true;
-  // The read planner's cost model (store/io_model.h): the directory's
-  // IO-MODEL when it was measured on this machine, else measured now (a
-  // fraction of a second: docs/store.md) and saved. false, a read-only open or a file system other than
-  // the default: the saved model if any, else the built-in default.
-  bool calibrate_io = true;
-  // Row reads read through gaps the model says are cheaper to read than to
-  // skip; false (the default, as the engine's): only the needed blocks
-  // (adjacent ones merged).
-  bool merge_read_gaps = false;
+  DiskOptions disk;  // backend, O_DIRECT, the planner's gaps and cost model
   // Inspect only: never create or write anything; Put fails.
   bool read_only = false;
   // Write the manifest when the store is destroyed (off: tests that model a

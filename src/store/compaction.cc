@@ -36,14 +36,9 @@ struct CompactPlan {
   uint64_t victim_bytes = 0;
 };
 
-// Each reordered run once (run_of_ lists it under every one of its chunks).
+// Each reordered run once.
 std::vector<std::shared_ptr<const Run>> AllRuns(const ChunkStore::Impl& s) TIERKV_REQUIRES(s.mu_) {
-  std::vector<std::shared_ptr<const Run>> runs;
-  std::set<const Run*> seen;
-  for (const auto& [c, run] : s.run_of_) {
-    if (seen.insert(run.get()).second) runs.push_back(run);
-  }
-  return runs;
+  return s.runs_.Runs();
 }
 
 // Live bytes per segment: chunks' records, probe copies, reordered runs.
@@ -197,8 +192,7 @@ void SwitchRunsLocked(ChunkStore::Impl& s, std::vector<Move>& moves, CompactResu
   std::map<const Run*, std::shared_ptr<Run>> moved;
   for (Move& m : moves) {
     if (!m.run) continue;
-    auto it = s.run_of_.find(m.run->chunks[0]);
-    if (it == s.run_of_.end() || it->second != m.run) continue;  // dropped meanwhile
+    if (s.runs_.Of(m.run->chunks[0]) != m.run) continue;  // dropped meanwhile
     if (!m.status.ok()) {
       TIERKV_LOG(kWarn) << "store compact: reordered record: " << m.status.ToString()
                         << "; the reordered layout is dropped";
@@ -211,12 +205,7 @@ void SwitchRunsLocked(ChunkStore::Impl& s, std::vector<Move>& moves, CompactResu
     copy->where[m.run_index] = m.to;
     ++out->records_moved;
   }
-  for (auto& [old_run, copy] : moved) {
-    auto it = s.run_of_.find(copy->chunks[0]);
-    if (it == s.run_of_.end() || it->second.get() != old_run) continue;
-    std::shared_ptr<const Run> installed = copy;
-    for (uint32_t c : copy->chunks) s.run_of_[c] = installed;
-  }
+  for (auto& [old_run, copy] : moved) s.runs_.Replace(old_run, copy);
 }
 
 // Chunks' K/V records: each layer's location switches to its copy; a

@@ -49,20 +49,11 @@ void ChunkStore::Impl::ReportImportance(const LookupResult& prefix, uint16_t lay
 }
 
 void ChunkStore::Impl::DropRunLocked(uint32_t chunk) {
-  auto it = run_of_.find(chunk);
-  if (it == run_of_.end()) return;
-  const std::shared_ptr<const Run> run = it->second;
-  for (uint32_t c : run->chunks) {
-    auto jt = run_of_.find(c);
-    if (jt != run_of_.end() && jt->second == run) {
-      run_of_.erase(jt);
-      --run_chunks_;
-    }
-  }
+  const std::shared_ptr<const Run> run = runs_.Remove(chunk);
+  if (!run) return;
   for (const Location& at : run->where) known_headers_.Erase(at);
   live_bytes_ -= run->bytes;
   dead_bytes_ += run->bytes;
-  run_bytes_ -= run->bytes;
   Count([](StoreStats& s) { ++s.reordered_runs_dropped; });
 }
 
@@ -135,10 +126,9 @@ Status OrderRun(const ChunkStore::Impl& s, RunPlan* p) TIERKV_REQUIRES(s.mu_) {
 bool NothingToGain(const ChunkStore::Impl& s, const Run& run) TIERKV_REQUIRES(s.mu_) {
   bool identity = true;
   for (uint16_t layer = 0; layer < s.opts_.layers && identity; ++layer) identity = run.map.IsIdentity(layer);
-  auto old = s.run_of_.find(run.chunks[0]);
-  const bool same_as_old =
-      old != s.run_of_.end() && old->second->chunks == run.chunks && old->second->map == run.map;
-  return same_as_old || (identity && old == s.run_of_.end());
+  const std::shared_ptr<const Run> old = s.runs_.Of(run.chunks[0]);
+  const bool same_as_old = old && old->chunks == run.chunks && old->map == run.map;
+  return same_as_old || (identity && !old);
 }
 
 void MarkReordered(ChunkStore::Impl& s, const Run& run) TIERKV_REQUIRES(s.mu_) {
@@ -285,17 +275,12 @@ bool ChunkStore::Impl::InstallRunLocked(const std::shared_ptr<Run>& run, uint64_
     return false;
   }
   for (uint32_t c : run->chunks) DropRunLocked(c);
-  std::shared_ptr<const Run> installed = run;
-  for (uint32_t c : run->chunks) {
-    run_of_[c] = installed;
-    ++run_chunks_;
-  }
+  runs_.Install(run);
   MarkReordered(*this, *run);
   for (size_t i = 0; i < headers.size() && i < run->where.size(); ++i) {
     known_headers_.Put(run->where[i], std::move(headers[i]));
   }
   live_bytes_ += run->bytes;
-  run_bytes_ += run->bytes;
   return true;
 }
 

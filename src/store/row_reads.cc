@@ -164,9 +164,9 @@ std::set<std::pair<const Run*, uint16_t>> CheaperRuns(const ChunkStore::Impl& s,
   std::map<std::pair<const Run*, uint16_t>, RunCost> costs;
   for (const RowRead& r : reads) {
     if (!r.status.ok()) continue;
-    auto it = s.run_of_.find(r.chunk);
-    if (it == s.run_of_.end()) continue;
-    AddRunCost(s, r, *it->second, &costs[{it->second.get(), r.layer}]);
+    const std::shared_ptr<const Run> run = s.runs_.Of(r.chunk);
+    if (!run) continue;
+    AddRunCost(s, r, *run, &costs[{run.get(), r.layer}]);
   }
   std::set<std::pair<const Run*, uint16_t>> cheaper;
   for (const auto& [key, cost] : costs) {
@@ -181,8 +181,7 @@ Status PlanRows(ChunkStore::Impl& s, RowRead& r, size_t i, const std::set<std::p
   const uint32_t C = s.opts_.chunk_tokens;
   const uint64_t rb = s.opts_.row_bytes;
   const index::ChunkInfo& c = s.tree_.chunk(r.chunk);
-  auto run_it = s.run_of_.find(r.chunk);
-  std::shared_ptr<const Run> run = run_it == s.run_of_.end() ? nullptr : run_it->second;
+  std::shared_ptr<const Run> run = s.runs_.Of(r.chunk);
   if (run && !use_runs.count({run.get(), r.layer})) run = nullptr;
   s.table_.Touch(r.chunk);
   plan->targets[i].reserve(r.rows.size());
@@ -259,8 +258,7 @@ void OnBadRecord(ChunkStore::Impl& s, Rec& rec) TIERKV_EXCLUDES(s.mu_) {
   MutexLock l(&s.mu_);
   if (rec.run) {
     TIERKV_LOG(kWarn) << "store: " << rec.status.ToString() << "; the reordered layout is dropped";
-    auto it = s.run_of_.find(rec.run->chunks[0]);
-    if (it != s.run_of_.end() && it->second == rec.run) s.DropRunLocked(rec.run->chunks[0]);
+    if (s.runs_.Of(rec.run->chunks[0]) == rec.run) s.DropRunLocked(rec.run->chunks[0]);
   } else if (rec.status.IsCorruption()) {
     TIERKV_LOG(kWarn) << "store: chunk " << rec.chunk << ": " << rec.status.ToString()
                       << "; the chunk and its descendants leave the index";

@@ -34,6 +34,7 @@
 #include "store/header_cache.h"
 #include "store/io_model.h"
 #include "store/io_backend.h"
+#include "store/run_table.h"
 #include "store/manifest.h"
 #include "store/record_check.h"
 #include "store/segment_writer.h"
@@ -278,10 +279,7 @@ struct ChunkStore::Impl {
   mutable Mutex mu_ TIERKV_ACQUIRED_AFTER(write_mu_);
   index::RadixTree tree_ TIERKV_GUARDED_BY(mu_);
   ChunkTable table_ TIERKV_GUARDED_BY(mu_);
-  // Reordered runs, by each of their chunks (only reordered chunks appear).
-  std::unordered_map<uint32_t, std::shared_ptr<const Run>> run_of_ TIERKV_GUARDED_BY(mu_);
-  uint64_t run_bytes_ TIERKV_GUARDED_BY(mu_) = 0;
-  uint64_t run_chunks_ TIERKV_GUARDED_BY(mu_) = 0;
+  RunTable runs_ TIERKV_GUARDED_BY(mu_);  // reordered runs, by each of their chunks
   // Importance reports per chunk for reordering: sums per layer and row.
   struct Heat {
     uint64_t prefix_hash = 0;
@@ -304,7 +302,7 @@ struct ChunkStore::Impl {
   // What reads cost on this disk (io_model.h); set once by Init, then read only.
   IoCostModel io_model_;
   // The largest gap (blocks) a row read reads through (merge_read_gaps).
-  uint32_t MergeGap() const { return opts_.merge_read_gaps ? io_model_.MergeGapBlocks() : 0; }
+  uint32_t MergeGap() const { return opts_.disk.merge_read_gaps ? io_model_.MergeGapBlocks() : 0; }
   std::atomic<size_t> segment_count_{0};
 
   // The main backend and the registered staging arena for whole-record reads.

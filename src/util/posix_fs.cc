@@ -129,6 +129,9 @@ class PosixFileSystem final : public FileSystem {
     if (fd < 0 && options.no_follow && errno == ELOOP) {
       return Status::InvalidArgument(path + ": is a symbolic link");
     }
+    if (fd < 0 && options.direct_io && errno == EINVAL) {  // the file system refuses O_DIRECT
+      return Status::IOError(path + ": the file system does not support O_DIRECT (--direct-io off)");
+    }
     if (fd < 0) return PosixError(path, errno);
     struct stat st;
     if (::fstat(fd, &st) != 0) {

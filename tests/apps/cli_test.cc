@@ -115,10 +115,16 @@ TEST(CliTest, UnknownFlagAndMissingArgumentsFail) {
   EXPECT_NE(r.out.find("--prompt"), std::string::npos) << r.out;
   r = Tierkv("run --model x --prompt y --top-p 2");
   EXPECT_NE(r.code, 0);
+  for (const std::string bad : {"--io-backend io-uring", "--direct-io maybe", "--read-planner fast"}) {
+    r = Tierkv("run --model x --prompt y --cache-dir /nonexistent " + bad);
+    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_NE(r.out.find(bad.substr(0, bad.find(' '))), std::string::npos) << r.out;
+  }
   // Without --cache-dir nothing is stored: a store, selection or remote
   // flag then is a mistake, named before the model is read.
   for (const std::string flag : {"--remote redis://127.0.0.1:1", "--system impress", "--chunk-tokens 32",
-                                 "--device-mib 1", "--granularity page"}) {
+                                 "--device-mib 1", "--granularity page", "--io-backend pread",
+                                 "--direct-io off"}) {
     r = Tierkv("run --model x --prompt y " + flag);
     EXPECT_EQ(r.code, 1) << flag;
     EXPECT_NE(r.out.find(flag.substr(0, flag.find(' ')) + " needs --cache-dir"), std::string::npos) << r.out;

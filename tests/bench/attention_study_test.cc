@@ -1,4 +1,4 @@
-#include "tierkv/attention_study.h"
+#include "tierkv/tools/attention_study.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// The harness (tierkv/harness.h) on the default model: every system's
+// The harness (tierkv/tools/harness.h) on the default model: every system's
 // figures, exactness at retention 1.0, and task accuracy by log-likelihood
 // checked against the model's own logits.
-#include "tierkv/harness.h"
+#include "tierkv/tools/harness.h"
 
 #include <gtest/gtest.h>
 

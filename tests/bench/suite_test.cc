@@ -1,7 +1,7 @@
-// The suites of tierkv bench (tierkv/bench_suite.h) on the default model: a
+// The suites of tierkv bench (tierkv/tools/bench_suite.h) on the default model: a
 // suite stopped after a run resumes from what it wrote and runs only what
 // is missing; results of another suite or other workload bytes are refused.
-#include "tierkv/bench_suite.h"
+#include "tierkv/tools/bench_suite.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// Request files (tierkv/task_workload.h): documents, choices, labels, and
+// Request files (tierkv/tools/task_workload.h): documents, choices, labels, and
 // the errors that name the bad field.
-#include "tierkv/task_workload.h"
+#include "tierkv/tools/task_workload.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -7,7 +7,7 @@
 #include <random>
 #include <thread>
 
-#include "tierkv/policy_trace.h"
+#include "tierkv/tools/policy_trace.h"
 #include "testing/status_matchers.h"
 
 namespace tierkv::cache {

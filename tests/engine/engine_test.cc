@@ -91,7 +91,7 @@ class EngineTest : public DefaultModelTest {
     // The built-in cost model, not one measured per directory: tests
     // compare bytes read from different directories, and the planner's
     // choices must not depend on a measurement's noise.
-    o.calibrate_io = false;
+    o.disk.calibrate_io = false;
     return o;
   }
 

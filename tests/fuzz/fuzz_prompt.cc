@@ -6,7 +6,7 @@
 #include <string>
 
 #include "default_model.h"
-#include "tierkv/task_workload.h"
+#include "tierkv/tools/task_workload.h"
 
 namespace {
 tierkv::fuzz::DefaultModel loaded;

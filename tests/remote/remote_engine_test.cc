@@ -44,7 +44,7 @@ class RemoteEngineTest : public DefaultModelTest {
     o.system = System::kAsLike;
     o.cache_dir = dir;
     o.chunk_tokens = 64;
-    o.calibrate_io = false;
+    o.disk.calibrate_io = false;
     o.remote.url = url;
     o.remote.admit = admit;
     o.remote.timeout_ms = 300;

@@ -37,7 +37,7 @@ class SchedulerTest : public engine::DefaultModelTest {
     engine::EngineOptions o;
     o.system = engine::System::kAsLike;
     o.cache_dir = dir_.string();
-    o.calibrate_io = false;
+    o.disk.calibrate_io = false;
     auto e = engine::Engine::Open(*model_, o);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return std::move(e).value();

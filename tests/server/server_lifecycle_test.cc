@@ -29,7 +29,7 @@ class ServerLifecycleTest : public engine::DefaultModelTest {
     tok_ = std::move(tok).value();
     engine::EngineOptions o;
     o.cache_dir = dir_.path();
-    o.calibrate_io = false;
+    o.disk.calibrate_io = false;
     auto e = engine::Engine::Open(*model_, o);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e).value();

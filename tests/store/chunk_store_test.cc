@@ -41,7 +41,7 @@ StoreOptions Options(const std::string& dir, FileSystem* fs = nullptr) {
   o.row_bytes = kRow;
   o.dtype = KvDtype::kF16;
   o.segment_bytes = 1 << 20;  // small, so tests roll over segments
-  o.direct_io = fs == nullptr;
+  o.disk.direct_io = fs == nullptr;
   return o;
 }
 
@@ -88,7 +88,7 @@ class ChunkStoreTest : public ::testing::TestWithParam<std::string> {
   }
   StoreOptions Opts(const std::string& dir) {
     StoreOptions o = Options(dir);
-    o.io_backend = GetParam();
+    o.disk.io_backend = GetParam();
     return o;
   }
 };

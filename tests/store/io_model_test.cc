@@ -40,7 +40,7 @@ std::string ModelPath(const std::string& dir) { return dir + "/" + kIoModelFile;
 void SaveModel(const std::string& dir, double per_io_us, double mb_per_s, std::string host = "") {
   StoreOptions o = Options(dir);
   ASSERT_OK(FileSystem::Default()->CreateDir(dir));
-  ASSERT_OK_AND_ASSIGN(auto io, NewIoBackend(o.io_backend, IoOptions{o.queue_depth}));
+  ASSERT_OK_AND_ASSIGN(auto io, NewIoBackend(o.disk.io_backend, IoOptions{o.queue_depth}));
   ASSERT_OK_AND_ASSIGN(IoMachine here, MachineOf(dir, *io));
   IoCostModel m;
   m.machine = here;
@@ -90,7 +90,7 @@ TEST(IoModelTest, AModelFromAnotherMachineOrDamagedIsMeasuredAgain) {
   // Not allowed to measure and nothing saved for this machine: the default.
   TempDir other;
   StoreOptions o = Options(other.path());
-  o.calibrate_io = false;
+  o.disk.calibrate_io = false;
   ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(o));
   EXPECT_EQ(store->io_model().source, "default");
   EXPECT_FALSE(std::filesystem::exists(ModelPath(other.path())));
@@ -134,7 +134,7 @@ TEST(IoModelTest, ThePlannerReadsThroughGapsTheModelSaysAreCheaper) {
     TempDir dir;
     SaveModel(dir.path(), per_io, 1228.8);
     StoreOptions o = Options(dir.path());
-    o.merge_read_gaps = merge;
+    o.disk.merge_read_gaps = merge;
     ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(o));
     EXPECT_EQ(store->io_model().source, "saved");
     const std::vector<int32_t> p = Prompt(3, 0, kChunk);

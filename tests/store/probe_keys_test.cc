@@ -37,7 +37,7 @@ StoreOptions Options(const std::string& dir, FileSystem* fs = nullptr) {
   o.row_bytes = kRow;
   o.probe_bytes = kProbe;
   o.segment_bytes = 1 << 20;
-  o.direct_io = fs == nullptr;
+  o.disk.direct_io = fs == nullptr;
   return o;
 }
 

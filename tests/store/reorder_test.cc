@@ -36,10 +36,10 @@ StoreOptions Options(const std::string& dir, FileSystem* fs = nullptr) {
   o.layers = kLayers;
   o.row_bytes = kRow;
   o.segment_bytes = 1 << 20;
-  o.direct_io = fs == nullptr;
+  o.disk.direct_io = fs == nullptr;
   // The built-in cost model: whether a run is read must follow from the
   // layout these tests build, not from how fast this disk measured.
-  o.calibrate_io = false;
+  o.disk.calibrate_io = false;
   return o;
 }
 

@@ -62,7 +62,7 @@ TEST(StoreStressTest, ReadersStayExactWhileEvictionCompactionAndPoolsRun) {
   // The built-in cost model, not one measured in this directory: whether a
   // run or the chunks' records are read must not depend on how fast the disk
   // (or a sanitizer) happened to be, or the reordered path may go unexercised.
-  o.calibrate_io = false;
+  o.disk.calibrate_io = false;
   uint64_t record = 0;
   {
     ASSERT_OK_AND_ASSIGN(auto probe, ChunkStore::Open(o));

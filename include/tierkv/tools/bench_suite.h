@@ -1,5 +1,5 @@
 // tierkv bench: the papers' experiments as suites of harness runs
-// (tierkv/harness.h), and the report they make (docs/bench.md).
+// (tierkv/tools/harness.h), and the report they make (docs/bench.md).
 //   quick  CI's subset (minutes): every system on each workload at retention
 //          0.25 with task accuracy and fidelity, and every reusing system at
 //          retention 1.0 against as-like (fp16-KV reuse: exact)

@@ -37,7 +37,7 @@
 #include "tierkv/engine.h"
 #include "tierkv/model.h"
 #include "tierkv/status.h"
-#include "tierkv/task_workload.h"
+#include "tierkv/tools/task_workload.h"
 
 namespace tierkv::bench {
 

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "tierkv/latency.h"
+#include "tierkv/tools/latency.h"
 #include "tierkv/status.h"
 
 namespace tierkv::bench {
