@@ -17,8 +17,9 @@ class RunTable {
  public:
   // The run that packs `chunk`, or null.
   std::shared_ptr<const Run> Of(uint32_t chunk) const;
-  // Puts `run` under each of its chunks; none of them may be in another run
-  // (Remove those first).
+  // Puts `run` under each of its chunks; it has at least one (reorder and
+  // the manifest never make an empty run), and none of them may be in
+  // another run (Remove those first).
   void Install(std::shared_ptr<const Run> run);
   // Takes the run that packs `chunk` out from under all of its chunks and
   // returns it (null: the chunk is in none).

@@ -130,7 +130,7 @@ class PosixFileSystem final : public FileSystem {
       return Status::InvalidArgument(path + ": is a symbolic link");
     }
     if (fd < 0 && options.direct_io && errno == EINVAL) {  // the file system refuses O_DIRECT
-      return Status::IOError(path + ": the file system does not support O_DIRECT (--direct-io off)");
+      return Status::InvalidArgument(path + ": the file system refuses O_DIRECT");
     }
     if (fd < 0) return PosixError(path, errno);
     struct stat st;
