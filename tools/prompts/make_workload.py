@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Workloads for `tierkv bench-serve`: JSON Lines, one session per line
-(include/tierkv/serve_bench.h), built from ../shared/data (never copied into
+(include/tierkv/tools/serve_bench.h), built from ../shared/data (never copied into
 the repository).
 
   chat       multi-round chat in the shape of LMCache's multi-round QA
