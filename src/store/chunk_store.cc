@@ -78,7 +78,7 @@ std::vector<std::pair<uint32_t, uint64_t>> ChunkStore::LiveBytesBySegment() cons
 ChunkStore::Location ChunkStore::TEST_run_location(uint32_t chunk, uint16_t layer,
                                                   uint32_t record) const {
   MutexLock l(&impl_->mu_);
-  const std::shared_ptr<const Run> run = impl_->runs_.Of(chunk);
+  const std::shared_ptr<const Run>& run = impl_->runs_.Of(chunk);
   if (!run || record >= run->records || layer >= impl_->opts_.layers) return Location{};
   return run->where[size_t{layer} * run->records + record];
 }

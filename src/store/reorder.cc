@@ -126,7 +126,7 @@ Status OrderRun(const ChunkStore::Impl& s, RunPlan* p) TIERKV_REQUIRES(s.mu_) {
 bool NothingToGain(const ChunkStore::Impl& s, const Run& run) TIERKV_REQUIRES(s.mu_) {
   bool identity = true;
   for (uint16_t layer = 0; layer < s.opts_.layers && identity; ++layer) identity = run.map.IsIdentity(layer);
-  const std::shared_ptr<const Run> old = s.runs_.Of(run.chunks[0]);
+  const std::shared_ptr<const Run>& old = s.runs_.Of(run.chunks[0]);
   const bool same_as_old = old && old->chunks == run.chunks && old->map == run.map;
   return same_as_old || (identity && !old);
 }

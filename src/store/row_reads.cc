@@ -164,7 +164,7 @@ std::set<std::pair<const Run*, uint16_t>> CheaperRuns(const ChunkStore::Impl& s,
   std::map<std::pair<const Run*, uint16_t>, RunCost> costs;
   for (const RowRead& r : reads) {
     if (!r.status.ok()) continue;
-    const std::shared_ptr<const Run> run = s.runs_.Of(r.chunk);
+    const std::shared_ptr<const Run>& run = s.runs_.Of(r.chunk);
     if (!run) continue;
     AddRunCost(s, r, *run, &costs[{run.get(), r.layer}]);
   }

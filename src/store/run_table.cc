@@ -5,9 +5,10 @@
 
 namespace tierkv::store {
 
-std::shared_ptr<const Run> RunTable::Of(uint32_t chunk) const {
+const std::shared_ptr<const Run>& RunTable::Of(uint32_t chunk) const {
+  static const std::shared_ptr<const Run> kNone;
   auto it = of_.find(chunk);
-  return it == of_.end() ? nullptr : it->second;
+  return it == of_.end() ? kNone : it->second;
 }
 
 void RunTable::Install(std::shared_ptr<const Run> run) {

@@ -15,8 +15,9 @@ namespace tierkv::store {
 
 class RunTable {
  public:
-  // The run that packs `chunk`, or null.
-  std::shared_ptr<const Run> Of(uint32_t chunk) const;
+  // The run that packs `chunk`, or null; a reference (no reference-count
+  // traffic on the read path), valid until the table next changes.
+  const std::shared_ptr<const Run>& Of(uint32_t chunk) const;
   // Puts `run` under each of its chunks; it has at least one (reorder and
   // the manifest never make an empty run), and none of them may be in
   // another run (Remove those first).
