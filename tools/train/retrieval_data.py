@@ -11,7 +11,7 @@ answer is only in the context:
             asked: "What is the special magic number for <name>? The special
             magic number for <name> is" -> " <digits>."
   multikey  2-4 such needles with different names at different depths, one asked
-  kv        a block of 2-12 "<name>: <digits>" lines at one depth, one asked
+  kv        a block of 2-12 "- <name>: <digits>" lines at one depth, one asked
   copy      a sentence of the haystack quoted at the end; the answer is the
             sentence that follows it there (docqa's shape)
 
@@ -121,7 +121,7 @@ def sample(rng, hay, n_chars, kind=None, depth=None, heldout=False):
         k = rng.randint(2, max(2, min(12, n_chars // 150)))  # the block stays a small part
         names = make_names(rng, k, heldout)
         nums = [number(rng) for _ in names]
-        block = "Registry:\n" + "\n".join(f"{n}: {v}" for n, v in zip(names, nums))
+        block = "Registry:\n" + "\n".join(f"- {n}: {v}" for n, v in zip(names, nums))
         d = rng.random() if depth is None else depth
         text, _ = insert_at(text, d, "\n" + block + "\n")
         asked = rng.randrange(k)
@@ -160,7 +160,7 @@ def encode_sample(sp, rng, hay, T, answer_weight, heldout=False, kind=None, dept
 
 def encode_drill(sp, rng, T, answer_weight, heldout=False):
     """A dense retrieval drill: a short haystack-free registry of 4-16
-    "<name>: <digits>" lines, then as many questions as fit, each
+    "- <name>: <digits>" lines, then as many questions as fit, each
     "In the registry, <name>:" -> " <digits>", every answer weighted.
 
     Why: in the haystack samples one 6-token answer is supervised per row,
@@ -171,7 +171,10 @@ def encode_drill(sp, rng, T, answer_weight, heldout=False):
     k = rng.randint(4, 16)
     names = make_names(rng, k, heldout)
     nums = [number(rng) for _ in names]
-    text = "Registry:\n" + "\n".join(f"{n}: {v}" for n, v in zip(names, nums)) + "\n"
+    # "- " before each name: at a line start SentencePiece would split
+    # "Kabri" as K|ab|ri, in the question as ▁K|ab|ri; a lookup needs the
+    # same tokens in both places.
+    text = "Registry:\n" + "\n".join(f"- {n}: {v}" for n, v in zip(names, nums)) + "\n"
     spans = []
     while True:
         i = rng.randrange(k)
