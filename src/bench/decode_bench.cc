@@ -18,6 +18,7 @@
 #include "model/quant.h"
 #include "model/quant_dot.h"
 #include "model/weight_matrix.h"
+#include "tierkv/elapsed.h"
 #include "tierkv/sequence.h"
 #include "util/thread_pool.h"
 
@@ -25,8 +26,6 @@ namespace tierkv::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -70,7 +69,7 @@ double ReadGbps(int repeats) {
   for (int r = 0; r < repeats + 1; ++r) {  // the first round faults the pages in
     const auto t0 = Clock::now();
     pool->ParallelFor(parts, [&](int p) { sink += SumBytes(buf.data() + p * per, per); });
-    if (r > 0) best = std::min(best, Seconds(t0));
+    if (r > 0) best = std::min(best, SecondsSince(t0));
   }
   return sink.load() == 0 ? 0 : bytes / best / 1e9;
 }
@@ -98,7 +97,7 @@ Result<double> DecodeSeconds(const Model& model, int batch, int prompt, int step
       next[b] = static_cast<int32_t>(std::max_element(all[b].begin(), all[b].end()) - all[b].begin());
     }
   }
-  return Seconds(t0);
+  return SecondsSince(t0);
 }
 
 // A matrix of N rows of K columns in type t: 64 quantized random rows, the
@@ -133,7 +132,7 @@ double ProductSeconds(const model::WeightMatrix& w, model::WeightMatrix::Path pa
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
     w.MatMulBy(path, pool, M, A.data(), w.cols(), 0, w.rows(), 0.f, C.data(), w.rows());
-    t.push_back(Seconds(t0));
+    t.push_back(SecondsSince(t0));
   }
   return Median(t);
 }

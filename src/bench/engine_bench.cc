@@ -8,19 +8,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/attention.h"
 #include "bench/sgemm_peak.h"
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "tierkv/elapsed.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/process.h"
 #include "util/thread_pool.h"
 
 namespace tierkv::bench {
 namespace {
-
-double Seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 
 // One layer's side kernel: every KV head's attention (or weights only) of
@@ -68,7 +65,7 @@ double KernelSeconds(const ModelConfig& c, int q, int rows, bool values, int rep
   for (int rep = 0; rep < repeats; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < inner; ++i) layer();
-    best = std::min(best, Seconds(t0) / inner);
+    best = std::min(best, SecondsSince(t0) / inner);
   }
   return best;
 }
@@ -162,7 +159,7 @@ double SgemmGflops(int n, int repeats) {
     for (int i = 0; i < inner; ++i) {
       kernels::MatMulNT(n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     }
-    best = std::min(best, Seconds(t0) / inner);
+    best = std::min(best, SecondsSince(t0) / inner);
   }
   return 2.0 * n * n * n / best / 1e9;
 }
@@ -208,7 +205,7 @@ Result<EngineBenchReport> RunEngineBench(const Model& model, const std::string& 
     for (size_t k = 0; k < inputs.size(); ++k) {
       auto t0 = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(PrefillResult res, model.Prefill(inputs[k], PrefillOptions{}));
-      best[k] = std::min(best[k], Seconds(t0));
+      best[k] = std::min(best[k], SecondsSince(t0));
     }
     {
       // The library's peak with all cores on one call, its best case.

@@ -26,7 +26,7 @@ struct Acc {
   double ideal_bytes = 0;  // what the rows used would take, read exactly (RequestStats)
 };
 
-void Progress(const HarnessOptions& o, const std::string& what, size_t done, size_t total) {
+void ShowProgress(const HarnessOptions& o, const std::string& what, size_t done, size_t total) {
   if (o.progress) o.progress(what, done, total);
 }
 
@@ -49,7 +49,7 @@ Result<uint64_t> WriteStore(const Model& model, std::span<const TaskRequest> req
     if (n == 0) continue;  // shorter than a chunk: nothing to store
     auto s = writer->Serve(std::span(p).first(n));
     if (!s.ok()) return Status(s.status().code(), "storing a prefix: " + s.status().message());
-    Progress(o, "storing prefixes", i + 1, reqs.size());
+    ShowProgress(o, "storing prefixes", i + 1, reqs.size());
   }
   const uint64_t stored = writer->StoredBytes();
   engine::ServeOptions so;
@@ -132,7 +132,7 @@ Status MeasureRound(const Model& model, std::span<const TaskRequest> reqs, const
                          << " ms (lookup " << s.stats.lookup_ms << ", identify " << s.stats.identify_ms << ", load wait "
                          << s.stats.load_wait_ms << ", compute " << s.stats.compute_ms << "), reused "
                          << s.stats.reused_tokens << " computed " << s.stats.computed_tokens;
-      Progress(o, name + " round " + std::to_string(round + 1) + "/" + std::to_string(o.rounds),
+      ShowProgress(o, name + " round " + std::to_string(round + 1) + "/" + std::to_string(o.rounds),
                pass * reqs.size() + i + 1, total);
     }
   }

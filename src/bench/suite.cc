@@ -158,10 +158,10 @@ std::string NowUtc() {
 
 // One run of an experiment on one workload, in its own store (removed after).
 // `reference`: recompute's answers for these requests, shared by the runs on them.
-using Progress = std::function<void(const std::string& what, size_t done, size_t total)>;
+using RunProgress = std::function<void(const std::string& what, size_t done, size_t total)>;
 
 Result<json> RunOne(const Model& model, const std::vector<TaskRequest>& reqs, const SuiteOptions& o,
-                    const Progress& progress, const Experiment& e, const Setting* s, const std::string& tag,
+                    const RunProgress& progress, const Experiment& e, const Setting* s, const std::string& tag,
                     std::shared_ptr<QualityReference> reference) {
   HarnessOptions h;
   h.systems = e.systems;
@@ -355,7 +355,7 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
     json run = KeptRun(o.previous, e.id, w.name, value);
     if (run.is_null()) {
       const std::string tag = e.id + "-" + w.name + (p.setting ? "-" + value : "");
-      Progress progress;
+      RunProgress progress;
       if (o.progress) {
         progress = [&o, k, n = plan.size()](const std::string& what, size_t done, size_t total) {
           o.progress("run " + std::to_string(k + 1) + "/" + std::to_string(n) + " " + what, done, total);

@@ -1,5 +1,6 @@
 #include "tierkv/generate.h"
 
+#include "tierkv/elapsed.h"
 #include "tierkv/sequence.h"
 
 #include <algorithm>
@@ -9,10 +10,6 @@
 
 namespace tierkv {
 namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // splitmix64: small, seedable, and identical on every platform.
 uint64_t NextRandom(uint64_t* s) {

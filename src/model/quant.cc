@@ -47,7 +47,6 @@ void Q6Values(const uint8_t* ql, const uint8_t* qh, int l, int q[4]) {
 
 namespace {
 
-constexpr int kQK = 32, kQKK = 256;
 
 struct Known {
   GgmlType type;

@@ -16,6 +16,10 @@
 
 namespace tierkv::model {
 
+// ggml's block sizes: Q4_0/Q5_0/Q8_0 blocks of 32 elements (QK4_0, QK8_0),
+// k-quant super-blocks of 256 (QK_K).
+constexpr int kQK = 32, kQKK = 256;
+
 enum class GgmlType : uint32_t {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
   kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,

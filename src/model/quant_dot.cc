@@ -14,7 +14,6 @@
 namespace tierkv::model {
 namespace {
 
-constexpr int kQK = 32, kQKK = 256;
 constexpr size_t kQ8_0Bytes = 2 + kQK;                // f16 d, 32 × int8
 constexpr size_t kQ8_KBytes = 4 + kQKK + 2 * 16;      // float d, 256 × int8, 16 × int16
 

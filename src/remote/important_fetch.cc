@@ -11,12 +11,11 @@
 #include "index/radix_tree.h"
 #include "remote/remote_tier.h"
 #include "remote/value.h"
+#include "tierkv/elapsed.h"
 #include "tierkv/logging.h"
 
 namespace tierkv::remote {
 namespace {
-
-constexpr size_t kChunksPerPipeline = 16;
 
 // Payload byte `off` of a value, if one of the fetched ranges holds it.
 const char* At(std::span<const ByteRange> ranges, const std::vector<const std::string*>& data, uint64_t off) {
@@ -25,10 +24,6 @@ const char* At(std::span<const ByteRange> ranges, const std::vector<const std::s
     if (abs >= ranges[i].first && abs <= ranges[i].last) return data[i]->data() + (abs - ranges[i].first);
   }
   return nullptr;
-}
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace

@@ -8,9 +8,10 @@
 #include <cstring>
 
 #include "index/radix_tree.h"
+#include "remote/value.h"
 #include "store/format.h"
 #include "store/record_check.h"
-#include "remote/value.h"
+#include "tierkv/elapsed.h"
 #include "tierkv/logging.h"
 
 namespace tierkv {
@@ -58,16 +59,9 @@ uint64_t RemoteStats::errors_total() const {
 namespace tierkv::remote {
 namespace {
 
-// Redis caps what clients may keep unread; a run's GETs are sent in
-// pipelines of at most this many chunks.
-constexpr size_t kChunksPerPipeline = 16;
 // A distinct error message is logged when first seen, then at most this often.
 constexpr auto kLogSameEvery = std::chrono::minutes(10);
 constexpr size_t kMaxLoggedMessages = 256;
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 

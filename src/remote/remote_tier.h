@@ -39,6 +39,10 @@
 
 namespace tierkv::remote {
 
+// Redis caps what clients may keep unread; a run's GETs (whole values or
+// important ranges) are sent in pipelines of at most this many chunks.
+constexpr size_t kChunksPerPipeline = 16;
+
 struct RemoteGeometry {
   uint64_t fingerprint = 0;  // the store's: the model namespace of keys and records
   uint16_t layers = 1;
