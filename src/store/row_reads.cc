@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "store/read_plan.h"
 #include "store/store_impl.h"
 #include "tierkv/logging.h"
 
@@ -97,53 +98,22 @@ struct RunCost {
   double own_seconds = 0;
 };
 
-// The planner's rule: the reads that fetch `blocks` (ascending: a sorted
-// vector or a set), as
-// [first, end) ranges; needed blocks separated by at most `gap` unneeded
-// ones share a read. Blocks keyed (record << 32) | block never merge across
-// records (their distance exceeds any gap).
-template <typename Blocks>
-std::vector<std::pair<uint64_t, uint64_t>> MergedRuns(const Blocks& blocks, uint64_t gap) {
-  std::vector<std::pair<uint64_t, uint64_t>> runs;
-  for (uint64_t b : blocks) {
-    if (!runs.empty() && b - runs.back().second <= gap) {
-      runs.back().second = b + 1;
-    } else {
-      runs.emplace_back(b, b + 1);
-    }
-  }
-  return runs;
-}
-
-// Predicted time of reading `blocks` ((record << 32) | block) as PageRuns
-// reads them.
-double PredictedSeconds(const std::set<uint64_t>& blocks, const ChunkStore::Impl& s) {
-  uint64_t read_blocks = 0;
-  const auto runs = MergedRuns(blocks, s.MergeGap());
-  for (const auto& [first, end] : runs) read_blocks += end - first;
-  return s.io_model_.Seconds(runs.size(), read_blocks * kBlockSize);
-}
-
 void AddRunCost(const ChunkStore::Impl& s, const RowRead& r, const Run& run, RunCost* cost)
     TIERKV_REQUIRES(s.mu_) {
   const uint32_t C = s.opts_.chunk_tokens;
   const uint64_t rb = s.opts_.row_bytes;
   const index::ChunkInfo& c = s.tree_.chunk(r.chunk);
+  const bool k = r.k != nullptr, v = r.v != nullptr;
   std::set<uint64_t> own;
-  // Payload page p is block p + 1 (block 0: the header).
-  auto blocks_of = [&](uint64_t record, uint32_t row, uint32_t tokens, std::set<uint64_t>* blocks) {
-    if (r.k) blocks->insert(record << 32 | (1 + row * rb / kBlockSize));
-    if (r.v) blocks->insert(record << 32 | (1 + (uint64_t{tokens} + row) * rb / kBlockSize));
-  };
   for (uint32_t row : r.rows) {
-    blocks_of(0, row, c.tokens, &own);
+    AddRowBlocks(0, row, c.tokens, rb, k, v, &own);
     const uint32_t slot = run.map.SlotOf(r.layer, c.first_token + row - run.first_token);
-    blocks_of(slot / C, slot % C, run.RecordTokens(slot / C), &cost->run_blocks);
+    AddRowBlocks(slot / C, slot % C, run.RecordTokens(slot / C), rb, k, v, &cost->run_blocks);
     cost->run_records.insert(slot / C);
   }
   const Expect e = KeyValueExpect(r.layer, c.prefix_hash, c.first_token, c.tokens);
   if (!s.known_headers_.Find(s.table_.LocationOf(r.chunk, r.layer), e)) own.insert(0);
-  cost->own_seconds += PredictedSeconds(own, s);
+  cost->own_seconds += PredictedSeconds(own, s.MergeGap(), s.io_model_);
 }
 
 bool RunIsCheaper(const ChunkStore::Impl& s, const Run& run, uint16_t layer, const RunCost& cost)
@@ -155,7 +125,7 @@ bool RunIsCheaper(const ChunkStore::Impl& s, const Run& run, uint16_t layer, con
       blocks.insert(uint64_t{rec} << 32);
     }
   }
-  return PredictedSeconds(blocks, s) < cost.own_seconds;
+  return PredictedSeconds(blocks, s.MergeGap(), s.io_model_) < cost.own_seconds;
 }
 
 // The runs (by layer) worth reading from for these reads.
@@ -228,12 +198,9 @@ std::vector<ReadOp> PageRuns(std::vector<Rec>& recs, uint32_t merge_gap, std::ve
   for (size_t ri = 0; ri < recs.size(); ++ri) {
     Rec& rec = recs[ri];
     rec.buf = AllocateAligned((1 + rec.pages.size()) * kBlockSize);
-    std::vector<uint64_t> needed;
-    if (!rec.known) needed.push_back(0);
-    for (size_t pg = 0; pg < rec.pages.size(); ++pg) {
-      if (rec.pages[pg]) needed.push_back(1 + pg);
-    }
-    for (const auto& [b, e] : MergedRuns(needed, merge_gap)) {
+    const auto reads = RecordReads(rec.pages, rec.known != nullptr, merge_gap);
+    *pages += PayloadPagesOf(reads);
+    for (const auto& [b, e] : reads) {
       ReadOp op;
       op.file = rec.file.get();
       op.offset = (uint64_t{rec.where.block} + b) * kBlockSize;
@@ -242,7 +209,6 @@ std::vector<ReadOp> PageRuns(std::vector<Rec>& recs, uint32_t merge_gap, std::ve
       op.prefetch = !rec.demand;
       ops.push_back(op);
       op_rec->push_back(ri);
-      *pages += e - b - (b == 0 ? 1 : 0);
     }
   }
   return ops;
