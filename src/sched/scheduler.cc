@@ -15,34 +15,6 @@ double MsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// The longest tail of `text` that begins some stop string (it may still
-// become one: not emitted yet).
-size_t HeldBack(std::string_view text, const std::vector<std::string>& stops) {
-  size_t held = 0;
-  for (const std::string& s : stops) {
-    for (size_t n = std::min(s.size() - 1, text.size()); n > held; --n) {
-      if (text.substr(text.size() - n) == std::string_view(s).substr(0, n)) {
-        held = n;
-        break;
-      }
-    }
-  }
-  return held;
-}
-
-// Where the first stop string begins in `text` (searching from `from`), or npos.
-size_t FirstStop(std::string_view text, size_t from, const std::vector<std::string>& stops) {
-  size_t at = std::string_view::npos;
-  for (const std::string& s : stops) at = std::min(at, text.find(s, from));
-  return at;
-}
-
-size_t LongestStop(const std::vector<std::string>& stops) {
-  size_t n = 0;
-  for (const std::string& s : stops) n = std::max(n, s.size());
-  return n;
-}
-
 }  // namespace
 
 Result<SchedulerKind> ParseScheduler(std::string_view name) {
@@ -67,16 +39,14 @@ struct Scheduler::Running {
   Sampler sampler;
   std::vector<float> logits;  // the next token's
   int32_t prev = 0;           // the last token run
-  std::string text;           // generated so far
-  size_t emitted = 0;         // of text, handed to the job
+  OutputText text;            // generated so far, and what the job was handed
   Outcome out;
   Clock::time_point first_token;
-  size_t longest_stop = 0;  // of the job's stop strings: how far back a new one may begin
   engine::PrefixLocation where;  // car: its score events' entries
   bool events = false;           // car: the scheduler raises its score events
   bool served = false;           // Serve was called (its start event raised)
   explicit Running(const GenerationParams& p)
-      : sampler(p.sampler), longest_stop(LongestStop(p.stop)) {}
+      : sampler(p.sampler), text(p.stop) {}
 };
 
 Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, engine::Engine* engine,
@@ -339,21 +309,13 @@ bool Scheduler::Decide(Running& r) {
     return false;
   }
   ++r.out.completion_tokens;
-  const size_t before = r.text.size();
-  r.text += tok_.DecodePiece(r.prev, next);
+  const bool stopped = r.text.Append(tok_.DecodePiece(r.prev, next));
   r.prev = next;
-  const size_t stop_at =
-      FirstStop(r.text, before > r.longest_stop ? before - r.longest_stop : 0, p.stop);
-  if (stop_at != std::string::npos) {
-    r.text.resize(stop_at);
+  if (stopped) {
     End(r, FinishReason::kStop);
     return false;
   }
-  const size_t ready = r.text.size() - HeldBack(r.text, p.stop);
-  if (ready > r.emitted) {
-    r.job->Emit(std::string_view(r.text).substr(r.emitted, ready - r.emitted));
-    r.emitted = ready;
-  }
+  if (const std::string_view ready = r.text.TakeReady(); !ready.empty()) r.job->Emit(ready);
   if (r.out.completion_tokens >= static_cast<size_t>(p.max_tokens) ||
       r.seq->position() >= model_.config().context_length) {
     End(r, FinishReason::kLength);
@@ -367,8 +329,8 @@ void Scheduler::End(Running& r, FinishReason reason, Status status) {
     TIERKV_LOG(kWarn) << "request failed: " << status.ToString();
   }
   // The text held back for a stop string that did not come is the job's.
-  if (reason != FinishReason::kCancelled && r.text.size() > r.emitted) {
-    r.job->Emit(std::string_view(r.text).substr(r.emitted));
+  if (reason != FinishReason::kCancelled) {
+    if (const std::string_view rest = r.text.TakeRest(); !rest.empty()) r.job->Emit(rest);
   }
   r.out.reason = reason;
   r.out.status = std::move(status);

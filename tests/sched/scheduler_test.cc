@@ -192,5 +192,29 @@ TEST_F(SchedulerTest, CarPrefetchesAWaitingDiskPrefixIntoThePools) {
   EXPECT_EQ(b.text, reference);
 }
 
+TEST_F(SchedulerTest, AStopStringEndsTheTextBeforeItsFirstOccurrence) {
+  auto e = Open();
+  Scheduler s(*model_, *tok_, e.get(), SchedulerOptions{});
+  auto free_run = NewJob(c_, 24);
+  ASSERT_OK(s.Submit(free_run));
+  const Outcome ref = free_run->Wait();
+  ASSERT_EQ(ref.reason, FinishReason::kLength);
+  ASSERT_GE(ref.text.size(), 12u) << ref.text;
+  // Three characters from the middle of the greedy text: the run with them
+  // as a stop string ends where they first occur (maybe earlier than here).
+  const std::string stop = ref.text.substr(ref.text.size() / 2, 3);
+  const size_t at = ref.text.find(stop);
+  auto stopped = NewJob(c_, 24);
+  GenerationParams g = stopped->params();
+  g.stop = {"no such text anywhere", stop};
+  stopped = std::make_shared<Job>(std::move(g));
+  ASSERT_OK(s.Submit(stopped));
+  const Outcome out = stopped->Wait();
+  EXPECT_EQ(out.reason, FinishReason::kStop);
+  EXPECT_EQ(out.text, ref.text.substr(0, at)) << "stop " << stop;
+  EXPECT_LT(out.completion_tokens, ref.completion_tokens);
+  s.Shutdown(0ms);
+}
+
 }  // namespace
 }  // namespace tierkv::sched
