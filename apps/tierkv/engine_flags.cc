@@ -123,11 +123,11 @@ void AddStoreFlags(CLI::App* sub, EngineFlags* f, const EngineFlagUse& use) {
          "docs/systems.md)")
       ->default_str(e.disk.merge_read_gaps ? "model" : "pages")
       ->check(CLI::IsMember({"model", "pages"}));
-  sub->add_option("--io-backend", e.disk.io_backend,
+  AddParsedOption(sub, "--io-backend", &e.disk.io_backend, store::ParseIoBackend,
                   "How the store reads records: auto (io_uring where the kernel allows it, else "
-                  "pread), uring or pread")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "uring", "pread"}));
+                  "pread), uring or pread",
+                  "auto, uring or pread")
+      ->default_str(e.disk.io_backend);
   sub->add_option_function<std::string>(
          "--direct-io", [&e](const std::string& s) { e.disk.direct_io = s == "on"; },
          "Open the store's record files with O_DIRECT: on, or off for a file system without it "

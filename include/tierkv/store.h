@@ -37,6 +37,10 @@ struct DiskOptions {
   bool calibrate_io = true;
 };
 
+// DiskOptions::io_backend's names: `name` when it is one of them (auto,
+// uring, pread), else InvalidArgument listing them.
+Result<std::string> ParseIoBackend(std::string_view name);
+
 // A store's counters and sizes (ChunkStore::stats()).
 struct StoreStats {
   uint64_t records_written = 0, bytes_written = 0, puts = 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "store/format.h"
+#include "tierkv/store.h"
 
 namespace tierkv::store {
 
@@ -284,14 +285,14 @@ Result<std::unique_ptr<IoBackend>> NewIoBackend(std::string_view kind, IoOptions
     return Status::InvalidArgument("io queue depth " + std::to_string(options.queue_depth) +
                                    " is outside 1..4096");
   }
-  if (kind == "pread") return std::unique_ptr<IoBackend>(new PreadBackend(options.queue_depth));
-  if (kind == "uring") return UringBackend::Create(options.queue_depth);
-  if (kind == "auto") {
-    if (UringAvailable()) return UringBackend::Create(options.queue_depth);
-    return std::unique_ptr<IoBackend>(new PreadBackend(options.queue_depth));
-  }
-  return Status::InvalidArgument("unknown I/O backend '" + std::string(kind) +
-                                 "' (expected uring, pread or auto)");
+  ASSIGN_OR_RETURN(const std::string name, ParseIoBackend(kind));
+  if (name == "uring" || (name == "auto" && UringAvailable())) return UringBackend::Create(options.queue_depth);
+  return std::unique_ptr<IoBackend>(new PreadBackend(options.queue_depth));
+}
+
+Result<std::string> ParseIoBackend(std::string_view name) {
+  if (name == "auto" || name == "uring" || name == "pread") return std::string(name);
+  return Status::InvalidArgument("unknown I/O backend '" + std::string(name) + "' (expected auto, uring or pread)");
 }
 
 }  // namespace tierkv::store
