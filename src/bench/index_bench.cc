@@ -62,7 +62,7 @@ Result<IndexBenchReport> RunIndexBench(const IndexBenchOptions& o) {
   r.structure_bytes_per_chunk = r.tree_bytes_per_chunk - r.token_bytes_per_chunk;
   // ChunkStore's per-chunk tables: one K/V location (a chunk's layers are
   // back to back), eviction value, probe records' block and stride, token count.
-  r.store_bytes_per_chunk = static_cast<double>(store::ChunkStore::kTableBytesPerChunk);
+  r.store_bytes_per_chunk = static_cast<double>(store::ChunkStore::TableBytesPerChunk());
 
   size_t matched = 0, asked = 0;
   const auto t1 = Clock::now();

@@ -58,6 +58,8 @@ uint64_t ChunkStore::probe_record_bytes(uint32_t tokens) const {
 }
 std::string ChunkStore::SegmentPath(uint32_t segment) const { return impl_->SegmentPath(segment); }
 
+size_t ChunkStore::TableBytesPerChunk() { return ChunkTable::kBytesPerChunk; }
+
 ChunkStore::Location ChunkStore::TEST_location(uint32_t chunk, uint16_t layer) const {
   MutexLock l(&impl_->mu_);
   if (!impl_->tree_.IsLive(chunk)) return Location{};

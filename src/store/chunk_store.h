@@ -339,10 +339,9 @@ class ChunkStore {
     uint32_t segment = 0;  // 0: none
     uint32_t block = 0;    // offset / kBlockSize
   };
-  // Bytes of the store's own per-chunk tables (beside the radix tree):
-  // first_location_, value_, probe_block_, probe_stride_, chunk_tokens_.
-  static constexpr size_t kTableBytesPerChunk =
-      sizeof(Location) + sizeof(double) + sizeof(uint32_t) + sizeof(uint16_t) + sizeof(uint16_t);
+  // Bytes of the store's own per-chunk tables (beside the radix tree;
+  // store/chunk_table.h).
+  static size_t TableBytesPerChunk();
   Location TEST_location(uint32_t chunk, uint16_t layer) const;
   // Bytes of live records (chunks, probe copies, reordered runs) per
   // segment number; a segment missing here holds none (inspect shows it;

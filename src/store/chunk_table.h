@@ -74,6 +74,14 @@ class ChunkTable {
   std::vector<double> value_;
   std::vector<uint16_t> chunk_tokens_;
   uint64_t clock_ = 0;  // accesses so far
+
+ public:
+  // Bytes per chunk of the tables above (scattered_ aside: only chunks
+  // recovery found scattered), from their element types.
+  static constexpr size_t kBytesPerChunk =
+      sizeof(decltype(first_location_)::value_type) + sizeof(decltype(probe_block_)::value_type) +
+      sizeof(decltype(probe_stride_)::value_type) + sizeof(decltype(value_)::value_type) +
+      sizeof(decltype(chunk_tokens_)::value_type);
 };
 
 }  // namespace tierkv::store
