@@ -53,8 +53,9 @@ test: build
 	ctest --preset $(PRESET) -j2
 
 # Compiles everything with clang -Wthread-safety -Werror: every mutex's
-# annotations (util/mutex.h) checked; each file outside unity batches and
-# each public header alone, so a missing include fails. Compile only; CI runs it.
+# annotations (util/mutex.h) checked; each library and CLI file outside
+# unity batches and each public header alone, so a missing include fails
+# there (tests are not built). Compile only; CI runs it.
 thread-safety:
 	$(MAKE) deps EXTRA_PACKAGES="$(TS_PACKAGES)"
 	cmake --preset thread-safety >/dev/null

@@ -108,3 +108,5 @@ bool DequantizeBlocksAvx2(GgmlType t, const uint8_t* src, float* dst, size_t blo
 }
 
 }  // namespace tierkv::model
+
+#undef TIERKV_AVX2  // file-local (unity batches put other files after this one)

@@ -385,3 +385,5 @@ TIERKV_AVX2 void QuantizeQ8_KAvx2(const float* x, int cols, uint8_t* out) {
 }
 
 }  // namespace tierkv::model
+
+#undef TIERKV_AVX2  // file-local (unity batches put other files after this one)

@@ -10,6 +10,7 @@ namespace {
 size_t HeldBack(std::string_view text, const std::vector<std::string>& stops) {
   size_t held = 0;
   for (const std::string& s : stops) {
+    if (s.empty()) continue;  // the server refuses "" (it would stop at once)
     for (size_t n = std::min(s.size() - 1, text.size()); n > held; --n) {
       if (text.substr(text.size() - n) == std::string_view(s).substr(0, n)) {
         held = n;
@@ -23,7 +24,9 @@ size_t HeldBack(std::string_view text, const std::vector<std::string>& stops) {
 // Where the first stop string begins in `text` (searching from `from`), or npos.
 size_t FirstStop(std::string_view text, size_t from, const std::vector<std::string>& stops) {
   size_t at = std::string_view::npos;
-  for (const std::string& s : stops) at = std::min(at, text.find(s, from));
+  for (const std::string& s : stops) {
+    if (!s.empty()) at = std::min(at, text.find(s, from));
+  }
   return at;
 }
 

@@ -15,7 +15,8 @@ namespace tierkv::sched {
 
 class OutputText {
  public:
-  // `stops` must outlive this (the job's parameters hold them).
+  // `stops` must outlive this (the job's parameters hold them); empty ones
+  // are ignored.
   explicit OutputText(const std::vector<std::string>& stops);
 
   // Appends the next token's text. True when a stop string now appears: the

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "sched/output_text.h"
 #include "tierkv/logging.h"
 
 namespace tierkv::sched {

@@ -32,7 +32,6 @@
 
 #include "sched/car_window.h"
 #include "sched/job.h"
-#include "sched/output_text.h"
 #include "sched/prefetcher.h"
 #include "tierkv/engine.h"
 #include "tierkv/model.h"

@@ -200,9 +200,14 @@ TEST_F(SchedulerTest, AStopStringEndsTheTextBeforeItsFirstOccurrence) {
   const Outcome ref = free_run->Wait();
   ASSERT_EQ(ref.reason, FinishReason::kLength);
   ASSERT_GE(ref.text.size(), 12u) << ref.text;
-  // Three characters from the middle of the greedy text: the run with them
-  // as a stop string ends where they first occur (maybe earlier than here).
-  const std::string stop = ref.text.substr(ref.text.size() / 2, 3);
+  // Three ASCII characters from the first half of the greedy text (the last
+  // token may be long): the run with them as a stop string ends where they
+  // first occur.
+  size_t from = ref.text.size() / 4;
+  auto ascii = [&](size_t i) { return static_cast<unsigned char>(ref.text[i]) < 0x80; };
+  while (from + 3 <= ref.text.size() / 2 && !(ascii(from) && ascii(from + 1) && ascii(from + 2))) ++from;
+  ASSERT_LE(from + 3, ref.text.size() / 2) << "no ASCII run in " << ref.text;
+  const std::string stop = ref.text.substr(from, 3);
   const size_t at = ref.text.find(stop);
   auto stopped = NewJob(c_, 24);
   GenerationParams g = stopped->params();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "testing/serve_process.h"
+#include "tierkv/elapsed.h"
 #include "tierkv/tokenizer.h"
 
 namespace tierkv {
@@ -24,10 +25,6 @@ namespace {
 
 using namespace serve_testing;
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // A connection on a plain socket: sends what it is given, reads until the
 // server closes (or `seconds` pass).
