@@ -1,4 +1,4 @@
-// Wall time since a steady_clock point, the one helper every timing site
+// Wall time between steady_clock points, the helpers every timing site
 // shares (steady, so a clock step does not skew a measurement).
 #pragma once
 
@@ -6,8 +6,16 @@
 
 namespace tierkv {
 
+inline double SecondsBetween(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+inline double MsBetween(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
+  return SecondsBetween(from, to) * 1e3;
+}
+
 inline double SecondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return SecondsBetween(t0, std::chrono::steady_clock::now());
 }
 
 inline double MsSince(std::chrono::steady_clock::time_point t0) { return SecondsSince(t0) * 1e3; }

@@ -7,6 +7,7 @@
 
 #include "index/radix_tree.h"
 #include "store/chunk_store.h"
+#include "tierkv/elapsed.h"
 
 namespace tierkv::bench {
 
@@ -50,7 +51,7 @@ Result<IndexBenchReport> RunIndexBench(const IndexBenchOptions& o) {
     }
     std::swap(prev, cur);
   }
-  r.build_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.build_seconds = SecondsSince(t0);
   r.chunks = tree.num_chunks();
   r.nodes = tree.num_nodes();
   const double n = static_cast<double>(r.chunks);
@@ -72,7 +73,7 @@ Result<IndexBenchReport> RunIndexBench(const IndexBenchOptions& o) {
     matched += m.matched_tokens;
     asked += p.size();
   }
-  const double secs = std::chrono::duration<double>(Clock::now() - t1).count();
+  const double secs = SecondsSince(t1);
   r.lookup_us_mean = secs * 1e6 / o.lookups;
   r.lookup_us_per_chunk = r.lookup_us_mean / o.prompt_chunks;
   r.matched_fraction = static_cast<double>(matched) / static_cast<double>(asked);

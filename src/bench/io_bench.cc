@@ -11,6 +11,7 @@
 
 #include "store/chunk_store.h"
 #include "store/io_model.h"
+#include "tierkv/elapsed.h"
 #include "tierkv/filesystem.h"
 
 namespace tierkv::bench {
@@ -18,9 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 store::StoreOptions StoreOpts(const IoBenchOptions& o, int chunk, const std::string& backend,
                               int depth) {
@@ -141,7 +139,7 @@ Result<double> Ceiling(const IoBenchOptions& o, int chunk, uint64_t mib, uint64_
       bytes += op.done;
     }
   }
-  return bytes / Seconds(t0, Clock::now()) / 1e6;
+  return bytes / SecondsSince(t0) / 1e6;
 }
 
 }  // namespace
@@ -191,7 +189,7 @@ Result<IoBenchReport> RunIoBench(const IoBenchOptions& o) {
           for (auto& r : rs) RETURN_IF_ERROR(r.status);
           reads += rs.size();
         }
-        double secs = Seconds(t0, Clock::now());
+        double secs = SecondsSince(t0);
         IoPoint p;
         p.chunk_tokens = chunk;
         p.record_bytes = record;

@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "tierkv/elapsed.h"
 #include "tierkv/mutex.h"
 #include "tierkv/tools/serve_bench.h"
 
@@ -21,7 +22,6 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxInFlightSessions = 256;  // --rate: sessions running at once, at most
 constexpr size_t kErrorSamples = 5;
 
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 // One streamed request's measurements.
 struct Sample {
@@ -72,7 +72,7 @@ class EventReader {
     const json* text = chat_ ? (c.contains("delta") ? &c["delta"] : nullptr) : &c;
     const char* key = chat_ ? "content" : "text";
     if (text && text->contains(key) && (*text)[key].is_string() && !(*text)[key].get<std::string>().empty()) {
-      if (s->text.empty()) s->ttft_ms = Ms(t0_, Clock::now());
+      if (s->text.empty()) s->ttft_ms = MsSince(t0_);
       s->text += (*text)[key].get<std::string>();
     }
     return true;
@@ -111,7 +111,7 @@ Sample Send(httplib::Client& client, bool chat, const json& body) {
     return reader.Feed(data, n, &s);
   };
   auto res = client.send(req);
-  s.e2e_ms = Ms(t0, Clock::now());
+  s.e2e_ms = MsSince(t0);
   if (!s.error.empty()) return s;
   if (!res) {
     s.error = "no answer: " + httplib::to_string(res.error());
@@ -254,7 +254,7 @@ Result<ServeBenchReport> RunServeBench(const ServeBenchOptions& o, const std::ve
   finished = true;
   reporter.join();
   ServeBenchReport r;
-  r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.wall_s = SecondsSince(t0);
   std::vector<double> ttft, tpot, e2e;
   for (const Sample& s : out.Take(&r.error_samples)) {
     ++r.requests;

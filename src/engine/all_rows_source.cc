@@ -37,7 +37,7 @@ Status AllRowsSource::Supply(Request& rq, const LayerView& view, LayerPrefix* pr
   trace->wait_ms = wait;
   trace->issued_ms = f.issued_ms;
   trace->completed_ms = f.completed_ms;
-  trace->consumed_ms = Ms(rq.t0, w1);
+  trace->consumed_ms = MsBetween(rq.t0, w1);
   if (!s.ok()) return s;
   trace->rows = rq.R;
   trace->retention = 1.0;

@@ -233,7 +233,7 @@ void Engine::Impl::ReadTail(const store::LookupResult& m, size_t end, Request& r
   if (end <= rq.R) return;
   const auto t = Clock::now();
   Status s = ReadTailRows(*reader, m, rq.R, end, c.n_layers, &rq.tail, &rq.io);
-  rq.tail_ms = Ms(t, Clock::now());
+  rq.tail_ms = MsBetween(t, Clock::now());
   // A row that fails its checksum is never served: the rows are computed.
   if (!s.ok()) {
     TIERKV_LOG(kWarn) << "serve: computing the prefix's last " << end - rq.R << " rows: " << s.ToString();
@@ -331,8 +331,8 @@ void Engine::Impl::FillStats(const Request& rq, Clock::time_point t_compute,
   st->identify_ms = rq.identify_ms;
   st->load_wait_ms = rq.load_ms + rq.tail_ms;  // the tail is read before the forward pass
   st->fallback_layers = rq.fallbacks;
-  st->compute_ms = Ms(t_compute, t_done) - rq.load_ms - st->identify_ms;
-  st->ttft_ms = Ms(rq.t0, t_done);
+  st->compute_ms = MsBetween(t_compute, t_done) - rq.load_ms - st->identify_ms;
+  st->ttft_ms = MsBetween(rq.t0, t_done);
   // The tail's rows are read whole.
   st->ideal_bytes = IdealBytes(*st, rq.R) + 2 * (rq.tail.end - rq.tail.start) * row_bytes * st->layers.size();
 }
@@ -366,7 +366,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   Request rq(&m, R, t0, c.n_layers);
   rq.cache_namespace = ns;
   rq.far = std::move(far);
-  st.lookup_ms = Ms(t0, Clock::now());
+  st.lookup_ms = MsBetween(t0, Clock::now());
   ReadTail(m, TailEnd(m, cap, rq.far), rq);  // nothing unless it ends past R
   const size_t E = rq.End();  // R, then the remote chunks read in part or the tail
   // A retry after a failed layer (whose rows are R's) reuses less than R:

@@ -66,7 +66,7 @@ void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::share
 Status SelectiveSource::Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,
                                LayerTrace* trace) {
   // Reads issued inside the layer; a read ahead (spec) sets its own times.
-  trace->issued_ms = trace->completed_ms = Ms(rq.t0, Clock::now());
+  trace->issued_ms = trace->completed_ms = MsBetween(rq.t0, Clock::now());
   LayerWork work(view, trace);
   Status s = SupplyLayer(rq, work, prefix);
   if (s.ok()) {
@@ -75,7 +75,7 @@ Status SelectiveSource::Supply(Request& rq, const LayerView& view, LayerPrefix* 
     rq.io.Add(work.io);
     trace->retention = rq.R ? static_cast<double>(trace->rows) / static_cast<double>(rq.R) : 1.0;
   }
-  trace->consumed_ms = Ms(rq.t0, Clock::now());
+  trace->consumed_ms = MsBetween(rq.t0, Clock::now());
   if (!rq.prefetch[view.layer]) trace->completed_ms = trace->consumed_ms;
   return s;
 }

@@ -99,11 +99,11 @@ struct LayerWork {
   Status Timed(F&& read) {
     const auto a = Clock::now();
     Status s = read();
-    io_ms += Ms(a, Clock::now());
+    io_ms += MsBetween(a, Clock::now());
     return s;
   }
   // Time since the layer started that was not waiting: identification.
-  double BusyMs() const { return Ms(t0, Clock::now()) - io_ms; }
+  double BusyMs() const { return MsBetween(t0, Clock::now()) - io_ms; }
 };
 
 // The selective sources' common frame: trace times, and the layer's reads

@@ -88,7 +88,7 @@ void PromptWriter::Store(std::span<const int32_t> tokens, Request& rq,
     after_tail = false;
     const auto s0 = Clock::now();
     auto exact = ExactKv(tokens, rq);
-    stats->store_ms += Ms(s0, Clock::now());
+    stats->store_ms += MsBetween(s0, Clock::now());
     if (!exact.ok()) {
       // Nothing is stored rather than the approximation.
       TIERKV_LOG(kWarn) << "serve: recomputing NR over all of R for exact-store: "
@@ -100,7 +100,7 @@ void PromptWriter::Store(std::span<const int32_t> tokens, Request& rq,
   }
   const auto s0 = Clock::now();
   Put(tokens, rq, kv, after_tail, stats);
-  stats->store_ms += Ms(s0, Clock::now());
+  stats->store_ms += MsBetween(s0, Clock::now());
 }
 
 }  // namespace tierkv::engine

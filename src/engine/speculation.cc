@@ -84,7 +84,7 @@ Status SpeculatingSource::PredictNext(Request& rq, LayerWork& work, const std::v
     const auto a = Clock::now();
     const double waited = work.io_ms;
     ASSIGN_OR_RETURN(predicted, FromQueries(rq, work));
-    rq.identify_ms += Ms(a, Clock::now()) - (work.io_ms - waited);
+    rq.identify_ms += MsBetween(a, Clock::now()) - (work.io_ms - waited);
   } else if (shared) {
     // Only after a layer whose probes agreed: a layer that fell back is
     // usually followed by another, which reads all keys anyway (measured:

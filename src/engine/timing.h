@@ -1,14 +1,13 @@
-// The engine's clock: request-relative times in milliseconds.
+// The engine's clock: request-relative times in milliseconds (MsBetween,
+// tierkv/elapsed.h).
 #pragma once
 
 #include <chrono>
 
+#include "tierkv/elapsed.h"
+
 namespace tierkv::engine {
 
 using Clock = std::chrono::steady_clock;
-
-inline double Ms(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
 
 }  // namespace tierkv::engine

@@ -47,7 +47,6 @@ void Q6Values(const uint8_t* ql, const uint8_t* qh, int l, int q[4]) {
 
 namespace {
 
-
 struct Known {
   GgmlType type;
   GgmlTypeInfo info;

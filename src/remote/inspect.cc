@@ -6,6 +6,7 @@
 
 #include "remote/remote_tier.h"
 #include "remote/router.h"
+#include "tierkv/elapsed.h"
 #include "tierkv/remote.h"
 
 namespace tierkv {
@@ -24,7 +25,7 @@ Result<RemoteInventory> InspectRemote(const std::string& url, uint64_t fingerpri
     const auto t0 = std::chrono::steady_clock::now();
     RETURN_IF_ERROR(router.RunOn(e, ping, &r, &kind));
     out.ping_ms = std::max(out.ping_ms,
-                           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                           MsSince(t0));
     ++out.servers;
     std::string cursor = "0";
     do {

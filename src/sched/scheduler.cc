@@ -6,15 +6,13 @@
 #include <limits>
 
 #include "sched/output_text.h"
+#include "tierkv/elapsed.h"
 #include "tierkv/logging.h"
 
 namespace tierkv::sched {
 
 namespace {
 
-double MsBetween(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 
 #include "store/format.h"
 #include "store/io_backend.h"
+#include "tierkv/elapsed.h"
 
 namespace tierkv::store {
 namespace {
@@ -45,7 +46,7 @@ Result<double> TimeBatch(IoBackend& io, const RandomAccessFile& file, uint64_t f
   }
   const auto t0 = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(io.Read(ops));
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = SecondsSince(t0);
   for (const ReadOp& op : ops) {
     RETURN_IF_ERROR(op.status);
     if (op.done != len) return Status::IOError("io calibration: short read of the scratch file");
