@@ -48,6 +48,20 @@ inline void ScalesMins(const uint8_t* q, uint8_t out[16]) {
 
 TIERKV_AVX2 inline __m256i Load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+// Asks for the cache lines of the weight block kAhead bytes past w (a
+// block of kBytes). The weights stream from memory once per product; the
+// hardware prefetcher alone left a one-row product at ~65% of the read
+// bandwidth here (docs/engine.md). Only the one- and two-row kernels ask:
+// with four rows a block takes long enough for the hardware's prefetch, and
+// the hints measured slower. A prefetch past the row's end is a hint only,
+// never a fault.
+constexpr size_t kAhead = 1024;
+template <size_t kBytes>
+inline void PrefetchBlock(const uint8_t* w) {
+  #pragma GCC unroll 4
+  for (size_t off = 0; off < kBytes; off += 64) __builtin_prefetch(w + kAhead + off, 0, 0);
+}
+
 // Each kernel multiplies one weight row with MR activation rows (a, a +
 // stride, ...), decoding the weight blocks once for all of them, and writes
 // the MR sums to out[0..MR).
@@ -61,6 +75,7 @@ TIERKV_AVX2 void Blocks32(const uint8_t* w, const uint8_t* a, size_t stride, int
   #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
   for (int b = 0; b < cols / 32; ++b, w += kBytes, a += 34) {
+    if constexpr (MR <= 2) PrefetchBlock<kBytes>(w);
     const __m256i x = Decode(w);
     const __m256i ax = _mm256_sign_epi8(x, x);
     const float dw = H(w);
@@ -143,6 +158,7 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
     acc_m[m] = _mm_setzero_ps();
   }
   for (int b = 0; b < cols / 256; ++b, w += kBytes, a += 292) {
+    if constexpr (MR <= 2) PrefetchBlock<kBytes>(w);
     alignas(16) uint8_t sm[16];
     ScalesMins(w + 4, sm);
     const __m256i scales = _mm256_broadcastsi128_si256(
@@ -181,6 +197,7 @@ TIERKV_AVX2 void Q6_K(const uint8_t* w, const uint8_t* a, size_t stride, int col
   #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
   for (int b = 0; b < cols / 256; ++b, w += 210, a += 292) {
+    if constexpr (MR <= 2) PrefetchBlock<210>(w);
     const uint8_t* ql = w;
     const uint8_t* qh = w + 128;
     const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
