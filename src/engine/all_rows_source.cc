@@ -17,7 +17,11 @@ void WholeRowsPrefix(const ModelConfig& c, size_t R, const std::string& k, const
   }
 }
 
-void AllRowsSource::Start(Request& rq) { FetchEveryLayer(d_, rq, &rq.whole, &ReadWholeRows); }
+std::unique_ptr<SourceState> AllRowsSource::Start(Request& rq) {
+  auto st = std::make_unique<AllRowsState>(d_.config->n_layers);
+  FetchEveryLayer(d_, rq, &st->whole, &ReadWholeRows);
+  return st;
+}
 
 StartReads AllRowsSource::QueryFreeReads() const {
   return {&ReadWholeRows, EntryKind::kWhole, 2 * d_.reader->geometry().row_bytes};
@@ -29,7 +33,7 @@ uint64_t AllRowsSource::IdealBytes(const LayerTrace&, uint64_t R) const {
 
 Status AllRowsSource::Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,
                              LayerTrace* trace) {
-  Fetch& f = *rq.whole[view.layer];
+  Fetch& f = *rq.StateAs<AllRowsState>().whole[view.layer];
   double wait = 0;
   Status s = rq.Use(f, &wait);
   const auto w1 = Clock::now();

@@ -13,10 +13,22 @@ Status ReadWholeRows(PooledReader& reader, const store::LookupResult& m, size_t 
 void WholeRowsPrefix(const ModelConfig& c, size_t R, const std::string& k, const std::string& v,
                      LayerPrefix* prefix);
 
+// Every layer's rows, read whole from the request's start.
+struct AllRowsState final : SourceState {
+  explicit AllRowsState(int n_layers) : whole(n_layers) {}
+  std::vector<std::shared_ptr<Fetch>> whole;  // by layer
+  std::vector<std::shared_ptr<Fetch>> Fetches() const override {
+    std::vector<std::shared_ptr<Fetch>> all;
+    AddIssued(whole, &all);
+    return all;
+  }
+  Fetch* WholeLayer(int l) const override { return whole[l].get(); }
+};
+
 class AllRowsSource : public LayerSource {
  public:
   explicit AllRowsSource(const SourceDeps& deps) : d_(deps) {}
-  void Start(Request& rq) override;
+  std::unique_ptr<SourceState> Start(Request& rq) override;
   StartReads QueryFreeReads() const override;
   uint64_t IdealBytes(const LayerTrace& trace, uint64_t R) const override;  // every row's K and V
   Status Supply(Request& rq, const LayerView& view, LayerPrefix* prefix, LayerTrace* trace) override;

@@ -382,7 +382,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   rq.layer_retention = std::move(layer_retention);
   if (so.keep_kv) rq.keep = std::make_shared<Sequence>(c, static_cast<int>(n));
   ScoreEvents events(pools.get(), so.scheduler_events ? std::vector<uint64_t>{} : ScoreKeys(m, R));
-  if (R > 0) source->Start(rq);
+  if (R > 0) rq.state = source->Start(rq);
   // The prompt's K/V go to the store (systems that reuse keep what they compute).
   // Not after remote rows read in part: the store holds whole chunks, and
   // the chunks between R and the new ones are not local.
@@ -394,7 +394,9 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   // Reads still in flight point at this attempt's lookup: let them finish
   // before it goes away (only after a failed layer, or for a layer the
   // request never reached).
-  for (const auto& f : rq.AllFetches()) Await(*f).IgnoreError();
+  if (rq.state) {
+    for (const auto& f : rq.state->Fetches()) Await(*f).IgnoreError();
+  }
   if (!r.ok()) return r.status();
   if (R > 0) source->Finish(rq, st);
   FillStats(rq, t_compute, t_done, &st);

@@ -26,8 +26,10 @@ Status ReadAllKeys(PooledReader& reader, const store::LookupResult& m, size_t R,
 
 }  // namespace
 
-void H2oSource::Start(Request& rq) {
-  for (int l = 0; l < d_.config->n_layers; ++l) FetchKeys(rq, l);
+std::unique_ptr<SourceState> H2oSource::Start(Request& rq) {
+  auto st = std::make_unique<H2oState>(d_.config->n_layers);
+  for (int l = 0; l < d_.config->n_layers; ++l) FetchKeys(rq, *st, l);
+  return st;
 }
 
 StartReads H2oSource::QueryFreeReads() const {
@@ -38,8 +40,8 @@ uint64_t H2oSource::IdealBytes(const LayerTrace& trace, uint64_t R) const {
   return (R + trace.rows) * d_.reader->geometry().row_bytes;
 }
 
-void H2oSource::FetchKeys(Request& rq, int layer) const {
-  rq.key_fetch[layer] = FetchLayer(d_, rq, layer, &ReadAllKeys);
+void H2oSource::FetchKeys(Request& rq, H2oState& st, int layer) const {
+  st.key_fetch[layer] = FetchLayer(d_, rq, layer, &ReadAllKeys);
 }
 
 size_t H2oSource::KeepCount(const Request& rq, int layer) const {
@@ -50,7 +52,7 @@ size_t H2oSource::KeepCount(const Request& rq, int layer) const {
 
 Result<const std::string*> H2oSource::Keys(Request& rq, LayerWork& work, std::string* own) const {
   const int layer = work.view.layer;
-  if (const auto& kf = rq.key_fetch[layer]) {
+  if (const auto& kf = rq.StateAs<H2oState>().key_fetch[layer]) {
     // Requested at the start (H2O always reads all keys; impress when this
     // layer fell back in the previous request).
     RETURN_IF_ERROR(rq.Use(*kf, &work.io_ms));

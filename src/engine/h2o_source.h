@@ -10,15 +10,30 @@
 
 namespace tierkv::engine {
 
+// All of R's keys of a layer, requested at the start (by layer; impress
+// requests those of the layers that fell back last time only).
+struct H2oState : SourceState {
+  explicit H2oState(int n_layers) : key_fetch(n_layers) {}
+  std::vector<std::shared_ptr<Fetch>> key_fetch;
+  std::vector<std::shared_ptr<Fetch>> Fetches() const override {
+    std::vector<std::shared_ptr<Fetch>> all;
+    AddIssued(key_fetch, &all);
+    return all;
+  }
+};
+
+// Rows selected by H2O's scores over all of R's keys; a request's state is
+// an H2oState (or a state derived from it, when a probe source falls back
+// to H2O).
 class H2oSource : public SelectiveSource {
  public:
   explicit H2oSource(const SourceDeps& deps) : d_(deps) {}
   // Requests every layer's keys at the start.
-  void Start(Request& rq) override;
+  std::unique_ptr<SourceState> Start(Request& rq) override;
   StartReads QueryFreeReads() const override;
   uint64_t IdealBytes(const LayerTrace& trace, uint64_t R) const override;  // every key, the kept values
-  // Requests layer `layer`'s keys (all of R) on the load thread.
-  void FetchKeys(Request& rq, int layer) const;
+  // Requests layer `layer`'s keys (all of R) on the load thread, into st.
+  void FetchKeys(Request& rq, H2oState& st, int layer) const;
   // The H2O selection of one layer; `selected` (optional) gets the union of
   // the heads' sets.
   Status Select(Request& rq, LayerWork& work, LayerPrefix* prefix,

@@ -76,7 +76,7 @@ Status SelectiveSource::Supply(Request& rq, const LayerView& view, LayerPrefix* 
     trace->retention = rq.R ? static_cast<double>(trace->rows) / static_cast<double>(rq.R) : 1.0;
   }
   trace->consumed_ms = MsBetween(rq.t0, Clock::now());
-  if (!rq.prefetch[view.layer]) trace->completed_ms = trace->consumed_ms;
+  if (!trace->speculated) trace->completed_ms = trace->consumed_ms;  // a read ahead set its own
   return s;
 }
 

@@ -1,7 +1,8 @@
 // Where a layer's prefix rows come from: one implementation per kind of
 // selection in the system table (all rows, H2O, probe heads, speculation
 // around the probe heads). A source lives as long as its engine and keeps
-// what it learns across requests; a request's own state is in Request.
+// what it learns across requests; what it keeps for one request is its own
+// SourceState (request.h), returned by Start.
 //
 // Order of calls for one attempt: Start (compute thread, after the lookup;
 // submits reads that do not depend on the queries to the load thread), then
@@ -57,8 +58,9 @@ class LayerSource {
   // Bytes an ideal reader would have read for what one layer of R prefix
   // rows used (its `trace`): the measure RequestStats::ideal_bytes sums.
   virtual uint64_t IdealBytes(const LayerTrace& trace, uint64_t R) const = 0;
-  // The request reuses R > 0 rows: submit the reads known now.
-  virtual void Start(Request& rq) = 0;
+  // The request reuses R > 0 rows: submit the reads known now; returns the
+  // source's state for this attempt (the engine keeps it in rq.state).
+  virtual std::unique_ptr<SourceState> Start(Request& rq) = 0;
   // Before layer `view.layer`'s attention: the prefix rows it attends to,
   // per KV head, in `prefix`; the layer's trace in `trace`.
   virtual Status Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,

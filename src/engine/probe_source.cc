@@ -22,11 +22,17 @@ ProbeSource::ProbeSource(const SourceDeps& deps) : d_(deps), h2o_(deps) {
   identify_.aggregation = ToSelect(d_.options->aggregation);
 }
 
-void ProbeSource::Start(Request& rq) {
+std::unique_ptr<SourceState> ProbeSource::Start(Request& rq) {
+  auto st = std::make_unique<ProbeState>(d_.config->n_layers);
+  StartInto(rq, *st);
+  return st;
+}
+
+void ProbeSource::StartInto(Request& rq, ProbeState& st) {
   // The probe keys do not depend on the queries: every layer's now. They
   // are submitted before any all-keys read: the loader serves a layer's
   // jobs in submission order, and the probes decide first.
-  FetchEveryLayer(d_, rq, &rq.probe_fetch, &ReadProbeKeys);
+  FetchEveryLayer(d_, rq, &st.probe_fetch, &ReadProbeKeys);
   std::vector<bool> hint;
   {
     MutexLock l(&mu_);
@@ -35,9 +41,9 @@ void ProbeSource::Start(Request& rq) {
   for (int l = 0; l < d_.config->n_layers; ++l) {
     if (l >= static_cast<int>(hint.size()) || !hint[l]) continue;
     if (d_.options->fallback == ProbeFallback::kAllRows) {
-      rq.whole[l] = FetchLayer(d_, rq, l, &ReadWholeRows);
+      st.whole[l] = FetchLayer(d_, rq, l, &ReadWholeRows);
     } else {
-      h2o_.FetchKeys(rq, l);
+      h2o_.FetchKeys(rq, st, l);
     }
   }
 }
@@ -61,10 +67,11 @@ void ProbeSource::Finish(Request& rq, const RequestStats& stats) {
   }
   // Fallback reads requested at the start for a layer that then used its
   // probes were read for nothing; they still count as read.
+  const ProbeState& st = rq.StateAs<ProbeState>();
   for (int i = 0; i < L; ++i) {
     if (stats.layers[i].fallback) continue;
-    if (rq.key_fetch[i]) rq.io.Add(rq.key_fetch[i]->io);
-    if (rq.whole[i]) rq.io.Add(rq.whole[i]->io);
+    if (st.key_fetch[i]) rq.io.Add(st.key_fetch[i]->io);
+    if (st.whole[i]) rq.io.Add(st.whole[i]->io);
   }
 }
 
@@ -87,7 +94,7 @@ Result<select::ProbeDecision> ProbeSource::Identify(Request& rq, LayerWork& work
   const int layer = work.view.layer;
   std::string own;
   const std::string* keys = &own;
-  if (const auto& pf = rq.probe_fetch[layer]) {
+  if (const auto& pf = rq.StateAs<ProbeState>().probe_fetch[layer]) {
     RETURN_IF_ERROR(rq.Use(*pf, &work.io_ms));
     keys = &pf->probe_keys;
   } else {
@@ -134,7 +141,7 @@ Status ProbeSource::AllRows(Request& rq, LayerWork& work, LayerPrefix* prefix) {
   rq.identify_ms += work.BusyMs();
   const std::string* k;
   const std::string* v;
-  if (const auto& whole = rq.whole[layer]) {
+  if (const auto& whole = rq.StateAs<ProbeState>().whole[layer]) {
     RETURN_IF_ERROR(rq.Use(*whole, &work.io_ms));
     k = &whole->k;
     v = &whole->v;

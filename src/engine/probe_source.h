@@ -17,10 +17,26 @@
 
 namespace tierkv::engine {
 
+// Every layer's probe keys (at the start), and the fallback reads of the
+// layers that fell back in the last request: all keys (H2O's part of the
+// state) or whole layers.
+struct ProbeState : H2oState {
+  explicit ProbeState(int n_layers) : H2oState(n_layers), probe_fetch(n_layers), whole(n_layers) {}
+  std::vector<std::shared_ptr<Fetch>> probe_fetch, whole;
+  std::vector<std::shared_ptr<Fetch>> Fetches() const override {
+    std::vector<std::shared_ptr<Fetch>> all = H2oState::Fetches();
+    AddIssued(probe_fetch, &all);
+    AddIssued(whole, &all);
+    return all;
+  }
+};
+
 class ProbeSource : public SelectiveSource {
  public:
   explicit ProbeSource(const SourceDeps& deps);
-  void Start(Request& rq) override;
+  std::unique_ptr<SourceState> Start(Request& rq) override;
+  // Start's reads into `st` (spec's state derives from ProbeState).
+  void StartInto(Request& rq, ProbeState& st);
   StartReads QueryFreeReads() const override;
   // The probe keys and the kept rows' K and V; on fallback, every key and
   // the kept values (as H2O).

@@ -49,8 +49,9 @@ void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
   if (selective_) in.first_row = rq.R;
   for (int l = 0; l < L; ++l) {
     if (rq.R > 0 && !selective_) {
-      k[l] = std::move(rq.whole[l]->k);
-      v[l] = std::move(rq.whole[l]->v);
+      Fetch* whole = rq.state->WholeLayer(l);  // all rows of R, read at the start
+      k[l] = std::move(whole->k);
+      v[l] = std::move(whole->v);
     } else if (after_tail && rq.tail.end > rq.tail.start) {
       // The rows read whole past R come first: the store starts at R.
       k[l] = std::move(rq.tail.k[l]);

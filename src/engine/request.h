@@ -1,6 +1,7 @@
 // One attempt of one request: what the layer sources share while the
-// forward pass runs. Owned by Serve on the compute thread; the load thread
-// touches only the Fetches (through their own mutexes).
+// forward pass runs, and the source's own state (SourceState). Owned by
+// Serve on the compute thread; the load thread touches only the Fetches
+// (through their own mutexes).
 #pragma once
 
 #include <algorithm>
@@ -35,12 +36,32 @@ struct FarScratch {
   std::vector<std::vector<int32_t>> pos;
 };
 
+// A layer source's own state for one attempt: returned by its Start, kept
+// in the Request until the attempt ends. Each source defines its own (the
+// reads it issued, what it predicted) and is the only one to read it.
+class SourceState {
+ public:
+  virtual ~SourceState() = default;
+  // Every fetch it issued: awaited before the lookup they read goes away.
+  virtual std::vector<std::shared_ptr<Fetch>> Fetches() const = 0;
+  // Layer l's rows as read whole at the start (reuse of all rows: the store
+  // gets R's rows from them); null for a source that reads some rows.
+  virtual Fetch* WholeLayer(int /*l*/) const { return nullptr; }
+
+ protected:
+  // Appends the fetches of `from` that were issued to *out.
+  static void AddIssued(const std::vector<std::shared_ptr<Fetch>>& from, std::vector<std::shared_ptr<Fetch>>* out) {
+    for (const auto& f : from) {
+      if (f) out->push_back(f);
+    }
+  }
+};
+
 struct Request {
   // The namespace the prompt is looked up and stored under (ServeOptions::cache_namespace).
   uint64_t cache_namespace = 0;
   Request(const store::LookupResult* match, size_t reused, Clock::time_point start, int n_layers)
-      : m(match), R(reused), t0(start), layers(n_layers), whole(n_layers), probe_fetch(n_layers),
-        key_fetch(n_layers), prefetch(n_layers), predicted(n_layers), speculate(n_layers, true) {}
+      : m(match), R(reused), t0(start), layers(n_layers) {}
 
   const store::LookupResult* m;  // the lookup this attempt reuses
   size_t R;                      // rows of the local prefix reused (a multiple of the chunk for selective)
@@ -67,11 +88,14 @@ struct Request {
   int fallbacks = 0;  // layers whose probe heads disagreed
 
   std::vector<SelectiveLayer> layers;
-  // Load-thread reads, by layer: whole layers (as-like), probe keys and all
-  // of R's keys (at the start), spec's read ahead of the predicted rows.
-  std::vector<std::shared_ptr<Fetch>> whole, probe_fetch, key_fetch, prefetch;
-  std::vector<std::vector<int32_t>> predicted;  // spec: by layer, the prediction
-  std::vector<bool> speculate;                  // spec: by layer, read the prediction ahead
+  // The source's own (its Start's result); null when nothing is reused.
+  std::unique_ptr<SourceState> state;
+  // The state of the source that started this attempt, as its own type T
+  // (or a base of it).
+  template <typename T>
+  T& StateAs() const {
+    return static_cast<T&>(*state);
+  }
   std::vector<uint32_t> unit_groups;  // R's rows' selection units (RowGroups; empty: single rows)
   // Systems that order at store: the window captured by the forward pass,
   // scored when the prompt is stored (null otherwise).
@@ -86,17 +110,6 @@ struct Request {
     Status s = Await(f, wait_ms);
     io.Add(f.io);
     return s;
-  }
-
-  // Every fetch this attempt issued (to await before the lookup goes away).
-  std::vector<std::shared_ptr<Fetch>> AllFetches() const {
-    std::vector<std::shared_ptr<Fetch>> all;
-    for (const auto* list : {&whole, &probe_fetch, &key_fetch, &prefetch}) {
-      for (const auto& f : *list) {
-        if (f) all.push_back(f);
-      }
-    }
-    return all;
   }
 };
 

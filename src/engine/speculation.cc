@@ -2,12 +2,14 @@
 
 namespace tierkv::engine {
 
-void SpeculatingSource::Start(Request& rq) {
-  probes_.Start(rq);
+std::unique_ptr<SourceState> SpeculatingSource::Start(Request& rq) {
+  auto st = std::make_unique<SpecState>(d_.config->n_layers);
+  probes_.StartInto(rq, *st);
   MutexLock l(&mu_);
   for (int i = 0; i < d_.config->n_layers && i < static_cast<int>(recall_.size()); ++i) {
-    rq.speculate[i] = recall_[i] >= d_.options->spec_min_recall;
+    st->speculate[i] = recall_[i] >= d_.options->spec_min_recall;
   }
+  return st;
 }
 
 void SpeculatingSource::Finish(Request& rq, const RequestStats& stats) {
@@ -25,7 +27,7 @@ void SpeculatingSource::Finish(Request& rq, const RequestStats& stats) {
 void SpeculatingSource::ReadAhead(Request& rq, int layer, std::vector<int32_t> rows) {
   const store::LookupResult* m = rq.m;
   PooledReader* reader = d_.reader;
-  rq.prefetch[layer] = d_.queue->Read(
+  rq.StateAs<SpecState>().prefetch[layer] = d_.queue->Read(
       rq.t0, layer,
       [reader, m, layer](Fetch& f, IoCounts* io) {
         const size_t rb = reader->geometry().row_bytes;
@@ -40,7 +42,7 @@ void SpeculatingSource::ReadAhead(Request& rq, int layer, std::vector<int32_t> r
 Status SpeculatingSource::UseShared(Request& rq, LayerWork& work, const std::vector<int32_t>& shared,
                                     LayerPrefix* prefix) {
   const int layer = work.view.layer;
-  const std::shared_ptr<Fetch> pre = rq.prefetch[layer];
+  const std::shared_ptr<Fetch> pre = rq.StateAs<SpecState>().prefetch[layer];
   if (!pre) return probes_.ReadShared(rq, work, shared, nullptr, prefix);
   // Rows the prediction got right come from the read ahead; the others are
   // read beside it (`pre->rows` is fixed when it is issued). The rows it
@@ -58,7 +60,7 @@ Status SpeculatingSource::UseShared(Request& rq, LayerWork& work, const std::vec
 Result<std::vector<int32_t>> SpeculatingSource::FromQueries(Request& rq, LayerWork& work) {
   const LayerView& v = work.view;
   const int next = v.layer + 1;
-  const std::shared_ptr<Fetch>& keys = rq.probe_fetch[next];
+  const std::shared_ptr<Fetch>& keys = rq.StateAs<SpecState>().probe_fetch[next];
   if (!keys || !v.x || !d_.model) return std::vector<int32_t>{};
   // Read at the start with every layer's; counted when layer l+1 uses them,
   // and a failed read is layer l+1's to report: no prediction here.
@@ -96,17 +98,18 @@ Status SpeculatingSource::PredictNext(Request& rq, LayerWork& work, const std::v
   // idle while the layer computes, and it does not lengthen this layer's read.
   // Rows the pools hold are left to the next layer's own read (a copy on the
   // compute thread): handing them to the load thread only adds a wait.
-  if (rq.speculate[next]) {
+  SpecState& st = rq.StateAs<SpecState>();
+  if (st.speculate[next]) {
     std::vector<int32_t> rows = d_.reader->NotPooled(*rq.m, next, predicted);
     if (!rows.empty()) ReadAhead(rq, next, std::move(rows));
   }
-  rq.predicted[next] = std::move(predicted);
+  st.predicted[next] = std::move(predicted);
   return Status::Ok();
 }
 
 Status SpeculatingSource::SupplyLayer(Request& rq, LayerWork& work, LayerPrefix* prefix) {
   const int layer = work.view.layer;
-  const std::shared_ptr<Fetch> pre = rq.prefetch[layer];
+  const std::shared_ptr<Fetch> pre = rq.StateAs<SpecState>().prefetch[layer];
   if (pre) {
     work.trace->issued_ms = pre->issued_ms;
     work.trace->speculated = true;
@@ -124,7 +127,8 @@ Status SpeculatingSource::SupplyLayer(Request& rq, LayerWork& work, LayerPrefix*
     RETURN_IF_ERROR(probes_.Fallback(rq, work, prefix, &selected));
   }
   RETURN_IF_ERROR(PredictNext(rq, work, d.use_probes ? &selected : nullptr));
-  if (!rq.predicted[layer].empty()) work.trace->recall = select::Recall(rq.predicted[layer], selected);
+  const std::vector<int32_t>& predicted = rq.StateAs<SpecState>().predicted[layer];
+  if (!predicted.empty()) work.trace->recall = select::Recall(predicted, selected);
   return Status::Ok();
 }
 

@@ -17,10 +17,25 @@
 
 namespace tierkv::engine {
 
+// The probe source's state, and by layer: the read ahead of the predicted
+// rows, the prediction, whether to read it ahead (the layer's recall).
+struct SpecState final : ProbeState {
+  explicit SpecState(int n_layers)
+      : ProbeState(n_layers), prefetch(n_layers), predicted(n_layers), speculate(n_layers, true) {}
+  std::vector<std::shared_ptr<Fetch>> prefetch;
+  std::vector<std::vector<int32_t>> predicted;
+  std::vector<bool> speculate;
+  std::vector<std::shared_ptr<Fetch>> Fetches() const override {
+    std::vector<std::shared_ptr<Fetch>> all = ProbeState::Fetches();
+    AddIssued(prefetch, &all);
+    return all;
+  }
+};
+
 class SpeculatingSource : public SelectiveSource {
  public:
   explicit SpeculatingSource(const SourceDeps& deps) : d_(deps), probes_(deps) {}
-  void Start(Request& rq) override;
+  std::unique_ptr<SourceState> Start(Request& rq) override;
   StartReads QueryFreeReads() const override { return probes_.QueryFreeReads(); }
   uint64_t IdealBytes(const LayerTrace& trace, uint64_t R) const override { return probes_.IdealBytes(trace, R); }
   void Finish(Request& rq, const RequestStats& stats) override;
