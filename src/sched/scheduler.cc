@@ -11,11 +11,6 @@
 
 namespace tierkv::sched {
 
-namespace {
-
-
-}  // namespace
-
 Result<SchedulerKind> ParseScheduler(std::string_view name) {
   if (name == "fcfs") return SchedulerKind::kFcfs;
   if (name == "car") return SchedulerKind::kCar;
@@ -42,7 +37,7 @@ struct Scheduler::Running {
   Outcome out;
   Clock::time_point first_token;
   engine::PrefixLocation where;  // car: its score events' entries
-  bool events = false;           // car: the scheduler raises its score events
+  bool events = false;           // the scheduler raises its score events (a locating policy)
   bool served = false;           // Serve was called (its start event raised)
   explicit Running(const GenerationParams& p)
       : sampler(p.sampler), text(p.stop) {}
@@ -51,10 +46,7 @@ struct Scheduler::Running {
 Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, engine::Engine* engine,
                      SchedulerOptions options, OutcomeObserver on_end)
     : model_(model), tok_(tokenizer), engine_(engine), opts_(options), on_end_(std::move(on_end)),
-      window_(options.window) {
-  if (opts_.kind == SchedulerKind::kCar && opts_.prefetch) {
-    prefetcher_ = std::make_unique<Prefetcher>(engine_);
-  }
+      policy_(MakeWaitingPolicy(options.kind, engine, options.window, options.prefetch)) {
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "tierkv-sched");
     Loop();
@@ -68,7 +60,7 @@ Status Scheduler::Submit(std::shared_ptr<Job> job) {
   {
     MutexLock l(&mu_);
     if (draining_) return Status::Unavailable("the server is shutting down");
-    if (queue_.size() + window_count_ >= opts_.max_queue) {
+    if (queue_.size() + waiting_count_ >= opts_.max_queue) {
       return Status::ResourceExhausted("the queue is full (" + std::to_string(opts_.max_queue) +
                                        " requests waiting)");
     }
@@ -98,26 +90,24 @@ void Scheduler::Shutdown(std::chrono::milliseconds grace) {
 
 size_t Scheduler::queued() const {
   MutexLock l(&mu_);
-  return queue_.size() + window_count_;
+  return queue_.size() + waiting_count_;
 }
 
 SchedulerStats Scheduler::stats() const {
   SchedulerStats s;
   for (int i = 0; i < 3; ++i) s.started[i] = started_[i];
-  if (prefetcher_) s.prefetch = prefetcher_->stats();
+  s.prefetch = policy_->prefetch_stats();
   return s;
 }
 
 std::vector<std::shared_ptr<Job>> Scheduler::TakeArrivals(bool past_deadline) {
   std::vector<std::shared_ptr<Job>> out;
-  const bool car = opts_.kind == SchedulerKind::kCar;
-  while (!queue_.empty()) {
-    if (!past_deadline && car && window_.size() + out.size() >= window_.capacity()) break;
-    if (!past_deadline && !car && running_.size() + out.size() >= opts_.max_running) break;
+  const size_t room = policy_->Room(running_.size(), opts_.max_running);
+  while (!queue_.empty() && (past_deadline || out.size() < room)) {
     out.push_back(std::move(queue_.front()));
     queue_.pop_front();
     // Under mu_: queued() + running() never drops a job between them.
-    ++(car ? window_count_ : running_count_);
+    ++waiting_count_;
   }
   return out;
 }
@@ -128,21 +118,17 @@ void Scheduler::Loop() {
     bool past_deadline = false;
     {
       MutexLock l(&mu_);
-      while (queue_.empty() && window_.empty() && running_.empty() && !draining_) cv_.Wait(&mu_);
-      if (draining_ && queue_.empty() && window_.empty() && running_.empty()) return;
+      while (queue_.empty() && policy_->size() == 0 && running_.empty() && !draining_) cv_.Wait(&mu_);
+      if (draining_ && queue_.empty() && policy_->size() == 0 && running_.empty()) return;
       past_deadline = draining_ && Clock::now() >= deadline_;
       arrived = TakeArrivals(past_deadline);
     }
     const auto t0 = Clock::now();
     if (past_deadline) {
       for (auto& job : arrived) job->Cancel();
-      for (auto& e : window_.entries()) e.job->Cancel();
+      policy_->CancelAll();
     }
-    if (opts_.kind == SchedulerKind::kCar) {
-      RunWindow(std::move(arrived), past_deadline);
-    } else {
-      for (auto& job : arrived) Start(std::move(job));
-    }
+    RunPolicy(std::move(arrived), past_deadline);
     if (past_deadline) {
       for (auto& r : running_) r->job->Cancel();
     }
@@ -154,57 +140,18 @@ void Scheduler::Loop() {
   }
 }
 
-void Scheduler::Locate(WindowEntry& e) {
-  engine::PrefixLocation now = engine_->Locate(e.job->params().prompt, e.job->params().cache_namespace);
-  if (now.score_keys != e.where.score_keys) {
-    // Chunks stored since (or evicted): the window's +1 moves to them.
-    engine_->OnSchedulerEvent(e.where, engine::SchedulerEvent::kLeaveWindow);
-    engine_->OnSchedulerEvent(now, engine::SchedulerEvent::kEnterWindow);
+void Scheduler::RunPolicy(std::vector<std::shared_ptr<Job>> arrived, bool past_deadline) {
+  policy_->Arrive(std::move(arrived));
+  const size_t free = opts_.max_running > running_.size() ? opts_.max_running - running_.size() : 0;
+  for (Release& rel : policy_->Pick(free, past_deadline)) {
+    ++running_count_;  // before leaving the policy: never counted in neither
+    --waiting_count_;
+    Start(std::move(rel));
   }
-  e.where = std::move(now);
+  policy_->AfterStarts(SlotFreeMs());
 }
 
-void Scheduler::RunWindow(std::vector<std::shared_ptr<Job>> arrived, bool past_deadline) {
-  for (auto& job : arrived) {
-    WindowEntry e;
-    e.job = std::move(job);
-    e.where = engine_->Locate(e.job->params().prompt, e.job->params().cache_namespace);
-    e.entered_as = e.where.place;
-    engine_->OnSchedulerEvent(e.where, engine::SchedulerEvent::kEnterWindow);
-    window_.Add(std::move(e));
-  }
-  // Located again only when it matters: a slot is free, or the prefetcher
-  // is idle and will look for a disk entry.
-  const bool slot_free = past_deadline || running_.size() < opts_.max_running;
-  if (slot_free || (prefetcher_ && !prefetcher_->busy())) {
-    for (auto& e : window_.entries()) {
-      if (!e.job->cancelled()) Locate(e);
-      e.loading = e.prefetched && prefetcher_ && prefetcher_->Loading(e.job.get());
-    }
-  }
-  auto start = [this](size_t i) {
-    WindowEntry e = window_.Take(i);
-    ++running_count_;  // before leaving the window: never counted in neither
-    --window_count_;
-    Start(std::move(e.job), std::move(e.where), e.entered_as, e.prefetched);
-  };
-  // Cancelled jobs leave at once (Start ends them), whatever their place.
-  for (size_t i = 0; i < window_.size();) {
-    if (window_.entries()[i].job->cancelled()) {
-      start(i);
-    } else {
-      ++i;
-    }
-  }
-  while (!window_.empty() && (past_deadline || running_.size() < opts_.max_running)) {
-    start(window_.Pick());
-  }
-  if (prefetcher_) MaybePrefetch();
-}
-
-void Scheduler::MaybePrefetch() {
-  if (window_.empty() || running_.empty() || prefetcher_->busy()) return;
-  // The running jobs' least predicted remaining time: when a slot frees.
+double Scheduler::SlotFreeMs() const {
   double least = std::numeric_limits<double>::infinity();
   for (const auto& r : running_) {
     const size_t left = static_cast<size_t>(r->job->params().max_tokens) - r->out.completion_tokens;
@@ -212,28 +159,21 @@ void Scheduler::MaybePrefetch() {
   }
   // Decided once a round: due if the slot frees before the next decision
   // plus the transfer, else it would come a round late.
-  least -= round_ms_;
-  for (size_t i : window_.Order()) {
-    WindowEntry& e = window_.entries()[i];
-    if (e.prefetched || e.where.place != engine::PrefixPlace::kDisk) continue;
-    if (prefetcher_->Due(least, e.where.disk_bytes) && prefetcher_->Submit(e.job)) e.prefetched = true;
-    return;  // the first waiting disk job only: it starts first
-  }
+  return least - round_ms_;
 }
 
-void Scheduler::Start(std::shared_ptr<Job> job, engine::PrefixLocation where,
-                      engine::PrefixPlace entered_as, bool prefetched) {
-  auto r = std::make_unique<Running>(job->params());
-  r->job = std::move(job);
+void Scheduler::Start(Release rel) {
+  auto r = std::make_unique<Running>(rel.job->params());
+  r->job = std::move(rel.job);
   r->out.queue_ms = MsBetween(r->job->arrival(), Clock::now());
-  r->events = opts_.kind == SchedulerKind::kCar;
-  r->where = std::move(where);
-  r->out.prefetched = prefetched;
+  r->events = rel.located && policy_->raises_events();
+  r->where = std::move(rel.where);
+  r->out.prefetched = rel.prefetched;
   if (r->job->cancelled()) return End(*r, FinishReason::kCancelled);
   const GenerationParams& p = r->job->params();
-  // car located the job in its window; fcfs learns where its prefix was
+  // A locating policy (car) found where its prefix was; otherwise that is learnt
   // from the prefill's reads (Serve looks it up once).
-  if (r->events) Counted(*r, entered_as, r->where.place);
+  if (r->events) Counted(*r, rel.entered_as, r->where.place);
   engine::ServeOptions so;
   so.keep_kv = true;
   so.scheduler_events = r->events;

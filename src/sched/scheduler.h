@@ -6,20 +6,14 @@
 // each job's own), continuous batching: prefills run between rounds, so a
 // long prompt delays the running jobs' next token by its prefill.
 //
-// Which job starts next:
-//   fcfs  arrival order.
-//   car   CaR III-B: jobs enter a shuffled window (car_window.h) in arrival
-//         order and start from it by where their prefix K/V is (pools, then
-//         nothing stored, then disk); the timed prefetcher (prefetcher.h)
-//         loads a waiting disk job's prefix into the pools when the running
-//         jobs are about to free a slot. The car pool policy's score events
-//         come from the window: +1 on entry, +1 on start, -2 at the end
-//         (-1 for a job cancelled in the window).
+// Which job starts next is the waiting policy's (waiting_policy.h: fcfs,
+// car); the scheduler raises CaR's start and end score events for the jobs
+// a policy located.
 //
-// Ownership: the scheduler thread alone owns the window and every running
-// job's K/V (a Sequence), freed when the job ends or is cancelled; it calls
-// the engine's Serve, Locate and OnSchedulerEvent, the prefetch thread its
-// Prefetch.
+// Ownership: the scheduler thread alone owns the waiting policy and every
+// running job's K/V (a Sequence), freed when the job ends or is cancelled;
+// it (and its policy) call the engine's Serve, Locate and OnSchedulerEvent,
+// car's prefetch thread its Prefetch.
 #pragma once
 
 #include <atomic>
@@ -30,9 +24,9 @@
 #include <thread>
 #include <vector>
 
-#include "sched/car_window.h"
 #include "sched/job.h"
 #include "sched/prefetcher.h"
+#include "sched/waiting_policy.h"
 #include "tierkv/engine.h"
 #include "tierkv/model.h"
 #include "tierkv/mutex.h"
@@ -41,7 +35,6 @@
 
 namespace tierkv::sched {
 
-enum class SchedulerKind { kFcfs, kCar };
 // InvalidArgument naming the known ones.
 Result<SchedulerKind> ParseScheduler(std::string_view name);
 
@@ -83,7 +76,7 @@ class Scheduler {
   // Drain(grace), waits for every job to end and joins the thread.
   void Shutdown(std::chrono::milliseconds grace) TIERKV_EXCLUDES(mu_);
 
-  // Jobs waiting: queued, and in the window (car).
+  // Jobs waiting: queued, and held by the policy (car's window).
   size_t queued() const TIERKV_EXCLUDES(mu_);
   SchedulerStats stats() const;
   // Jobs taken from the queue whose end has not been published; a job's
@@ -93,18 +86,16 @@ class Scheduler {
  private:
   struct Running;
   void Loop();
-  // Takes the jobs that may leave the queue now: to start (fcfs) or to
-  // enter the window (car).
+  // Takes the jobs the policy has room for from the queue.
   std::vector<std::shared_ptr<Job>> TakeArrivals(bool past_deadline) TIERKV_REQUIRES(mu_);
-  // car: places the arrivals in the window, locates every entry again,
-  // starts the best ones while slots are free, then asks the prefetcher.
-  void RunWindow(std::vector<std::shared_ptr<Job>> arrived, bool past_deadline);
-  void Locate(WindowEntry& e);
-  void MaybePrefetch();
-  // `where`: the job's prefix as located (entered_as: its class at window
-  // entry); `events`: the scheduler raises its score events.
-  void Start(std::shared_ptr<Job> job, engine::PrefixLocation where = {},
-             engine::PrefixPlace entered_as = engine::PrefixPlace::kNone, bool prefetched = false);
+  // Hands the arrivals to the policy, starts what it releases, then tells
+  // it when the first slot frees.
+  void RunPolicy(std::vector<std::shared_ptr<Job>> arrived, bool past_deadline);
+  // The running jobs' least predicted remaining time, less one round
+  // (decided once a round); infinity when none runs.
+  double SlotFreeMs() const;
+  // A released job's prefill (Serve); it runs from the next round.
+  void Start(Release rel);
   // Samples `r`'s next token from its logits and hands the text on; false
   // once the job has ended (cancelled, a stop, its length), else the token
   // (r.prev) is to run in the next pass.
@@ -130,11 +121,10 @@ class Scheduler {
   Clock::time_point deadline_ TIERKV_GUARDED_BY(mu_);  // cancel what is left after this (draining)
 
   std::vector<std::unique_ptr<Running>> running_;  // the scheduler thread's alone
-  CarWindow window_;                               // the scheduler thread's alone
-  std::unique_ptr<Prefetcher> prefetcher_;         // car with prefetch
+  const std::unique_ptr<WaitingPolicy> policy_;    // the scheduler thread's alone
   double round_ms_ = 0;  // a round's time (moving average): the time per output token
   std::atomic<size_t> running_count_{0};
-  std::atomic<size_t> window_count_{0};
+  std::atomic<size_t> waiting_count_{0};  // jobs the policy holds
   std::atomic<uint64_t> started_[3] = {0, 0, 0};
   std::thread thread_;
 };
