@@ -2,26 +2,14 @@
 
 #include <algorithm>
 
-#include "engine/all_rows_source.h"
-#include "engine/h2o_source.h"
 #include "engine/options.h"
-#include "engine/probe_source.h"
-#include "engine/speculation.h"
 #include "select/importance.h"
 #include "store/format.h"
 
 namespace tierkv::engine {
 
 std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps) {
-  switch (deps.row->selection) {
-    case Selection::kNone: return nullptr;
-    case Selection::kAllRows: return std::make_unique<AllRowsSource>(deps);
-    case Selection::kH2o: return std::make_unique<H2oSource>(deps);
-    case Selection::kProbeHeads:
-      if (deps.row->speculates) return std::make_unique<SpeculatingSource>(deps);
-      return std::make_unique<ProbeSource>(deps);
-  }
-  return nullptr;
+  return deps.row->make_source ? deps.row->make_source(deps) : nullptr;
 }
 
 const std::vector<uint32_t>& RowGroups(const SourceDeps& deps, Request& rq) {

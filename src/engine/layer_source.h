@@ -84,8 +84,14 @@ const std::vector<uint32_t>& RowGroups(const SourceDeps& deps, Request& rq);
 // The rows kept by `scores`: the top k, or whole groups (select::TopGroups).
 std::vector<int32_t> KeepRows(std::span<const float> scores, const std::vector<uint32_t>& groups, size_t k);
 
-// The source of a system's row (null for a system that reuses nothing).
+// The source of a system's row (null for a system that reuses nothing):
+// the row's make_source.
 std::unique_ptr<LayerSource> MakeLayerSource(const SourceDeps& deps);
+// A row's make_source for source type S.
+template <typename S>
+std::unique_ptr<LayerSource> SourceOf(const SourceDeps& deps) {
+  return std::make_unique<S>(deps);
+}
 
 // One selective layer's work in progress: its start, the time spent waiting
 // for reads, and what the reads cost.

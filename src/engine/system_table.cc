@@ -3,6 +3,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/all_rows_source.h"
+#include "engine/h2o_source.h"
+#include "engine/probe_source.h"
+#include "engine/speculation.h"
+
 namespace tierkv::engine {
 namespace {
 
@@ -12,31 +17,40 @@ using cache::PolicyKind;
 constexpr SystemRow kTable[] = {
     {.system = System::kRecompute, .name = "recompute", .selection = Selection::kNone,
      .retention = RetentionFrom::kUniform, .reports_importance = false, .orders_at_store = false,
-     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru},
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru,
+     .make_source = nullptr},
     {.system = System::kAsLike, .name = "as-like", .selection = Selection::kAllRows,
      .retention = RetentionFrom::kUniform, .reports_importance = false, .orders_at_store = false,
-     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru},
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru,
+     .make_source = &SourceOf<AllRowsSource>},
     {.system = System::kAsH2oLru, .name = "as-h2o-lru", .selection = Selection::kH2o,
      .retention = RetentionFrom::kUniform, .reports_importance = false, .orders_at_store = false,
-     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru},
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru,
+     .make_source = &SourceOf<H2oSource>},
     {.system = System::kAsH2oLfu, .name = "as-h2o-lfu", .selection = Selection::kH2o,
      .retention = RetentionFrom::kUniform, .reports_importance = false, .orders_at_store = false,
-     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLfu},
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLfu,
+     .make_source = &SourceOf<H2oSource>},
     {.system = System::kImpress, .name = "impress", .selection = Selection::kProbeHeads,
      .retention = RetentionFrom::kUniform, .reports_importance = true, .orders_at_store = true,
-     .speculates = false, .score_events = false, .default_policy = PolicyKind::kScore},
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kScore,
+     .make_source = &SourceOf<ProbeSource>},
     {.system = System::kImpressItf, .name = "impress-itf", .selection = Selection::kProbeHeads,
      .retention = RetentionFrom::kUniform, .reports_importance = false, .orders_at_store = false,
-     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru},
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru,
+     .make_source = &SourceOf<ProbeSource>},
     {.system = System::kImpressRo, .name = "impress-ro", .selection = Selection::kProbeHeads,
      .retention = RetentionFrom::kUniform, .reports_importance = true, .orders_at_store = true,
-     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru},
+     .speculates = false, .score_events = false, .default_policy = PolicyKind::kLru,
+     .make_source = &SourceOf<ProbeSource>},
     {.system = System::kSpec, .name = "spec", .selection = Selection::kProbeHeads,
      .retention = RetentionFrom::kUniform, .reports_importance = true, .orders_at_store = true,
-     .speculates = true, .score_events = false, .default_policy = PolicyKind::kScore},
+     .speculates = true, .score_events = false, .default_policy = PolicyKind::kScore,
+     .make_source = &SourceOf<SpeculatingSource>},
     {.system = System::kCar, .name = "car", .selection = Selection::kH2o,
      .retention = RetentionFrom::kProfile, .reports_importance = false, .orders_at_store = true,
-     .speculates = false, .score_events = true, .default_policy = PolicyKind::kCar},
+     .speculates = false, .score_events = true, .default_policy = PolicyKind::kCar,
+     .make_source = &SourceOf<H2oSource>},
 };
 
 // RowOf indexes the table by the enum's value.

@@ -1,8 +1,11 @@
 // The systems of the papers as rows of one table (docs/systems.md): what a
 // system does is read from its row, never from its name. Adding a system is
-// a row here, plus a new LayerSource only if it selects rows differently.
+// a row in system_table.cc and its name in tierkv::System; one that selects
+// rows differently brings its LayerSource (a file pair, layer_source.h),
+// named by the row's `make_source`.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -10,6 +13,11 @@
 #include "tierkv/engine.h"
 
 namespace tierkv::engine {
+
+class LayerSource;
+struct SourceDeps;
+// Builds a row's layer source (SourceOf<S> in layer_source.h).
+using MakeSourceFn = std::unique_ptr<LayerSource> (*)(const SourceDeps&);
 
 // Which prefix rows a layer's attention gets.
 enum class Selection {
@@ -37,6 +45,9 @@ struct SystemRow {
   bool speculates;          // reads layer l's set for layer l+1 ahead (SPEC)
   bool score_events;        // raises the scheduler's score events in the pools (CaR III-B3)
   cache::PolicyKind default_policy;
+  // Where its layers' prefix rows come from; null for a system that reuses
+  // nothing.
+  MakeSourceFn make_source;
 
   bool reuses() const { return selection != Selection::kNone; }
   // Reads some rows of each chunk layer (whole records otherwise).

@@ -32,6 +32,10 @@ TEST(SystemTableTest, EverySystemHasItsRowAndNameAndParsesBack) {
     EXPECT_EQ(parsed, s);
   }
   EXPECT_EQ(names.size(), SystemTable().size());
+  for (const SystemRow& row : SystemTable()) {
+    // A system reuses rows exactly when its row names a source for them.
+    EXPECT_EQ(row.make_source != nullptr, row.reuses()) << row.name;
+  }
   EXPECT_THAT(ParseSystem("impres").status(), StatusIs(StatusCode::kInvalidArgument, "known: recompute"));
 }
 
