@@ -89,7 +89,10 @@ TIERKV_AVX2 void Q6_K(const uint8_t* b, float* y) {
 }  // namespace
 
 bool HasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  // Every AVX2 kernel here and in quant_dot_avx2.cc is compiled for
+  // avx2, fma and f16c (fp16 scales converted in registers): all three.
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
   return has;
 }
 

@@ -12,6 +12,7 @@
 
 namespace tierkv::model {
 
+// Whether the CPU has AVX2, FMA and F16C: what the AVX2 kernels need.
 bool HasAvx2();
 // Shared with the portable loops (quant.cc): an fp16 scale at p, and
 // Q4_K/Q5_K's j-th 6-bit scale and min (ggml's get_scale_min_k4).
