@@ -93,7 +93,7 @@ struct Request {
   // The state of the source that started this attempt, as its own type T
   // (or a base of it).
   template <typename T>
-  T& StateAs() const {
+  T& StateAs() {
     return static_cast<T&>(*state);
   }
   std::vector<uint32_t> unit_groups;  // R's rows' selection units (RowGroups; empty: single rows)

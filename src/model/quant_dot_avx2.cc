@@ -59,7 +59,10 @@ constexpr size_t kAhead = 1024;
 template <size_t kBytes>
 inline void PrefetchBlock(const uint8_t* w) {
   #pragma GCC unroll 4
-  for (size_t off = 0; off < kBytes; off += 64) __builtin_prefetch(w + kAhead + off, 0, 0);
+  for (size_t off = 0; off < kBytes; off += 64) {
+    // Through an integer: the address may lie past the row's end.
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(w) + kAhead + off), 0, 0);
+  }
 }
 
 // Each kernel multiplies one weight row with MR activation rows (a, a +

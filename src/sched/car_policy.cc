@@ -39,29 +39,24 @@ Release CarPolicy::Take(size_t i) {
                  .located = true, .prefetched = e.prefetched};
 }
 
-std::vector<Release> CarPolicy::Pick(size_t free_slots, bool past_deadline) {
+void CarPolicy::BeginRound(bool slot_free) {
   // Located again only when it matters: a slot is free, or the prefetcher
   // is idle and will look for a disk entry.
-  const bool slot_free = past_deadline || free_slots > 0;
   if (slot_free || (prefetcher_ && !prefetcher_->busy())) {
     for (auto& e : window_.entries()) {
       if (!e.job->cancelled()) Locate(e);
       e.loading = e.prefetched && prefetcher_ && prefetcher_->Loading(e.job.get());
     }
   }
-  std::vector<Release> out;
+}
+
+std::optional<Release> CarPolicy::Next(bool slot_free) {
   // Cancelled jobs leave at once (their start ends them), whatever their place.
-  for (size_t i = 0; i < window_.size();) {
-    if (window_.entries()[i].job->cancelled()) {
-      out.push_back(Take(i));
-    } else {
-      ++i;
-    }
+  for (size_t i = 0; i < window_.size(); ++i) {
+    if (window_.entries()[i].job->cancelled()) return Take(i);
   }
-  for (size_t started = 0; !window_.empty() && (past_deadline || started < free_slots); ++started) {
-    out.push_back(Take(window_.Pick()));
-  }
-  return out;
+  if (!slot_free || window_.empty()) return std::nullopt;
+  return Take(window_.Pick());
 }
 
 void CarPolicy::AfterStarts(double slot_free_ms) {

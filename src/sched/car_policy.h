@@ -6,7 +6,7 @@
 // entry (moved when the prefix's stored chunks change), +1 on start (raised
 // by the scheduler), -2 at the end (-1 for a job cancelled in the window).
 //
-// Owned and called by the scheduler thread alone.
+// Owned and called by the scheduler thread alone, but for prefetch_stats.
 #pragma once
 
 #include <memory>
@@ -24,8 +24,10 @@ class CarPolicy final : public WaitingPolicy {
   CarPolicy(engine::Engine* engine, size_t window, bool prefetch);
 
   size_t Room(size_t running, size_t max_running) const override;
+  bool keeps_waiting() const override { return true; }
   void Arrive(std::vector<std::shared_ptr<Job>> jobs) override;
-  std::vector<Release> Pick(size_t free_slots, bool past_deadline) override;
+  void BeginRound(bool slot_free) override;
+  std::optional<Release> Next(bool slot_free) override;
   void AfterStarts(double slot_free_ms) override;
   size_t size() const override { return window_.size(); }
   void CancelAll() override;

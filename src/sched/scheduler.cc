@@ -107,7 +107,7 @@ std::vector<std::shared_ptr<Job>> Scheduler::TakeArrivals(bool past_deadline) {
     out.push_back(std::move(queue_.front()));
     queue_.pop_front();
     // Under mu_: queued() + running() never drops a job between them.
-    ++waiting_count_;
+    ++(policy_->keeps_waiting() ? waiting_count_ : running_count_);
   }
   return out;
 }
@@ -142,11 +142,16 @@ void Scheduler::Loop() {
 
 void Scheduler::RunPolicy(std::vector<std::shared_ptr<Job>> arrived, bool past_deadline) {
   policy_->Arrive(std::move(arrived));
-  const size_t free = opts_.max_running > running_.size() ? opts_.max_running - running_.size() : 0;
-  for (Release& rel : policy_->Pick(free, past_deadline)) {
-    ++running_count_;  // before leaving the policy: never counted in neither
-    --waiting_count_;
-    Start(std::move(rel));
+  // Asked again after every start: a job that ends as it starts (an error,
+  // a stop on its first token) leaves its slot to the next at once.
+  const auto slot_free = [&] { return past_deadline || running_.size() < opts_.max_running; };
+  policy_->BeginRound(slot_free());
+  while (std::optional<Release> rel = policy_->Next(slot_free())) {
+    if (policy_->keeps_waiting()) {
+      ++running_count_;  // before leaving the policy: never counted in neither
+      --waiting_count_;
+    }
+    Start(std::move(*rel));
   }
   policy_->AfterStarts(SlotFreeMs());
 }

@@ -76,7 +76,7 @@ class Scheduler {
   // Drain(grace), waits for every job to end and joins the thread.
   void Shutdown(std::chrono::milliseconds grace) TIERKV_EXCLUDES(mu_);
 
-  // Jobs waiting: queued, and held by the policy (car's window).
+  // Jobs waiting: queued, and held across rounds by the policy (car's window).
   size_t queued() const TIERKV_EXCLUDES(mu_);
   SchedulerStats stats() const;
   // Jobs taken from the queue whose end has not been published; a job's
@@ -124,7 +124,7 @@ class Scheduler {
   const std::unique_ptr<WaitingPolicy> policy_;    // the scheduler thread's alone
   double round_ms_ = 0;  // a round's time (moving average): the time per output token
   std::atomic<size_t> running_count_{0};
-  std::atomic<size_t> waiting_count_{0};  // jobs the policy holds
+  std::atomic<size_t> waiting_count_{0};  // jobs a keeps_waiting policy holds
   std::atomic<uint64_t> started_[3] = {0, 0, 0};
   std::thread thread_;
 };

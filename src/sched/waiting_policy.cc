@@ -1,5 +1,7 @@
 #include "sched/waiting_policy.h"
 
+#include <deque>
+
 #include "sched/car_policy.h"
 
 namespace tierkv::sched {
@@ -15,11 +17,12 @@ class FcfsPolicy final : public WaitingPolicy {
   void Arrive(std::vector<std::shared_ptr<Job>> jobs) override {
     for (auto& job : jobs) held_.push_back(std::move(job));
   }
-  std::vector<Release> Pick(size_t /*free_slots*/, bool /*past_deadline*/) override {
-    std::vector<Release> out;
-    for (auto& job : held_) out.push_back(Release{.job = std::move(job)});
-    held_.clear();
-    return out;
+  // Room let in only jobs that have slots: each starts.
+  std::optional<Release> Next(bool /*slot_free*/) override {
+    if (held_.empty()) return std::nullopt;
+    Release r{.job = std::move(held_.front())};
+    held_.pop_front();
+    return r;
   }
   size_t size() const override { return held_.size(); }
   void CancelAll() override {
@@ -27,7 +30,7 @@ class FcfsPolicy final : public WaitingPolicy {
   }
 
  private:
-  std::vector<std::shared_ptr<Job>> held_;  // within one round only
+  std::deque<std::shared_ptr<Job>> held_;  // within one round only
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Which waiting job starts next: the scheduler's one choice of policy.
 // The scheduler takes jobs from its queue while the policy has Room, hands
-// them over (Arrive), and each round starts what Pick releases, in order;
+// them over (Arrive), and each round starts what Next releases, one at a
+// time (a job that ends as it starts frees its slot for the next at once);
 // it never looks at how a policy holds or orders its jobs.
 //
 //   fcfs  arrival order: a job leaves the queue only when a slot is free
@@ -12,11 +13,12 @@
 // and its name (scheduler.h/.cc), a line in MakeWaitingPolicy.
 //
 // Thread safety: a policy is owned and called by the scheduler thread
-// alone (its prefetcher has its own thread and locks).
+// alone, but for prefetch_stats (any thread: the prefetcher locks its own).
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "sched/job.h"
@@ -43,17 +45,26 @@ class WaitingPolicy {
   // and at most `max_running` (past a drain's deadline the scheduler takes
   // them all regardless).
   virtual size_t Room(size_t running, size_t max_running) const = 0;
+  // Whether jobs stay in the policy across rounds (car's window): they are
+  // counted as waiting until they start. A policy that starts what it takes
+  // in the same round has them counted as running from the queue on, so
+  // that they never hold queue places (429s) during the round's prefills.
+  virtual bool keeps_waiting() const { return false; }
   // Jobs that left the queue, in arrival order.
   virtual void Arrive(std::vector<std::shared_ptr<Job>> jobs) = 0;
-  // The jobs to start now, in order: at most `free_slots` (all of them past
-  // the deadline) plus every cancelled one (starting ends it at once).
-  virtual std::vector<Release> Pick(size_t free_slots, bool past_deadline) = 0;
+  // Before the round's starts; `slot_free`: a job may start (car locates
+  // its entries again then).
+  virtual void BeginRound(bool slot_free) {}
+  // The next job to start: a cancelled one whenever it holds one (starting
+  // ends it), else, when `slot_free` (always, past a drain's deadline), the
+  // one it starts next; nothing when none.
+  virtual std::optional<Release> Next(bool slot_free) = 0;
   // After the round's starts, with the time until the first running job is
   // predicted to free its slot (infinity when none runs): car's prefetcher.
   virtual void AfterStarts(double slot_free_ms) {}
-  // Jobs held between Arrive and Pick.
+  // Jobs held between Arrive and Next.
   virtual size_t size() const = 0;
-  // Cancels every held job (a drain's deadline); Pick then releases them.
+  // Cancels every held job (a drain's deadline); Next then releases them.
   virtual void CancelAll() = 0;
   // Whether the scheduler raises CaR's score events for the jobs it starts.
   virtual bool raises_events() const { return false; }

@@ -13,7 +13,10 @@
 #include "engine/io_counts.h"
 #include "engine/load_queue.h"
 #include "engine/periodic_task.h"
+#include "engine/all_rows_source.h"
 #include "engine/pool_entries.h"
+#include "engine/probe_source.h"
+#include "engine/speculation.h"
 #include "engine/system_table.h"
 #include "testing/status_matchers.h"
 
@@ -33,8 +36,14 @@ TEST(SystemTableTest, EverySystemHasItsRowAndNameAndParsesBack) {
   }
   EXPECT_EQ(names.size(), SystemTable().size());
   for (const SystemRow& row : SystemTable()) {
-    // A system reuses rows exactly when its row names a source for them.
-    EXPECT_EQ(row.make_source != nullptr, row.reuses()) << row.name;
+    // A row's source is the one its selection and speculation describe
+    // (the prompt writer and the bench read those fields).
+    const MakeSourceFn expected = row.selection == Selection::kNone      ? nullptr
+                                  : row.selection == Selection::kAllRows ? &SourceOf<AllRowsSource>
+                                  : row.selection == Selection::kH2o     ? &SourceOf<H2oSource>
+                                  : row.speculates                       ? &SourceOf<SpeculatingSource>
+                                                                         : &SourceOf<ProbeSource>;
+    EXPECT_EQ(row.make_source, expected) << row.name;
   }
   EXPECT_THAT(ParseSystem("impres").status(), StatusIs(StatusCode::kInvalidArgument, "known: recompute"));
 }

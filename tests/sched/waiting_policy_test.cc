@@ -22,16 +22,19 @@ TEST(WaitingPolicyTest, FcfsTakesOnlyFreeSlotsAndStartsInArrivalOrder) {
   EXPECT_EQ(fcfs->Room(1, 4), 3u);
   EXPECT_EQ(fcfs->Room(4, 4), 0u);
   EXPECT_EQ(fcfs->Room(5, 4), 0u);  // never negative
+  EXPECT_FALSE(fcfs->keeps_waiting());  // what it takes starts in the same round
   fcfs->Arrive({JobWith(7), JobWith(8)});
   EXPECT_EQ(fcfs->size(), 2u);
   EXPECT_EQ(fcfs->Room(1, 4), 1u);  // the held jobs take their slots
-  std::vector<Release> out = fcfs->Pick(3, false);
-  ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0].job->params().prompt[1], 7);
-  EXPECT_EQ(out[1].job->params().prompt[1], 8);
-  EXPECT_FALSE(out[0].located);
+  std::optional<Release> first = fcfs->Next(true);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->job->params().prompt[1], 7);
+  EXPECT_FALSE(first->located);
+  std::optional<Release> second = fcfs->Next(false);  // Room gave it its slot already
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->job->params().prompt[1], 8);
   EXPECT_EQ(fcfs->size(), 0u);
-  EXPECT_TRUE(fcfs->Pick(3, false).empty());
+  EXPECT_FALSE(fcfs->Next(true).has_value());
 }
 
 TEST(WaitingPolicyTest, FcfsCancelAllCancelsWhatItHolds) {
@@ -40,7 +43,7 @@ TEST(WaitingPolicyTest, FcfsCancelAllCancelsWhatItHolds) {
   fcfs->Arrive({job});
   fcfs->CancelAll();
   EXPECT_TRUE(job->cancelled());
-  ASSERT_EQ(fcfs->Pick(0, true).size(), 1u);  // released to be ended
+  ASSERT_TRUE(fcfs->Next(false).has_value());  // released to be ended
 }
 
 }  // namespace
