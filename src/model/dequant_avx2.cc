@@ -1,5 +1,6 @@
 #include "model/dequant_avx2.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 namespace tierkv::model {
@@ -91,8 +92,12 @@ TIERKV_AVX2 void Q6_K(const uint8_t* b, float* y) {
 bool HasAvx2() {
   // Every AVX2 kernel here and in quant_dot_avx2.cc is compiled for
   // avx2, fma and f16c (fp16 scales converted in registers): all three.
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+  // (F16C through cpuid: clang's __builtin_cpu_supports does not name it.)
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
   return has;
 }
 
