@@ -19,7 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-
 store::StoreOptions StoreOpts(const IoBenchOptions& o, int chunk, const std::string& backend,
                               int depth) {
   store::StoreOptions s;

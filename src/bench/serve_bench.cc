@@ -22,7 +22,6 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxInFlightSessions = 256;  // --rate: sessions running at once, at most
 constexpr size_t kErrorSamples = 5;
 
-
 // One streamed request's measurements.
 struct Sample {
   bool ok = false;

@@ -19,7 +19,7 @@ void WholeRowsPrefix(const ModelConfig& c, size_t R, const std::string& k, const
 
 std::unique_ptr<SourceState> AllRowsSource::Start(Request& rq) {
   auto st = std::make_unique<AllRowsState>(d_.config->n_layers);
-  FetchEveryLayer(d_, rq, &st->whole, &ReadWholeRows);
+  FetchEveryLayer(d_, rq, *st, &st->whole, &ReadWholeRows);
   return st;
 }
 

@@ -17,11 +17,6 @@ void WholeRowsPrefix(const ModelConfig& c, size_t R, const std::string& k, const
 struct AllRowsState final : SourceState {
   explicit AllRowsState(int n_layers) : whole(n_layers) {}
   std::vector<std::shared_ptr<Fetch>> whole;  // by layer
-  std::vector<std::shared_ptr<Fetch>> Fetches() const override {
-    std::vector<std::shared_ptr<Fetch>> all;
-    AddIssued(whole, &all);
-    return all;
-  }
   Fetch* WholeLayer(int l) const override { return whole[l].get(); }
 };
 

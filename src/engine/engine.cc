@@ -233,7 +233,7 @@ void Engine::Impl::ReadTail(const store::LookupResult& m, size_t end, Request& r
   if (end <= rq.R) return;
   const auto t = Clock::now();
   Status s = ReadTailRows(*reader, m, rq.R, end, c.n_layers, &rq.tail, &rq.io);
-  rq.tail_ms = MsBetween(t, Clock::now());
+  rq.tail_ms = MsSince(t);
   // A row that fails its checksum is never served: the rows are computed.
   if (!s.ok()) {
     TIERKV_LOG(kWarn) << "serve: computing the prefix's last " << end - rq.R << " rows: " << s.ToString();
@@ -366,7 +366,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   Request rq(&m, R, t0, c.n_layers);
   rq.cache_namespace = ns;
   rq.far = std::move(far);
-  st.lookup_ms = MsBetween(t0, Clock::now());
+  st.lookup_ms = MsSince(t0);
   ReadTail(m, TailEnd(m, cap, rq.far), rq);  // nothing unless it ends past R
   const size_t E = rq.End();  // R, then the remote chunks read in part or the tail
   // A retry after a failed layer (whose rows are R's) reuses less than R:

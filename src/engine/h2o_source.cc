@@ -41,7 +41,7 @@ uint64_t H2oSource::IdealBytes(const LayerTrace& trace, uint64_t R) const {
 }
 
 void H2oSource::FetchKeys(Request& rq, H2oState& st, int layer) const {
-  st.key_fetch[layer] = FetchLayer(d_, rq, layer, &ReadAllKeys);
+  st.key_fetch[layer] = FetchLayer(d_, rq, st, layer, &ReadAllKeys);
 }
 
 size_t H2oSource::KeepCount(const Request& rq, int layer) const {

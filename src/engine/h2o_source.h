@@ -15,11 +15,6 @@ namespace tierkv::engine {
 struct H2oState : SourceState {
   explicit H2oState(int n_layers) : key_fetch(n_layers) {}
   std::vector<std::shared_ptr<Fetch>> key_fetch;
-  std::vector<std::shared_ptr<Fetch>> Fetches() const override {
-    std::vector<std::shared_ptr<Fetch>> all;
-    AddIssued(key_fetch, &all);
-    return all;
-  }
 };
 
 // Rows selected by H2O's scores over all of R's keys; a request's state is

@@ -37,24 +37,24 @@ std::vector<int32_t> KeepRows(std::span<const float> scores, const std::vector<u
   return groups.empty() ? select::TopK(scores, k) : select::TopGroups(scores, groups, k);
 }
 
-std::shared_ptr<Fetch> FetchLayer(const SourceDeps& deps, Request& rq, int layer, LayerRead read) {
+std::shared_ptr<Fetch> FetchLayer(const SourceDeps& deps, Request& rq, SourceState& st, int layer, LayerRead read) {
   const store::LookupResult* m = rq.m;
   const size_t R = rq.R;
   PooledReader* reader = deps.reader;
-  return deps.queue->Read(rq.t0, layer, [reader, m, R, layer, read](Fetch& f, IoCounts* io) {
+  return st.Track(deps.queue->Read(rq.t0, layer, [reader, m, R, layer, read](Fetch& f, IoCounts* io) {
     return read(*reader, *m, R, layer, f, io);
-  });
+  }));
 }
 
-void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::shared_ptr<Fetch>>* into,
+void FetchEveryLayer(const SourceDeps& deps, Request& rq, SourceState& st, std::vector<std::shared_ptr<Fetch>>* into,
                      LayerRead read) {
-  for (int l = 0; l < deps.config->n_layers; ++l) (*into)[l] = FetchLayer(deps, rq, l, read);
+  for (int l = 0; l < deps.config->n_layers; ++l) (*into)[l] = FetchLayer(deps, rq, st, l, read);
 }
 
 Status SelectiveSource::Supply(Request& rq, const LayerView& view, LayerPrefix* prefix,
                                LayerTrace* trace) {
   // Reads issued inside the layer; a read ahead (spec) sets its own times.
-  trace->issued_ms = trace->completed_ms = MsBetween(rq.t0, Clock::now());
+  trace->issued_ms = trace->completed_ms = MsSince(rq.t0);
   LayerWork work(view, trace);
   Status s = SupplyLayer(rq, work, prefix);
   if (s.ok()) {
@@ -63,7 +63,7 @@ Status SelectiveSource::Supply(Request& rq, const LayerView& view, LayerPrefix* 
     rq.io.Add(work.io);
     trace->retention = rq.R ? static_cast<double>(trace->rows) / static_cast<double>(rq.R) : 1.0;
   }
-  trace->consumed_ms = MsBetween(rq.t0, Clock::now());
+  trace->consumed_ms = MsSince(rq.t0);
   if (!trace->speculated) trace->completed_ms = trace->consumed_ms;  // a read ahead set its own
   return s;
 }

@@ -70,10 +70,10 @@ class LayerSource {
   virtual void Finish(Request& rq, const RequestStats& stats) {}
 };
 
-// Submits `read` of `layer` to the load thread.
-std::shared_ptr<Fetch> FetchLayer(const SourceDeps& deps, Request& rq, int layer, LayerRead read);
+// Submits `read` of `layer` to the load thread; st tracks it.
+std::shared_ptr<Fetch> FetchLayer(const SourceDeps& deps, Request& rq, SourceState& st, int layer, LayerRead read);
 // Submits `read` for every layer to the load thread, each into into[layer].
-void FetchEveryLayer(const SourceDeps& deps, Request& rq, std::vector<std::shared_ptr<Fetch>>* into,
+void FetchEveryLayer(const SourceDeps& deps, Request& rq, SourceState& st, std::vector<std::shared_ptr<Fetch>>* into,
                      LayerRead read);
 
 // The selection unit's groups of R's rows (the options' unit): empty for
@@ -107,11 +107,11 @@ struct LayerWork {
   Status Timed(F&& read) {
     const auto a = Clock::now();
     Status s = read();
-    io_ms += MsBetween(a, Clock::now());
+    io_ms += MsSince(a);
     return s;
   }
   // Time since the layer started that was not waiting: identification.
-  double BusyMs() const { return MsBetween(t0, Clock::now()) - io_ms; }
+  double BusyMs() const { return MsSince(t0) - io_ms; }
 };
 
 // The selective sources' common frame: trace times, and the layer's reads

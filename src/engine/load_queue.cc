@@ -12,7 +12,7 @@ Status Await(Fetch& f, double* wait_ms) {
     MutexLock l(&f.mu);
     while (!f.done) f.cv.Wait(&f.mu);
   }
-  if (wait_ms) *wait_ms += MsBetween(a, Clock::now());
+  if (wait_ms) *wait_ms += MsSince(a);
   return f.status;
 }
 
@@ -81,14 +81,14 @@ std::shared_ptr<Fetch> LoadQueue::Read(Clock::time_point t0, int layer,
                                        std::vector<int32_t> rows) {
   auto f = std::make_shared<Fetch>();
   f->rows = std::move(rows);
-  f->issued_ms = MsBetween(t0, Clock::now());
+  f->issued_ms = MsSince(t0);
   Submit(layer, [f, t0, read = std::move(read)] {
     IoCounts io;
     Status s = read(*f, &io);
     MutexLock l(&f->mu);
     f->io = io;
     f->status = s;
-    f->completed_ms = MsBetween(t0, Clock::now());
+    f->completed_ms = MsSince(t0);
     f->done = true;
     f->cv.SignalAll();
   });

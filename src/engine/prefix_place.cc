@@ -80,7 +80,7 @@ Result<PrefetchResult> Engine::Prefetch(std::span<const int32_t> tokens, uint64_
     RETURN_IF_ERROR(ReadTailRows(*im.reader, m, R, tail_end, im.c.n_layers, &tail, &io).WithContext("prefetch tail"));
   }
   out.disk_bytes_read = io.bytes;
-  out.ms = MsBetween(t0, Clock::now());
+  out.ms = MsSince(t0);
   return out;
 }
 

@@ -32,7 +32,7 @@ void ProbeSource::StartInto(Request& rq, ProbeState& st) {
   // The probe keys do not depend on the queries: every layer's now. They
   // are submitted before any all-keys read: the loader serves a layer's
   // jobs in submission order, and the probes decide first.
-  FetchEveryLayer(d_, rq, &st.probe_fetch, &ReadProbeKeys);
+  FetchEveryLayer(d_, rq, st, &st.probe_fetch, &ReadProbeKeys);
   std::vector<bool> hint;
   {
     MutexLock l(&mu_);
@@ -41,7 +41,7 @@ void ProbeSource::StartInto(Request& rq, ProbeState& st) {
   for (int l = 0; l < d_.config->n_layers; ++l) {
     if (l >= static_cast<int>(hint.size()) || !hint[l]) continue;
     if (d_.options->fallback == ProbeFallback::kAllRows) {
-      st.whole[l] = FetchLayer(d_, rq, l, &ReadWholeRows);
+      st.whole[l] = FetchLayer(d_, rq, st, l, &ReadWholeRows);
     } else {
       h2o_.FetchKeys(rq, st, l);
     }

@@ -23,12 +23,6 @@ namespace tierkv::engine {
 struct ProbeState : H2oState {
   explicit ProbeState(int n_layers) : H2oState(n_layers), probe_fetch(n_layers), whole(n_layers) {}
   std::vector<std::shared_ptr<Fetch>> probe_fetch, whole;
-  std::vector<std::shared_ptr<Fetch>> Fetches() const override {
-    std::vector<std::shared_ptr<Fetch>> all = H2oState::Fetches();
-    AddIssued(probe_fetch, &all);
-    AddIssued(whole, &all);
-    return all;
-  }
 };
 
 class ProbeSource : public SelectiveSource {

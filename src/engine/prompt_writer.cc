@@ -89,7 +89,7 @@ void PromptWriter::Store(std::span<const int32_t> tokens, Request& rq,
     after_tail = false;
     const auto s0 = Clock::now();
     auto exact = ExactKv(tokens, rq);
-    stats->store_ms += MsBetween(s0, Clock::now());
+    stats->store_ms += MsSince(s0);
     if (!exact.ok()) {
       // Nothing is stored rather than the approximation.
       TIERKV_LOG(kWarn) << "serve: recomputing NR over all of R for exact-store: "
@@ -101,7 +101,7 @@ void PromptWriter::Store(std::span<const int32_t> tokens, Request& rq,
   }
   const auto s0 = Clock::now();
   Put(tokens, rq, kv, after_tail, stats);
-  stats->store_ms += MsBetween(s0, Clock::now());
+  stats->store_ms += MsSince(s0);
 }
 
 }  // namespace tierkv::engine

@@ -42,19 +42,20 @@ struct FarScratch {
 class SourceState {
  public:
   virtual ~SourceState() = default;
-  // Every fetch it issued: awaited before the lookup they read goes away.
-  virtual std::vector<std::shared_ptr<Fetch>> Fetches() const = 0;
+  // Remembers a fetch the source issued (FetchLayer does), to be awaited
+  // before the lookup it reads goes away; returns it.
+  std::shared_ptr<Fetch> Track(std::shared_ptr<Fetch> f) {
+    issued_.push_back(f);
+    return f;
+  }
+  // Every fetch issued this attempt.
+  const std::vector<std::shared_ptr<Fetch>>& Fetches() const { return issued_; }
   // Layer l's rows as read whole at the start (reuse of all rows: the store
   // gets R's rows from them); null for a source that reads some rows.
   virtual Fetch* WholeLayer(int /*l*/) const { return nullptr; }
 
- protected:
-  // Appends the fetches of `from` that were issued to *out.
-  static void AddIssued(const std::vector<std::shared_ptr<Fetch>>& from, std::vector<std::shared_ptr<Fetch>>* out) {
-    for (const auto& f : from) {
-      if (f) out->push_back(f);
-    }
-  }
+ private:
+  std::vector<std::shared_ptr<Fetch>> issued_;
 };
 
 struct Request {

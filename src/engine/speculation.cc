@@ -27,7 +27,8 @@ void SpeculatingSource::Finish(Request& rq, const RequestStats& stats) {
 void SpeculatingSource::ReadAhead(Request& rq, int layer, std::vector<int32_t> rows) {
   const store::LookupResult* m = rq.m;
   PooledReader* reader = d_.reader;
-  rq.StateAs<SpecState>().prefetch[layer] = d_.queue->Read(
+  SpecState& st = rq.StateAs<SpecState>();
+  st.prefetch[layer] = st.Track(d_.queue->Read(
       rq.t0, layer,
       [reader, m, layer](Fetch& f, IoCounts* io) {
         const size_t rb = reader->geometry().row_bytes;
@@ -36,7 +37,7 @@ void SpeculatingSource::ReadAhead(Request& rq, int layer, std::vector<int32_t> r
         if (f.rows.empty()) return Status::Ok();
         return reader->ReadSelected(*m, layer, f.rows, f.k.data(), f.v.data(), ReadFor::kSpeculation, io);
       },
-      std::move(rows));
+      std::move(rows)));
 }
 
 Status SpeculatingSource::UseShared(Request& rq, LayerWork& work, const std::vector<int32_t>& shared,
@@ -86,7 +87,7 @@ Status SpeculatingSource::PredictNext(Request& rq, LayerWork& work, const std::v
     const auto a = Clock::now();
     const double waited = work.io_ms;
     ASSIGN_OR_RETURN(predicted, FromQueries(rq, work));
-    rq.identify_ms += MsBetween(a, Clock::now()) - (work.io_ms - waited);
+    rq.identify_ms += MsSince(a) - (work.io_ms - waited);
   } else if (shared) {
     // Only after a layer whose probes agreed: a layer that fell back is
     // usually followed by another, which reads all keys anyway (measured:

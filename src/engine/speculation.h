@@ -25,11 +25,6 @@ struct SpecState final : ProbeState {
   std::vector<std::shared_ptr<Fetch>> prefetch;
   std::vector<std::vector<int32_t>> predicted;
   std::vector<bool> speculate;
-  std::vector<std::shared_ptr<Fetch>> Fetches() const override {
-    std::vector<std::shared_ptr<Fetch>> all = ProbeState::Fetches();
-    AddIssued(prefetch, &all);
-    return all;
-  }
 };
 
 class SpeculatingSource : public SelectiveSource {

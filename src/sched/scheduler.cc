@@ -134,7 +134,7 @@ void Scheduler::Loop() {
     }
     StepAll();
     if (!running_.empty()) {
-      const double ms = MsBetween(t0, Clock::now());
+      const double ms = MsSince(t0);
       round_ms_ = round_ms_ <= 0 ? ms : 0.8 * round_ms_ + 0.2 * ms;
     }
   }
@@ -170,7 +170,7 @@ double Scheduler::SlotFreeMs() const {
 void Scheduler::Start(Release rel) {
   auto r = std::make_unique<Running>(rel.job->params());
   r->job = std::move(rel.job);
-  r->out.queue_ms = MsBetween(r->job->arrival(), Clock::now());
+  r->out.queue_ms = MsSince(r->job->arrival());
   r->events = rel.located && policy_->raises_events();
   r->where = std::move(rel.where);
   r->out.prefetched = rel.prefetched;
@@ -278,13 +278,13 @@ void Scheduler::End(Running& r, FinishReason reason, Status status) {
   }
   r.out.reason = reason;
   r.out.status = std::move(status);
-  if (r.out.completion_tokens > 0) r.out.decode_ms = MsBetween(r.first_token, Clock::now());
+  if (r.out.completion_tokens > 0) r.out.decode_ms = MsSince(r.first_token);
   r.seq.reset();
   if (r.events) {
     engine_->OnSchedulerEvent(r.where, r.served ? engine::SchedulerEvent::kFinish
                                                 : engine::SchedulerEvent::kLeaveWindow);
   }
-  if (on_end_) on_end_(r.out, MsBetween(r.job->arrival(), Clock::now()) / 1000);
+  if (on_end_) on_end_(r.out, MsSince(r.job->arrival()) / 1000);
   // Before the job ends: whoever saw its end never sees it still running.
   --running_count_;
   r.job->End(std::move(r.out));

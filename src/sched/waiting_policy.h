@@ -10,7 +10,8 @@
 //         (car_policy.h).
 //
 // Adding a policy: a file pair implementing WaitingPolicy, a SchedulerKind
-// and its name (scheduler.h/.cc), a line in MakeWaitingPolicy.
+// (below), its name in ParseScheduler (scheduler.cc), a line in
+// MakeWaitingPolicy.
 //
 // Thread safety: a policy is owned and called by the scheduler thread
 // alone, but for prefetch_stats (any thread: the prefetcher locks its own).

@@ -10,10 +10,10 @@
 #include <set>
 #include <thread>
 
+#include "engine/all_rows_source.h"
 #include "engine/io_counts.h"
 #include "engine/load_queue.h"
 #include "engine/periodic_task.h"
-#include "engine/all_rows_source.h"
 #include "engine/pool_entries.h"
 #include "engine/probe_source.h"
 #include "engine/speculation.h"
