@@ -87,16 +87,14 @@ Status Engine::Impl::OpenStore() {
   store::SetDiskBudget(&so, opts.disk_budget_bytes);  // the segment files' bound: live and dead records
   so.disk = opts.disk;
   ASSIGN_OR_RETURN(store, store::ChunkStore::Open(so));
-  if (!opts.remote.url.empty()) {
-    ASSIGN_OR_RETURN(remote, remote::RemoteTier::Open(
-                                 opts.remote,
-                                 remote::RemoteGeometry{fingerprint, so.layers, row_bytes, opts.chunk_tokens,
-                                                        store::KvDtype::kF16,
-                                                        static_cast<uint32_t>(RowsPerUnit(
-                                                            ResolveUnit(opts.unit, opts.retention, SIZE_MAX, row_bytes),
-                                                            row_bytes))},
-                                 store.get()));
-  }
+  ASSIGN_OR_RETURN(tiers, remote::StoreTiers::Open(
+                             store.get(), opts.chunk_tokens, opts.remote,
+                             remote::RemoteGeometry{fingerprint, so.layers, row_bytes, opts.chunk_tokens,
+                                                    store::KvDtype::kF16,
+                                                    static_cast<uint32_t>(RowsPerUnit(
+                                                        ResolveUnit(opts.unit, opts.retention, SIZE_MAX, row_bytes),
+                                                        row_bytes))},
+                             AdmitFetched()));
   cache::CacheOptions co;
   co.device_bytes = opts.device_bytes;
   co.host_bytes = opts.host_bytes;
@@ -115,7 +113,7 @@ void Engine::Impl::StartParts() {
   }
   source = MakeLayerSource(
       SourceDeps{&c, &opts, &row, reader.get(), &queue, store.get(), probe_profile.get(), &model});
-  writer = std::make_unique<PromptWriter>(model, store.get(), reader.get(), row.selective(),
+  writer = std::make_unique<PromptWriter>(model, tiers.get(), reader.get(), row.selective(),
                                           opts.exact_store);
   if (row.retention == RetentionFrom::kProfile) {
     profile = std::make_unique<CarProfile>(opts.cache_dir, fingerprint, c.n_layers, opts.retention);
@@ -129,7 +127,7 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() {
   impl_->maint.Stop();
   impl_->queue.Stop();
-  impl_->remote.reset();  // its upload thread reads the store
+  impl_->tiers.reset();  // the remote tier's upload thread reads the store
   impl_->store.reset();  // before the pools its removal callback erases from
 }
 
@@ -149,11 +147,11 @@ uint64_t Engine::StoredBytes() const {
 }
 
 RemoteStats Engine::RemoteStatistics() const {
-  return impl_->remote ? impl_->remote->stats() : RemoteStats{};
+  return impl_->tiers ? impl_->tiers->remote_stats() : RemoteStats{};
 }
 
 void Engine::DrainRemote() {
-  if (impl_->remote) impl_->remote->Drain();
+  if (impl_->tiers) impl_->tiers->Drain();
 }
 
 store::StoreStats Engine::StoreStatistics() const {
@@ -242,37 +240,20 @@ void Engine::Impl::ReadTail(const store::LookupResult& m, size_t end, Request& r
 }
 
 size_t Engine::Impl::Reusable(const store::LookupResult& m, size_t cap) const {
-  size_t R = std::min(m.matched_tokens, cap);
-  // Selective loads work on whole chunks (full ones: only a path's last
-  // chunk can be short, and it is then past R; ReadTail reads it whole).
-  if (row.selective()) R = R / opts.chunk_tokens * opts.chunk_tokens;
-  return R;
+  return remote::ReusableTokens(m, cap, row.selective(), opts.chunk_tokens);
 }
 
-store::LookupResult Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, uint64_t ns, size_t cap,
-                                               bool first_attempt, const std::vector<uint32_t>& keep,
-                                               remote::FarRows* far, RequestStats* st) {
-  if (!remote || !first_attempt) return store->Lookup(tokens, ns);
-  if (!keep.empty()) {
-    store::LookupResult m = store->Lookup(tokens, ns);
-    // From the reusable prefix's end: a short local last chunk (a shorter
-    // prompt stored before) does not hide the remote tier's whole one.
-    const size_t R = Reusable(m, cap), C = opts.chunk_tokens;
-    *far = remote->FetchImportant(tokens, R, R == 0 ? ns : m.prefix_hashes[R / C - 1], cap, keep);
-    if (far->chunks > 0) {
-      st->remote_important_chunks = far->chunks;
-      st->remote_bytes = far->bytes;
-      st->remote_ms = far->ms;
-      return m;
-    }
-  }
-  // Fill looks the prompt up itself (after a fetch ahead for it, after its
-  // own Put): its match is the one to reuse.
-  remote::FillResult f = remote->Fill(tokens, cap, AdmitFetched(), ns);
-  st->remote_chunks = f.chunks;
-  st->remote_bytes = f.bytes;
-  st->remote_ms += f.ms;
-  return std::move(f.match);
+remote::TierMatch Engine::Impl::LookupPrefix(std::span<const int32_t> tokens, uint64_t ns, size_t cap,
+                                             bool first_attempt, const std::vector<uint32_t>& keep,
+                                             RequestStats* st) {
+  remote::TierMatch t = tiers->Lookup(
+      tokens, remote::TierQuery{.ns = ns, .cap = cap, .whole_chunks = row.selective(),
+                                .fall_through = first_attempt, .keep = keep});
+  st->remote_important_chunks = t.far.chunks;
+  st->remote_chunks = t.remote_chunks;
+  st->remote_bytes = t.remote_bytes;
+  st->remote_ms = t.remote_ms;
+  return t;
 }
 
 remote::RemoteTier::AdmittedFn Engine::Impl::AdmitFetched() {
@@ -285,10 +266,10 @@ remote::RemoteTier::AdmittedFn Engine::Impl::AdmitFetched() {
 
 void Engine::FetchAhead(std::span<const int32_t> tokens, uint64_t cache_namespace) {
   Impl& im = *impl_;
-  if (!im.remote || !im.row.reuses() || tokens.size() < 2) return;
+  if (!im.tiers || !im.row.reuses() || tokens.size() < 2) return;
   // A reader of important parts fetches per request (nothing is kept).
   if (im.ReadsImportant(im.opts.retention)) return;
-  im.remote->FetchAhead(tokens, tokens.size() - 1, im.AdmitFetched(), cache_namespace);
+  im.tiers->FetchAhead(tokens, tokens.size() - 1, cache_namespace);
 }
 
 std::vector<uint64_t> Engine::Impl::ScoreKeys(const store::LookupResult& m, size_t R) const {
@@ -355,17 +336,16 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   const double retention = own_retention ? so.retention : opts.retention;
   std::vector<double> layer_retention;
   if (profile) layer_retention = own_retention ? profile->LayerRetention(retention) : profile->LayerRetention();
-  store::LookupResult m;
-  remote::FarRows far;
+  remote::TierMatch found;
   const uint64_t ns = so.cache_namespace;
   if (row.reuses()) {
-    m = LookupPrefix(tokens, ns, cap, attempt == 1, ImportantKeep(retention, layer_retention), &far, &st);
+    found = LookupPrefix(tokens, ns, cap, attempt == 1, ImportantKeep(retention, layer_retention), &st);
   }
-  const size_t R = row.reuses() ? Reusable(m, cap) : 0;
-  if (remote && R > 0) remote->OnReused(tokens, m, R, ns);  // fetched chunks are up there already
+  const store::LookupResult& m = found.local;
+  const size_t R = found.reusable;
   Request rq(&m, R, t0, c.n_layers);
   rq.cache_namespace = ns;
-  rq.far = std::move(far);
+  rq.far = std::move(found.far);
   st.lookup_ms = MsSince(t0);
   ReadTail(m, TailEnd(m, cap, rq.far), rq);  // nothing unless it ends past R
   const size_t E = rq.End();  // R, then the remote chunks read in part or the tail
@@ -413,7 +393,6 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
     out.sequence = std::move(rq.keep);
   }
   if (storing) writer->Store(tokens, rq, std::move(r->kv), &st);
-  if (storing && remote && !st.store_failed) remote->OnStored(tokens, ns);
   return out;
 }
 

@@ -17,7 +17,7 @@
 #include "engine/prompt_writer.h"
 #include "engine/request.h"
 #include "engine/system_table.h"
-#include "remote/remote_tier.h"
+#include "remote/store_tiers.h"
 #include "select/identify.h"
 #include "store/chunk_store.h"
 #include "tierkv/engine.h"
@@ -46,13 +46,11 @@ struct Engine::Impl {
   // A selective request's rows of `m` from rq.R to `end` (a partial chunk),
   // read whole into rq.tail; on a failed read none (they are computed).
   void ReadTail(const store::LookupResult& m, size_t end, Request& rq);
-  // The local match of `tokens`, extended from the remote tier (first
-  // attempts only: a retry after damage reuses less, never fetches again):
-  // with `keep` (rows per layer; ImportantKeep), the important part of the
-  // chunks past the reusable prefix into *far if there are ordered ones;
-  // otherwise whole chunks, admitted locally.
-  store::LookupResult LookupPrefix(std::span<const int32_t> tokens, uint64_t ns, size_t cap, bool first_attempt,
-                                   const std::vector<uint32_t>& keep, remote::FarRows* far, RequestStats* st);
+  // The stored prefix of `tokens` (StoreTiers::Lookup: the remote tier
+  // only on the first attempt; a retry after damage reuses less, never
+  // fetches again), its remote counters into *st.
+  remote::TierMatch LookupPrefix(std::span<const int32_t> tokens, uint64_t ns, size_t cap, bool first_attempt,
+                                 const std::vector<uint32_t>& keep, RequestStats* st);
   // Rows per layer of a remote chunk a request at `retention` (per layer:
   // `layer_retention`, when set) reads in part; empty when it reads whole
   // chunks (no remote tier, RemoteRead::kWhole, a system reading every row,
@@ -78,7 +76,9 @@ struct Engine::Impl {
   const uint32_t probe_bytes;  // one token's probe-head keys
   uint64_t fingerprint = 0;
   std::unique_ptr<store::ChunkStore> store;
-  std::unique_ptr<remote::RemoteTier> remote;  // below the store; null without --remote
+  // The store and, with --remote, the Redis tier below it: every lookup and
+  // put of a request goes through here (reset before the store).
+  std::unique_ptr<remote::StoreTiers> tiers;
   std::unique_ptr<cache::TieredCache> pools;
   std::unique_ptr<PooledReader> reader;
   LoadQueue queue;

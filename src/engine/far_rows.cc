@@ -87,7 +87,7 @@ Status ReadTailRows(PooledReader& reader, const store::LookupResult& m, size_t f
 }
 
 bool Engine::Impl::ReadsImportant(double retention) const {
-  return remote && row.selective() && opts.remote.read == RemoteRead::kImportant && retention < 1;
+  return tiers && tiers->has_remote() && row.selective() && opts.remote.read == RemoteRead::kImportant && retention < 1;
 }
 
 std::vector<uint32_t> Engine::Impl::ImportantKeep(double retention, const std::vector<double>& layer_retention) const {

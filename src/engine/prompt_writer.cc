@@ -70,7 +70,7 @@ void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
     for (const auto& s : importance) in.importance.emplace_back(s);
   }
   in.cache_namespace = rq.cache_namespace;
-  auto put = store_->Put(tokens, in);
+  auto put = tiers_->Put(tokens, in);
   if (!put.ok()) {
     // The answer stands; only later requests lose this reuse.
     TIERKV_LOG(kWarn) << "serve: storing the prompt failed: " << put.status().ToString();

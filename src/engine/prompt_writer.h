@@ -11,7 +11,7 @@
 
 #include "engine/pooled_reader.h"
 #include "engine/request.h"
-#include "store/chunk_store.h"
+#include "remote/store_tiers.h"
 #include "tierkv/engine.h"
 #include "tierkv/model.h"
 
@@ -19,9 +19,10 @@ namespace tierkv::engine {
 
 class PromptWriter {
  public:
-  PromptWriter(const Model& model, store::ChunkStore* store, PooledReader* reader, bool selective,
+  // Puts go through `tiers` (the store, and the remote tier behind it).
+  PromptWriter(const Model& model, remote::StoreTiers* tiers, PooledReader* reader, bool selective,
                bool exact_store)
-      : model_(model), store_(store), reader_(reader), selective_(selective),
+      : model_(model), tiers_(tiers), reader_(reader), selective_(selective),
         exact_store_(exact_store) {}
 
   // Stores `tokens` with the new rows' K/V `kv` (the forward pass's capture,
@@ -39,7 +40,7 @@ class PromptWriter {
            const std::vector<PrefillResult::LayerKv>& kv, bool after_tail, RequestStats* stats);
 
   const Model& model_;
-  store::ChunkStore* store_;
+  remote::StoreTiers* tiers_;
   PooledReader* reader_;
   const bool selective_, exact_store_;
 };
