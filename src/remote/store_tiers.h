@@ -30,7 +30,7 @@ size_t ReusableTokens(const store::LookupResult& m, size_t cap, bool whole_chunk
 // What a request asks of the tiers.
 struct TierQuery {
   uint64_t ns = 0;               // the prompt's namespace (store::KvInput::cache_namespace)
-  size_t cap = 0;                // reuse fewer than this many tokens
+  size_t cap = 0;                // reuse at most this many tokens
   bool whole_chunks = false;     // reuse whole chunks only (selective readers)
   bool fall_through = true;      // ask the remote tier (a retry after damage reads the local store only)
   std::span<const uint32_t> keep;  // rows per layer of a remote chunk read in part; empty: whole chunks
@@ -62,8 +62,11 @@ class StoreTiers {
   // chunks fetched, verified and admitted into the store. A reuse of
   // `reusable` > 0 tokens is reported to the remote tier's admission.
   TierMatch Lookup(std::span<const int32_t> tokens, const TierQuery& q);
-  // Stores the prompt locally (store::ChunkStore::Put); after a success its
-  // whole chunks are queued for the remote tier (write-behind).
+  // Stores the prompt locally (store::ChunkStore::Put); after a success,
+  // with a remote tier admitting `always`, its whole chunks are queued for
+  // Redis (write-behind; with `reused`, Lookup sends them up instead). The
+  // queueing runs on the caller's thread (hashing the chunks, a lock:
+  // microseconds), so a caller timing Put times it too.
   Result<store::PutResult> Put(std::span<const int32_t> tokens, const store::KvInput& in);
   // Whole-chunk fetches for a prompt that will start later (a server's
   // queue), on the remote tier's ahead thread; nothing without one.
