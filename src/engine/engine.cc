@@ -88,7 +88,7 @@ Status Engine::Impl::OpenStore() {
   so.disk = opts.disk;
   ASSIGN_OR_RETURN(store, store::ChunkStore::Open(so));
   ASSIGN_OR_RETURN(tiers, remote::StoreTiers::Open(
-                             store.get(), opts.chunk_tokens, opts.remote,
+                             store.get(), opts.remote,
                              remote::RemoteGeometry{fingerprint, so.layers, row_bytes, opts.chunk_tokens,
                                                     store::KvDtype::kF16,
                                                     static_cast<uint32_t>(RowsPerUnit(

@@ -13,14 +13,14 @@ size_t ReusableTokens(const store::LookupResult& m, size_t cap, bool whole_chunk
   return R;
 }
 
-Result<std::unique_ptr<StoreTiers>> StoreTiers::Open(store::ChunkStore* store, uint32_t chunk_tokens,
-                                                     const RemoteOptions& options, RemoteGeometry geometry,
-                                                     RemoteTier::AdmittedFn admitted) {
+Result<std::unique_ptr<StoreTiers>> StoreTiers::Open(store::ChunkStore* store, const RemoteOptions& options,
+                                                     RemoteGeometry geometry, RemoteTier::AdmittedFn admitted) {
   std::unique_ptr<RemoteTier> remote;
   if (!options.url.empty()) {
     ASSIGN_OR_RETURN(remote, RemoteTier::Open(options, geometry, store));
   }
-  return std::unique_ptr<StoreTiers>(new StoreTiers(store, chunk_tokens, std::move(remote), std::move(admitted)));
+  return std::unique_ptr<StoreTiers>(
+      new StoreTiers(store, geometry.chunk_tokens, std::move(remote), std::move(admitted)));
 }
 
 StoreTiers::StoreTiers(store::ChunkStore* store, uint32_t chunk_tokens, std::unique_ptr<RemoteTier> remote,

@@ -51,9 +51,10 @@ class StoreTiers {
   // RemoteTier::Open's (a bad URL or option). `admitted` is called with
   // each chunk layer fetched whole once it is in the store (the caller's
   // pools); it must stay callable while the tiers live.
-  static Result<std::unique_ptr<StoreTiers>> Open(store::ChunkStore* store, uint32_t chunk_tokens,
-                                                  const RemoteOptions& options, RemoteGeometry geometry,
-                                                  RemoteTier::AdmittedFn admitted);
+  // `geometry` describes the store's records (its chunk_tokens is the
+  // store's), for the remote tier's keys and values and for ReusableTokens.
+  static Result<std::unique_ptr<StoreTiers>> Open(store::ChunkStore* store, const RemoteOptions& options,
+                                                  RemoteGeometry geometry, RemoteTier::AdmittedFn admitted);
   ~StoreTiers();  // stops the remote tier's threads before the store may go
 
   // The prompt's stored prefix. Locally first; on a first attempt with a

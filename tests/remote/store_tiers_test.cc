@@ -46,7 +46,7 @@ void OpenSide(Side* s, const std::string& url, RemoteAdmit admit) {
   RemoteOptions ro;
   ro.url = url;
   ro.admit = admit;
-  ASSERT_OK_AND_ASSIGN(s->tiers, StoreTiers::Open(s->store.get(), kChunk, ro,
+  ASSERT_OK_AND_ASSIGN(s->tiers, StoreTiers::Open(s->store.get(), ro,
                                                   RemoteGeometry{0x5eedULL, kLayers, kRow, kChunk},
                                                   [s](uint64_t, uint16_t, std::span<const char>) {
                                                     ++s->admitted_layers;
