@@ -121,6 +121,29 @@ Status CheckBlocks(const GgufFile& f, const std::string& name, const std::string
   return Status::Ok();
 }
 
+// The rows the products read, moved from the file's 4 KiB page-cache pages
+// into one buffer of huge pages (util/huge_pages.h): decode streams every
+// weight once per token, and on the 1B-shape Q4_K model of docs/engine.md it
+// ran 1.4x faster from the copy. The file's pages of the copied rows are
+// released, so resident memory stays about the file's size. An untied
+// embedding table stays in the mapping (a row is read per token). If the
+// buffer cannot be had the rows stay in place: slower, not wrong.
+void CopyRowsToHugePages(ModelWeights* w) {
+  const auto copied = [w](const WeightMatrix* m) { return m != &w->tok_embd || w->output.empty(); };
+  size_t total = 0;
+  for (auto& [tensor, matrix] : w->Matrices()) {
+    if (copied(matrix)) total += matrix->CopiedBytes();
+  }
+  if (total == 0) return;
+  auto buffer = HugePageBuffer::Allocate(total);
+  if (!buffer.ok()) return;
+  uint8_t* at = (*buffer)->data();
+  for (auto& [tensor, matrix] : w->Matrices()) {
+    if (copied(matrix)) at += matrix->CopyRowsTo(at, /*release_rows=*/true);
+  }
+  w->rows = std::move(*buffer);
+}
+
 }  // namespace
 
 Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<const FileBytes> file,
@@ -174,6 +197,7 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<cons
       if (matrix == &m.weights.tok_embd && !m.weights.output.empty()) continue;
       matrix->PackForProducts(/*release_rows=*/m.weights.file->mapped());
     }
+    if (m.weights.file->mapped()) CopyRowsToHugePages(&m.weights);
   }
   return m;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include <sys/mman.h>
@@ -75,6 +76,44 @@ void WeightMatrix::PackForProducts(bool release_rows) {
     packed_bytes_ += PackedBytes(p.type, rows, cols_);
     if (release_rows) ReleasePages(p.data, static_cast<size_t>(rows) * p.row_bytes);
   }
+}
+
+namespace {
+// Each copied part starts on a cache line.
+size_t CopySpan(size_t bytes) { return (bytes + 63) / 64 * 64; }
+}  // namespace
+
+size_t WeightMatrix::CopiedBytes() const {
+  size_t n = 0;
+  for (const Part& p : parts_) {
+    if (owned_.empty() && p.packed == nullptr) n += CopySpan(p.row_bytes * static_cast<size_t>(p.rows));
+  }
+  return n;
+}
+
+size_t WeightMatrix::CopyRowsTo(uint8_t* dst, bool release_rows) {
+  size_t used = 0;
+  for (Part& p : parts_) {
+    // A packed part's products read the packed copy; its rows in place
+    // serve only tiles of the rows past the last whole group and embedding
+    // lookups, so it stays where it is.
+    if (!owned_.empty() || p.packed != nullptr) continue;
+    const size_t n = p.row_bytes * static_cast<size_t>(p.rows);
+    // A slice at a time, each slice's file pages released before the next
+    // is copied: resident memory grows by a slice, not by the part (a tied
+    // output of 128 k rows is 280 MB in Q8_0).
+    constexpr size_t kSlice = size_t{16} << 20;
+    for (size_t off = 0; off < n; off += kSlice) {
+      const size_t len = std::min(kSlice, n - off);
+      std::memcpy(dst + used + off, p.data + off, len);
+      // From the part's start each time: a page across the slices' border
+      // goes with the later slice.
+      if (release_rows) ReleasePages(p.data, off + len);
+    }
+    p.data = dst + used;
+    used += CopySpan(n);
+  }
+  return used;
 }
 
 // Drops the whole pages of a file mapping's range from memory: a private

@@ -1,7 +1,8 @@
 // A weight matrix of a projection: rows are output features, each `cols`
 // input features long. Held either as fp32 the matrix owns, or as the rows
-// of one or more GGUF tensors read in place (from the model file's mapping)
-// in their own types: the fused Q/K/V and gate/up matrices stack several
+// of one or more GGUF tensors read in place (from the model file's mapping,
+// or from the huge-page copy the loader moves them into: CopyRowsTo) in
+// their own types: the fused Q/K/V and gate/up matrices stack several
 // tensors, and a llama.cpp mix (Q4_K_M) gives them different types.
 //
 // Products with in-place rows take one of two paths:
@@ -79,6 +80,14 @@ class WeightMatrix {
   void PackForProducts(bool release_rows = false);
   // Bytes of the packed copies (beside bytes()).
   size_t packed_bytes() const { return packed_bytes_; }
+  // Moves the rows read in place (every part not packed) into memory the
+  // caller owns: CopiedBytes() bytes at dst, which must outlive the matrix;
+  // the products then read dst (a huge-page buffer: model/weights.h says
+  // why). Returns the bytes used. Not thread-safe (call before products).
+  // release_rows as for PackForProducts: the copied rows' whole pages of
+  // the file's mapping are released.
+  size_t CopiedBytes() const;
+  size_t CopyRowsTo(uint8_t* dst, bool release_rows);
   // The stacked tensors, in row order: type, rows, rows packed, and the
   // largest M MatMul multiplies them in type at.
   struct PartInfo {

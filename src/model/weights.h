@@ -13,6 +13,7 @@
 #include "model/weight_matrix.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/model.h"
+#include "util/huge_pages.h"
 
 namespace tierkv::model {
 
@@ -36,6 +37,9 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   // The file's bytes while any matrix reads its rows in place; null otherwise.
   std::shared_ptr<const FileBytes> file;
+  // The rows products read, copied out of the file's mapping into huge
+  // pages (ParseGgufModel); null when nothing was copied.
+  std::unique_ptr<HugePageBuffer> rows;
 
   // Every matrix with its GGUF tensor name(s), in file order; the output
   // only when it is not tied to the embedding.

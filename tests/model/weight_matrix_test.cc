@@ -17,6 +17,7 @@
 #include "model/quant_dot.h"
 #include "model/quant_pack.h"
 #include "testing/status_matchers.h"
+#include "util/huge_pages.h"
 #include "util/thread_pool.h"
 
 namespace tierkv::model {
@@ -209,6 +210,49 @@ TEST(WeightMatrixTest, PackedQ4KRowsAndTheRowsAroundThemGiveTheProduct) {
       ExpectProduct(s.w, pool, M, 26, 40, 0.0f);  // rows 21-60 of the part: half of group 2, groups 3-6, the 5 unpacked rows
     }
   }
+}
+
+// The loader copies the rows products read out of the file's mapping into
+// a huge-page buffer (CopyRowsTo): afterwards the products and the
+// dequantized values are the same, bit for bit, and come from the copy:
+// the original bytes overwritten change nothing. Packed parts stay in place.
+TEST(WeightMatrixTest, CopiedRowsAreTheOnesMultiplied) {
+  Stacked s;
+  ASSERT_NO_FATAL_FAILURE(
+      Stack({{GgmlType::kF32, 40}, {GgmlType::kQ8_0, 70}, {GgmlType::kQ4_K, 50}, {GgmlType::kQ6_K, 20}}, 256, &s));
+  s.w.PackForProducts();
+  const int above = InTypeMaxRows(GgmlType::kQ4_K) + 1;
+  const std::vector<float> values = s.w.FloatValues();
+  std::vector<std::vector<float>> before;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> A(static_cast<size_t>(above) * 256);
+  for (float& x : A) x = d(rng);
+  for (int M : {1, 5, above}) {
+    before.emplace_back(static_cast<size_t>(M) * s.w.rows());
+    s.w.MatMul(ThreadPool::Compute(), M, A.data(), 256, 0.0f, before.back().data(), s.w.rows());
+  }
+  const std::vector<WeightMatrix::PartInfo> parts = s.w.parts();
+  size_t want = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].packed_rows == 0) want += (s.buffers[i].size() + 63) / 64 * 64;
+  }
+  ASSERT_EQ(s.w.CopiedBytes(), want);
+  auto buffer = HugePageBuffer::Allocate(want);
+  ASSERT_THAT(buffer.status(), IsOk());
+  ASSERT_EQ(reinterpret_cast<uintptr_t>((*buffer)->data()) % HugePageBuffer::kPageBytes, 0u);
+  EXPECT_EQ(s.w.CopyRowsTo((*buffer)->data(), /*release_rows=*/false), want);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].packed_rows == 0) std::memset(s.buffers[i].data(), 0x7f, s.buffers[i].size());
+  }
+  EXPECT_EQ(s.w.FloatValues(), values);
+  int k = 0;
+  for (int M : {1, 5, above}) {
+    std::vector<float> after(static_cast<size_t>(M) * s.w.rows());
+    s.w.MatMul(ThreadPool::Compute(), M, A.data(), 256, 0.0f, after.data(), s.w.rows());
+    EXPECT_EQ(0, std::memcmp(after.data(), before[k++].data(), after.size() * sizeof(float))) << "M " << M;
+  }
+  ExpectProduct(s.w, ThreadPool::Compute(), 5, 35, 120, 1.0f);
 }
 
 // Wide rows: a thread's columns are dequantized in several tiles.
