@@ -103,7 +103,7 @@ void PrintText(const nlohmann::json& j) {
               j["fingerprint"]["chunk_tokens"].get<int>());
   const bool mapped = j["weights"]["storage"] == "mapped";
   std::printf("weights       %s MB %s\n", mb(j["weights"]["bytes"]).c_str(),
-              mapped ? "in their file types, read in place from the mapped file (--weights mapped)"
+              mapped ? "in their file types, from the mapped file, copied into huge pages where the kernel has them (--weights mapped)"
                      : "in fp32, dequantized at load (--weights fp32)");
   std::printf("resident      %s MB after load (peak %s MB)\n", mb(j["resident_bytes"]["after_load"]).c_str(),
               mb(j["resident_bytes"]["peak"]).c_str());

@@ -34,7 +34,8 @@ Result<std::string> ModelPathOrDefault(const std::string& flag) {
 void AddWeightsFlag(CLI::App* sub, std::string* weights) {
   sub->add_option("--weights", *weights,
                   "How the weight matrices are held: 'fp32' (dequantized at load, 4 bytes a weight), "
-                  "'mapped' (read in place from the memory-mapped file in its own types: products of a few "
+                  "'mapped' (in the file's own types, from its memory mapping, the rows that products read copied into "
+                  "huge pages at load where the kernel has them: products of a few "
                   "rows, as in decode, multiply in that type against 8-bit activations, longer ones dequantize "
                   "a tile at a time for sgemm; on CPUs with AVX-512 VNNI, Q4_K and Q8_0 tensors are repacked "
                   "at load and multiply in type at any length; resident about the file's size), 'auto': fp32 "

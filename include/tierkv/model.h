@@ -166,12 +166,14 @@ Result<ModelFileInfo> DescribeModelFile(const std::string& path, FileSystem* fs 
 //  kFp32:   dequantized to fp32 at load (4 bytes per weight whatever the
 //           file's type); products go straight to sgemm.
 //  kMapped: in the file's own types, from its memory mapping (resident
-//           about the file's size): the rows that products read are copied
-//           at load into one buffer of transparent huge pages (decode reads
-//           every weight per token; from 4 KiB page-cache pages it ran at
-//           0.7x the speed), an untied embedding table stays in the mapping.
-//           Short products run in type, long ones dequantize a tile of
-//           rows at a time for sgemm (docs/engine.md).
+//           about the file's size). Where the kernel has transparent huge
+//           pages, the rows that products read are copied at load into one
+//           buffer of them (decode reads every weight per token, faster
+//           from 2 MiB pages than from the page cache's 4 KiB ones); an
+//           untied embedding table stays in the mapping. Short products run
+//           in type, long ones dequantize a tile of rows at a time for
+//           sgemm, except packed rows on AVX-512 VNNI CPUs, which multiply
+//           in type at every length (docs/models.md).
 //  kAuto:   kFp32 when the matrices in fp32 take at most kAutoFp32Bytes,
 //           kMapped above (measurements: docs/models.md).
 //  llama2.c checkpoints are always fp32.

@@ -9,6 +9,7 @@
 #include "model/gguf.h"
 #include "model/gguf_vocab.h"
 #include "model/weights.h"
+#include "tierkv/logging.h"
 #include "tierkv/tokenizer.h"
 
 namespace tierkv::model {
@@ -123,12 +124,16 @@ Status CheckBlocks(const GgufFile& f, const std::string& name, const std::string
 
 // The rows the products read, moved from the file's 4 KiB page-cache pages
 // into one buffer of huge pages (util/huge_pages.h): decode streams every
-// weight once per token, and on the 1B-shape Q4_K model of docs/engine.md it
-// ran 1.4x faster from the copy. The file's pages of the copied rows are
-// released, so resident memory stays about the file's size. An untied
-// embedding table stays in the mapping (a row is read per token). If the
-// buffer cannot be had the rows stay in place: slower, not wrong.
-void CopyRowsToHugePages(ModelWeights* w) {
+// weight once per token, faster from huge pages (docs/engine.md, "Weights
+// in huge pages"). The file's pages of the copied rows are released, so
+// resident memory stays about the file's size; the copy is the process's
+// own memory, no longer page cache shared with other processes. An untied
+// embedding table stays in the mapping (a row is read per token), and so
+// do packed parts (their products read the packed copy). Where the kernel
+// gives no transparent huge pages, or the buffer cannot be had, the rows
+// stay in place: slower, not wrong.
+void CopyRowsToHugePages(const std::string& name, ModelWeights* w) {
+  if (!HugePageBuffer::Available()) return;
   const auto copied = [w](const WeightMatrix* m) { return m != &w->tok_embd || w->output.empty(); };
   size_t total = 0;
   for (auto& [tensor, matrix] : w->Matrices()) {
@@ -136,7 +141,10 @@ void CopyRowsToHugePages(ModelWeights* w) {
   }
   if (total == 0) return;
   auto buffer = HugePageBuffer::Allocate(total);
-  if (!buffer.ok()) return;
+  if (!buffer.ok()) {
+    TIERKV_LOG(kWarn) << name << ": weights stay in the file's mapping (" << buffer.status().ToString() << ")";
+    return;
+  }
   uint8_t* at = (*buffer)->data();
   for (auto& [tensor, matrix] : w->Matrices()) {
     if (copied(matrix)) at += matrix->CopyRowsTo(at, /*release_rows=*/true);
@@ -197,7 +205,7 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<cons
       if (matrix == &m.weights.tok_embd && !m.weights.output.empty()) continue;
       matrix->PackForProducts(/*release_rows=*/m.weights.file->mapped());
     }
-    if (m.weights.file->mapped()) CopyRowsToHugePages(&m.weights);
+    if (m.weights.file->mapped()) CopyRowsToHugePages(name, &m.weights);
   }
   return m;
 }

@@ -74,7 +74,9 @@ void WeightMatrix::PackForProducts(bool release_rows) {
     p.packed = packed;
     p.packed_rows = rows;
     packed_bytes_ += PackedBytes(p.type, rows, cols_);
-    if (release_rows) ReleasePages(p.data, static_cast<size_t>(rows) * p.row_bytes);
+    // Rows already copied out of the file (CopyRowsTo) are not a mapping's
+    // pages: releasing them would zero them.
+    if (release_rows && !p.copied) ReleasePages(p.data, static_cast<size_t>(rows) * p.row_bytes);
   }
 }
 
@@ -83,10 +85,15 @@ namespace {
 size_t CopySpan(size_t bytes) { return (bytes + 63) / 64 * 64; }
 }  // namespace
 
+// A packed part's products read the packed copy; its rows in place serve
+// only the rows past its last whole group and embedding lookups, so it
+// stays where it is. Rows copied once are not copied again.
+bool WeightMatrix::Copyable(const Part& p) const { return owned_.empty() && p.packed == nullptr && !p.copied; }
+
 size_t WeightMatrix::CopiedBytes() const {
   size_t n = 0;
   for (const Part& p : parts_) {
-    if (owned_.empty() && p.packed == nullptr) n += CopySpan(p.row_bytes * static_cast<size_t>(p.rows));
+    if (Copyable(p)) n += CopySpan(p.row_bytes * static_cast<size_t>(p.rows));
   }
   return n;
 }
@@ -94,23 +101,23 @@ size_t WeightMatrix::CopiedBytes() const {
 size_t WeightMatrix::CopyRowsTo(uint8_t* dst, bool release_rows) {
   size_t used = 0;
   for (Part& p : parts_) {
-    // A packed part's products read the packed copy; its rows in place
-    // serve only tiles of the rows past the last whole group and embedding
-    // lookups, so it stays where it is.
-    if (!owned_.empty() || p.packed != nullptr) continue;
+    if (!Copyable(p)) continue;
     const size_t n = p.row_bytes * static_cast<size_t>(p.rows);
     // A slice at a time, each slice's file pages released before the next
     // is copied: resident memory grows by a slice, not by the part (a tied
-    // output of 128 k rows is 280 MB in Q8_0).
+    // output of 128 k rows is 280 MB in Q8_0). Slices end on page
+    // boundaries of the source, so each page is released once, whole.
     constexpr size_t kSlice = size_t{16} << 20;
-    for (size_t off = 0; off < n; off += kSlice) {
-      const size_t len = std::min(kSlice, n - off);
-      std::memcpy(dst + used + off, p.data + off, len);
-      // From the part's start each time: a page across the slices' border
-      // goes with the later slice.
-      if (release_rows) ReleasePages(p.data, off + len);
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto base = reinterpret_cast<uintptr_t>(p.data);
+    for (size_t off = 0; off < n;) {
+      const size_t end = std::min(n, (base + off + kSlice) / page * page - base);
+      std::memcpy(dst + used + off, p.data + off, end - off);
+      if (release_rows) ReleasePages(p.data + off, end - off);
+      off = end;
     }
     p.data = dst + used;
+    p.copied = true;
     used += CopySpan(n);
   }
   return used;

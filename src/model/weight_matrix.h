@@ -10,7 +10,7 @@
 //   for the 8-bit types with AVX-512, 32-256 with AVX2 only), or any number for packed rows (below), in the
 //   rows' own type (model/quant_dot.h): the activations are quantized once
 //   per product to 8 bits per block and multiplied with integer dot products,
-//   so a token reads the file's bytes and converts no weight to fp32;
+//   so a token reads the weights' bytes once and converts none to fp32;
 // - more rows, dequantize-then-sgemm: a tile of rows at a time (the format's
 //   own DequantizeRow, so the values are those llama.cpp computes with) into
 //   the calling thread's scratch, handed to sgemm, whose blocking wins once
@@ -80,12 +80,13 @@ class WeightMatrix {
   void PackForProducts(bool release_rows = false);
   // Bytes of the packed copies (beside bytes()).
   size_t packed_bytes() const { return packed_bytes_; }
-  // Moves the rows read in place (every part not packed) into memory the
-  // caller owns: CopiedBytes() bytes at dst, which must outlive the matrix;
-  // the products then read dst (a huge-page buffer: model/weights.h says
-  // why). Returns the bytes used. Not thread-safe (call before products).
-  // release_rows as for PackForProducts: the copied rows' whole pages of
-  // the file's mapping are released.
+  // Moves the rows read in place (every part neither packed nor copied
+  // before) into memory the caller owns: CopiedBytes() bytes at dst, which
+  // must outlive the matrix; products, tiles and embedding lookups then
+  // read dst (a huge-page buffer: util/huge_pages.h says why). Returns the
+  // bytes used. Not thread-safe (call before products). release_rows as
+  // for PackForProducts: the copied rows' whole pages of the file's mapping
+  // are released (never those of copied rows, whatever is called after).
   size_t CopiedBytes() const;
   size_t CopyRowsTo(uint8_t* dst, bool release_rows);
   // The stacked tensors, in row order: type, rows, rows packed, and the
@@ -128,11 +129,13 @@ class WeightMatrix {
     size_t row_bytes;
     const uint8_t* packed = nullptr;  // rows 8 at a time (model/quant_pack.h), or null
     int packed_rows = 0;              // the first packed_rows rows are in `packed`
+    bool copied = false;              // `data` points into CopyRowsTo's buffer
   };
   struct Activations;  // A quantized for the in-type kernels (weight_matrix.cc)
   // Products of up to this many rows multiply p in type.
   static int MaxRows(const Part& p);
   static void ReleasePages(const uint8_t* data, size_t n);
+  bool Copyable(const Part& p) const;
   // Whether part p is multiplied in type in a product of M rows by `path`.
   static bool InType(const Part& p, Path path, int M);
   // Rows [a, b) of part p in type (packed groups, with the activations'

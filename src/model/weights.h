@@ -1,7 +1,8 @@
 // The in-memory weights of a Llama-family model, with the projections that
 // read the same input fused so that one matrix product does their work.
-// Matrices are fp32 or, read in place from the model file's mapping, in the
-// file's types (model/weight_matrix.h); vectors are fp32.
+// Matrices are fp32 or in the file's types, read from the model file's
+// mapping or from the huge-page copy of their rows (model/weight_matrix.h);
+// vectors are fp32.
 #pragma once
 
 #include <memory>
@@ -35,7 +36,8 @@ struct ModelWeights {
   // rope_freqs.weight); empty: none.
   std::vector<float> rope_freq_factors;
   std::vector<LayerWeights> layers;
-  // The file's bytes while any matrix reads its rows in place; null otherwise.
+  // The file's bytes, kept with WeightStorage::kMapped (an untied embedding
+  // table and packed parts' rows are read from it); null with kFp32.
   std::shared_ptr<const FileBytes> file;
   // The rows products read, copied out of the file's mapping into huge
   // pages (ParseGgufModel); null when nothing was copied.

@@ -4,9 +4,10 @@
 // not miss the TLB every 4 KiB.
 //
 // Why: a file mapping's page-cache pages are 4 KiB. On the 2-core AMD EPYC
-// of docs/engine.md, two threads summing a 703 MB model read it at 14-15
-// GB/s from the file's mapping and at 19-21 GB/s from a copy in huge pages;
-// decode of the 1B-shape Q4_K model ran 1.4x faster with its rows copied.
+// of docs/engine.md, two threads summing a 703 MB model read it 1.3-1.4x as
+// fast from a copy in huge pages as from the file's mapping, and decode of
+// the 1B-shape Q4_K model ran faster with its rows copied (docs/engine.md,
+// "Weights in huge pages").
 //
 // The buffer is zeroed, aligned to 2 MiB and owned by the object (unmapped
 // when it is destroyed). Huge pages are advice: with transparent huge pages
@@ -38,6 +39,10 @@ class HugePageBuffer {
   size_t size() const { return size_; }
 
   static constexpr size_t kPageBytes = size_t{2} << 20;
+
+  // Whether the kernel gives transparent huge pages to a buffer that asks
+  // (/sys/kernel/mm/transparent_hugepage/enabled is "always" or "madvise").
+  static bool Available();
 
  private:
   HugePageBuffer(void* map, size_t map_bytes, uint8_t* data, size_t size)

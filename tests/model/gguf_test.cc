@@ -237,8 +237,8 @@ TEST(GgufModelLoadTest, WeightStorageNamesRoundTrip) {
   EXPECT_THAT(ParseWeightStorage("q8"), StatusIs(StatusCode::kInvalidArgument, "weights 'q8' is not one of"));
 }
 
-// --weights mapped keeps the matrices in the file's types, read in place from
-// the mapped file: the logits are those of the same file held in fp32
+// --weights mapped keeps the matrices in the file's types (their rows copied
+// out of the mapped file into huge pages where the kernel has them): the logits are those of the same file held in fp32
 // (llama and qwen2 with biases and a tied output: every matrix, the
 // embedding rows and the output) for a prefill longer than any product
 // multiplied in the file's type (InTypeMaxRows), whose rows go through

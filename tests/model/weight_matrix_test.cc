@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -16,7 +18,9 @@
 #include "model/quant.h"
 #include "model/quant_dot.h"
 #include "model/quant_pack.h"
+#include "testing/shared.h"
 #include "testing/status_matchers.h"
+#include "tierkv/filesystem.h"
 #include "util/huge_pages.h"
 #include "util/thread_pool.h"
 
@@ -253,6 +257,47 @@ TEST(WeightMatrixTest, CopiedRowsAreTheOnesMultiplied) {
     EXPECT_EQ(0, std::memcmp(after.data(), before[k++].data(), after.size() * sizeof(float))) << "M " << M;
   }
   ExpectProduct(s.w, ThreadPool::Compute(), 5, 35, 120, 1.0f);
+}
+
+// The loader's case: rows in a file's mapping, more than one 16 MiB slice
+// of them, copied with the file's pages released behind each slice: the
+// copy holds every byte (the values and a product are unchanged, bit for
+// bit), and the mapping, read again, still holds the file's bytes.
+TEST(WeightMatrixTest, RowsCopiedFromAFileMappingSliceBySlice) {
+  const int cols = 1024, f32_rows = 4500;  // 18.4 MB of F32 rows
+  std::mt19937 rng(7);
+  std::string bytes = QuantizedRows(GgmlType::kF32, f32_rows, cols, &rng);
+  bytes.insert(0, 100, 'x');  // the rows start off a page boundary, as a tensor in a file does
+  const size_t q8_at = bytes.size();
+  bytes += QuantizedRows(GgmlType::kQ8_0, 40, cols, &rng);
+  const std::string dir = testing::MakeTempDir("wmcopy"), path = dir + "/rows.bin";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  auto file = MapOrReadFile(FileSystem::Default(), path);
+  ASSERT_THAT(file.status(), IsOk());
+  ASSERT_TRUE((*file)->mapped());
+  const auto* base = reinterpret_cast<const uint8_t*>((*file)->data().data());
+  WeightMatrix w;
+  ASSERT_THAT(w.AppendInPlace(GgmlType::kF32, base + 100, f32_rows, cols), IsOk());
+  ASSERT_THAT(w.AppendInPlace(GgmlType::kQ8_0, base + q8_at, 40, cols), IsOk());
+  const std::vector<float> values = w.FloatValues();
+  std::vector<float> A(3 * cols), before(3 * size_t{4540}), after(before.size());
+  for (float& x : A) x = std::normal_distribution<float>(0.f, 1.f)(rng);
+  w.MatMul(ThreadPool::Compute(), 3, A.data(), cols, 0.0f, before.data(), 4540);
+  auto buffer = HugePageBuffer::Allocate(w.CopiedBytes());
+  ASSERT_THAT(buffer.status(), IsOk());
+  w.CopyRowsTo((*buffer)->data(), /*release_rows=*/true);
+  EXPECT_EQ(w.FloatValues(), values);
+  w.MatMul(ThreadPool::Compute(), 3, A.data(), cols, 0.0f, after.data(), 4540);
+  EXPECT_EQ(0, std::memcmp(after.data(), before.data(), after.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(base, bytes.data(), bytes.size())) << "a released page read back differs";
+  EXPECT_EQ(0, std::memcmp((*buffer)->data(), bytes.data() + 100, size_t{f32_rows} * cols * 4));
+  // Copied once: nothing is copied again.
+  EXPECT_EQ(w.CopiedBytes(), 0u);
+  std::remove(path.c_str());
+  std::remove(dir.c_str());
 }
 
 // Wide rows: a thread's columns are dequantized in several tiles.

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "testing/status_matchers.h"
 
@@ -13,6 +16,23 @@ namespace {
 
 using testing::IsOk;
 using testing::StatusIs;
+
+// Whether the mapping holding p carries the kernel's huge-page advice
+// ("hg" among its VmFlags in /proc/self/smaps).
+bool AdvisedHuge(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line.find(" hg") != std::string::npos;
+    }
+  }
+  return false;
+}
 
 TEST(HugePageBufferTest, WholePagesAlignedZeroedAndWritable) {
   for (size_t bytes : {size_t{1}, HugePageBuffer::kPageBytes, 5 * HugePageBuffer::kPageBytes + 3}) {
@@ -26,6 +46,7 @@ TEST(HugePageBufferTest, WholePagesAlignedZeroedAndWritable) {
     EXPECT_EQ(buf.data()[buf.size() - 1], 0);
     std::memset(buf.data(), 0xab, buf.size());
     EXPECT_EQ(buf.data()[buf.size() - 1], 0xab);
+    if (HugePageBuffer::Available()) EXPECT_TRUE(AdvisedHuge(buf.data())) << "no MADV_HUGEPAGE on the buffer";
   }
 }
 
