@@ -59,20 +59,14 @@ uint64_t SumBytes(const uint8_t* p, size_t n) {
 
 // Read bandwidth of the compute threads together over 512 MiB (far past any
 // cache), best of `repeats`, from the kind of memory a mapped model's rows
-// are in: huge pages where the kernel has them (model/weights.h).
+// are in: huge pages where the kernel has them, else 4 KiB pages as the
+// heap's (model::MoveRowsToHugePages). 0 if the memory cannot be had.
 double ReadGbps(int repeats) {
   const size_t bytes = size_t{512} << 20;
-  std::vector<uint8_t> heap;
-  std::unique_ptr<HugePageBuffer> huge;
-  uint8_t* buf = nullptr;
-  if (auto b = HugePageBuffer::Allocate(bytes); b.ok() && HugePageBuffer::Available()) {
-    huge = std::move(*b);
-    buf = huge->data();
-  } else {
-    heap.resize(bytes);
-    buf = heap.data();
-  }
-  std::memset(buf, 1, bytes);
+  auto huge = HugePageBuffer::Allocate(bytes);
+  if (!huge.ok()) return 0;
+  uint8_t* buf = (*huge)->data();
+  std::memset(buf, 1, bytes);  // not zeros: a sum of 0 reads as a failed measurement
   ThreadPool* pool = ThreadPool::Compute();
   const int parts = (pool->workers() + 1) * 8;
   const size_t per = bytes / parts;
@@ -136,10 +130,7 @@ Result<std::unique_ptr<TypedMatrix>> MakeMatrix(model::GgmlType t, int N, int K)
   // As the model loader does for mapped weights: packed, and the rest
   // copied into huge pages where the kernel has them.
   m->w.PackForProducts();
-  if (HugePageBuffer::Available()) {
-    ASSIGN_OR_RETURN(m->copy, HugePageBuffer::Allocate(m->w.CopiedBytes()));
-    m->w.CopyRowsTo(m->copy->data(), /*release_rows=*/false);
-  }
+  ASSIGN_OR_RETURN(m->copy, model::MoveRowsToHugePages({&m->w}, /*release_rows=*/false));
   return m;
 }
 

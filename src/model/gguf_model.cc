@@ -122,36 +122,6 @@ Status CheckBlocks(const GgufFile& f, const std::string& name, const std::string
   return Status::Ok();
 }
 
-// The rows the products read, moved from the file's 4 KiB page-cache pages
-// into one buffer of huge pages (util/huge_pages.h): decode streams every
-// weight once per token, faster from huge pages (docs/engine.md, "Weights
-// in huge pages"). The file's pages of the copied rows are released, so
-// resident memory stays about the file's size; the copy is the process's
-// own memory, no longer page cache shared with other processes. An untied
-// embedding table stays in the mapping (a row is read per token), and so
-// do packed parts (their products read the packed copy). Where the kernel
-// gives no transparent huge pages, or the buffer cannot be had, the rows
-// stay in place: slower, not wrong.
-void CopyRowsToHugePages(const std::string& name, ModelWeights* w) {
-  if (!HugePageBuffer::Available()) return;
-  const auto copied = [w](const WeightMatrix* m) { return m != &w->tok_embd || w->output.empty(); };
-  size_t total = 0;
-  for (auto& [tensor, matrix] : w->Matrices()) {
-    if (copied(matrix)) total += matrix->CopiedBytes();
-  }
-  if (total == 0) return;
-  auto buffer = HugePageBuffer::Allocate(total);
-  if (!buffer.ok()) {
-    TIERKV_LOG(kWarn) << name << ": weights stay in the file's mapping (" << buffer.status().ToString() << ")";
-    return;
-  }
-  uint8_t* at = (*buffer)->data();
-  for (auto& [tensor, matrix] : w->Matrices()) {
-    if (copied(matrix)) at += matrix->CopyRowsTo(at, /*release_rows=*/true);
-  }
-  w->rows = std::move(*buffer);
-}
-
 }  // namespace
 
 Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<const FileBytes> file,
@@ -199,13 +169,26 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<cons
   }
   if (storage == WeightStorage::kMapped) {
     m.weights.file = std::move(file);
-    // Q4_K and Q8_0 repacked for the in-type products (model/quant_pack.h); an
-    // untied embedding table is only looked up row by row.
+    // The matrices products read (an untied embedding table is only looked
+    // up row by row, and stays in the mapping): Q4_K and Q8_0 repacked for
+    // the in-type products (model/quant_pack.h), the other rows moved out of
+    // the mapping into huge pages, the file's pages of both released. The
+    // copy is the process's own memory, no longer page cache shared with
+    // other processes; resident memory stays about the file's size.
+    const bool mapped = m.weights.file->mapped();
+    std::vector<WeightMatrix*> products;
     for (auto& [tensor, matrix] : m.weights.Matrices()) {
-      if (matrix == &m.weights.tok_embd && !m.weights.output.empty()) continue;
-      matrix->PackForProducts(/*release_rows=*/m.weights.file->mapped());
+      if (matrix != &m.weights.tok_embd || m.weights.output.empty()) products.push_back(matrix);
     }
-    if (m.weights.file->mapped()) CopyRowsToHugePages(name, &m.weights);
+    for (WeightMatrix* matrix : products) matrix->PackForProducts(/*release_rows=*/mapped);
+    if (mapped) {
+      auto rows = MoveRowsToHugePages(products, /*release_rows=*/true);
+      if (rows.ok()) {
+        m.weights.rows = std::move(*rows);
+      } else {
+        TIERKV_LOG(kWarn) << name << ": weights stay in the file's mapping (" << rows.status().ToString() << ")";
+      }
+    }
   }
   return m;
 }

@@ -123,6 +123,18 @@ size_t WeightMatrix::CopyRowsTo(uint8_t* dst, bool release_rows) {
   return used;
 }
 
+Result<std::unique_ptr<HugePageBuffer>> MoveRowsToHugePages(const std::vector<WeightMatrix*>& matrices,
+                                                            bool release_rows) {
+  if (!HugePageBuffer::Available()) return std::unique_ptr<HugePageBuffer>();
+  size_t total = 0;
+  for (const WeightMatrix* m : matrices) total += m->CopiedBytes();
+  if (total == 0) return std::unique_ptr<HugePageBuffer>();
+  ASSIGN_OR_RETURN(std::unique_ptr<HugePageBuffer> buffer, HugePageBuffer::Allocate(total));
+  uint8_t* at = buffer->data();
+  for (WeightMatrix* m : matrices) at += m->CopyRowsTo(at, release_rows);
+  return buffer;
+}
+
 // Drops the whole pages of a file mapping's range from memory: a private
 // mapping of a file reads them again from the file if they are touched
 // (the embedding rows of a tied output). Advice only: a failure leaves
