@@ -51,8 +51,9 @@ ActFormat ActivationFormat(GgmlType t);
 //   against 40 at 64); F16's fp32 products lose from 4 rows on (16.7 against
 //   11.3 ms at 4; F16C makes sgemm's tiles cheap), so they stop at 2; BF16's
 //   at 16 (its tiles are converted by a portable loop), so they stop at 8;
-// - AVX2 only (an AMD EPYC, Zen 3, where sgemm peaks at ~135 GFLOP/s and
-//   dequantizing a tile costs as much as multiplying it): in type up to 32
+// - AVX2 with 256-bit units, no AVX-512 (an AMD EPYC, Zen 3, where sgemm
+//   peaks at ~135 GFLOP/s and dequantizing a tile costs as much as
+//   multiplying it): in type up to 32
 //   rows for Q4_0 (46.4 against 44.7 ms at 32), 64 for Q8_0 and Q6_K (at 64
 //   level: 92.4 | 90.1, 71.0 | 67.0; at 32: 44.4 | 60.6, 32.7 | 42.7), 128
 //   for Q4_K (78.7 against 87.4 at 64, level at 128) and 256 for Q5_K (308
@@ -62,10 +63,20 @@ ActFormat ActivationFormat(GgmlType t);
 //   behind at 64 (98-114 against 89-94 ms), so 48; F16 and BF16 in
 //   registers up to 16 (F16: 10.5 against 28.4 ms at 4, 34.8 against 39.3
 //   at 16, 144 against 87 at 64; BF16: 36.6 against 67.0 at 16).
+// - AVX2 run as two 128-bit halves (AMD EPYC 7001, Zen 1; its one 128-bit
+//   integer multiply pipe bounds the 8-bit kernels at ~40-53 GFLOP/s on 2
+//   cores, sgemm reaches ~60-68): Q4_K in type up to 32 rows (82.2 | 91.7
+//   ms at 32; at 48 level to 9% behind: 120.0 | 118.5, 132.1 | 121.1; at
+//   64 162.0 | 148.7); Q8_0, Q6_K,
+//   Q4_0 up to 16 (at 16 53.5 | 57.0, 53.8 | 55.6, 56.5 | 61.1; at 24
+//   sgemm ahead by 4-12%); Q5_K at 256 as on Zen 3 (168.7 | 188.8 at 64);
+//   F16 up to 16 (43.9 | 56.5 at 16, 94.1 | 87.0 at 32), BF16 up to 32
+//   (82.8 | 105.7 at 32). Measured 2026-11-29.
 // Other CPUs with AVX-512 (Zen 4, Skylake without VNNI) take the first
-// figures unmeasured. The rule is fixed per CPU rather than timed at load
-// so that which products round their activations to 8 bits, and so a
-// row's logits, do not change between runs of one machine.
+// figures unmeasured, other AVX2 CPUs (Zen 2, Intel client cores) Zen 3's,
+// Zen+ (also reported as znver1) Zen 1's. The rule is fixed per CPU rather
+// than timed at load so that which products round their activations to 8
+// bits, and so a row's logits, do not change between runs of one machine.
 int InTypeMaxRows(GgmlType t);
 
 // Bytes of one row of `cols` activations in format f (cols a multiple of
