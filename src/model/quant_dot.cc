@@ -278,18 +278,15 @@ int Avx2SplitMaxRows(GgmlType t) {
 }
 
 int Avx512MaxRows(GgmlType t) {
-  switch (ActivationFormat(t)) {
-    case ActFormat::kNone: return 0;
-    case ActFormat::kF32: return t == GgmlType::kF16 ? 2 : 8;
-    default: return 16;
-  }
+  if (ActivationFormat(t) != ActFormat::kF32) return 16;
+  return t == GgmlType::kF16 ? 2 : 8;
 }
 
 }  // namespace
 
 int InTypeMaxRows(GgmlType t) {
   static const CpuKind cpu = ThisCpu();
-  if (ActivationFormat(t) == ActFormat::kNone) return 0;
+  if (ActivationFormat(t) == ActFormat::kNone) return 0;  // the tables below hold kernel types only
   switch (cpu) {
     case CpuKind::kAvx512: return Avx512MaxRows(t);
     case CpuKind::kAvx2: return Avx2MaxRows(t);

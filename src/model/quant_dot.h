@@ -53,9 +53,9 @@ ActFormat ActivationFormat(GgmlType t);
 //   at 16 (its tiles are converted by a portable loop), so they stop at 8;
 // - AVX2 with 256-bit units, no AVX-512 (an AMD EPYC, Zen 3, where sgemm
 //   peaks at ~135 GFLOP/s and dequantizing a tile costs as much as
-//   multiplying it): in type up to 32
-//   rows for Q4_0 (46.4 against 44.7 ms at 32), 64 for Q8_0 and Q6_K (at 64
-//   level: 92.4 | 90.1, 71.0 | 67.0; at 32: 44.4 | 60.6, 32.7 | 42.7), 128
+//   multiplying it): in type up to 32 rows for Q4_0 (46.4 against 44.7 ms
+//   at 32), 64 for Q8_0 and Q6_K (at 64 level: 92.4 | 90.1, 71.0 | 67.0;
+//   at 32: 44.4 | 60.6, 32.7 | 42.7), 128
 //   for Q4_K (78.7 against 87.4 at 64, level at 128) and 256 for Q5_K (308
 //   against 361 at 256). With 16 there, a 19-token query after a reused
 //   prefix dequantized every weight of the model (~800 ms on a 1B model).
@@ -67,9 +67,9 @@ ActFormat ActivationFormat(GgmlType t);
 //   integer multiply pipe bounds the 8-bit kernels at ~40-53 GFLOP/s on 2
 //   cores, sgemm reaches ~60-68): Q4_K in type up to 32 rows (82.2 | 91.7
 //   ms at 32; at 48 level to 9% behind: 120.0 | 118.5, 132.1 | 121.1; at
-//   64 162.0 | 148.7); Q8_0, Q6_K,
-//   Q4_0 up to 16 (at 16 53.5 | 57.0, 53.8 | 55.6, 56.5 | 61.1; at 24
-//   sgemm ahead by 4-12%); Q5_K at 256 as on Zen 3 (168.7 | 188.8 at 64);
+//   64 162.0 | 148.7); Q8_0, Q6_K, Q4_0 up to 16 (at 16 53.5 | 57.0, 53.8
+//   | 55.6, 56.5 | 61.1; at 24 sgemm ahead by 4-12%); Q5_K at 256 as on
+//   Zen 3 (168.7 | 188.8 at 64);
 //   F16 up to 16 (43.9 | 56.5 at 16, 94.1 | 87.0 at 32), BF16 up to 32
 //   (82.8 | 105.7 at 32). Measured 2026-11-29.
 // Other CPUs with AVX-512 (Zen 4, Skylake without VNNI) take the first
