@@ -270,10 +270,11 @@ int Avx2MaxRows(GgmlType t) {
 
 int Avx2SplitMaxRows(GgmlType t) {
   switch (t) {
-    case GgmlType::kQ4_K: return 32;
+    case GgmlType::kQ4_K: return 64;
     case GgmlType::kQ5_K: return 256;
+    case GgmlType::kQ6_K:
     case GgmlType::kBF16: return 32;
-    default: return 16;  // Q4_0, Q8_0, Q6_K, F16
+    default: return 16;  // Q4_0, Q8_0, F16
   }
 }
 

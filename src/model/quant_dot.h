@@ -62,14 +62,18 @@ ActFormat ActivationFormat(GgmlType t);
 //   Measured again on 2026-11-28 (same CPU): Q8_0 level at 48 rows and
 //   behind at 64 (98-114 against 89-94 ms), so 48; F16 and BF16 in
 //   registers up to 16 (F16: 10.5 against 28.4 ms at 4, 34.8 against 39.3
-//   at 16, 144 against 87 at 64; BF16: 36.6 against 67.0 at 16).
+//   at 16, 144 against 87 at 64; BF16: 36.6 against 67.0 at 16). These
+//   predate the folded Q4_K/Q5_K/Q6_K kernels (2026-11-29), which only
+//   made the in-type side faster: unmeasured since on that CPU.
 // - AVX2 run as two 128-bit halves (AMD EPYC 7001, Zen 1; its one 128-bit
 //   integer multiply pipe bounds the 8-bit kernels at ~40-53 GFLOP/s on 2
-//   cores, sgemm reaches ~60-68): Q4_K in type up to 32 rows (82.2 | 91.7
-//   ms at 32; at 48 level to 9% behind: 120.0 | 118.5, 132.1 | 121.1; at
-//   64 162.0 | 148.7); Q8_0, Q6_K, Q4_0 up to 16 (at 16 53.5 | 57.0, 53.8
-//   | 55.6, 56.5 | 61.1; at 24 sgemm ahead by 4-12%); Q5_K at 256 as on
-//   Zen 3 (168.7 | 188.8 at 64);
+//   cores, sgemm reaches ~60-68), with the kernels that fold two
+//   sub-blocks into one madd: Q4_K in type up to 64 rows (in type /
+//   dequantize-then-sgemm at 64 rows in 5 runs 0.75, 1.06, 0.91, 0.91,
+//   0.91; at 128 0.77-1.06), Q6_K up to 32 (0.63-0.86 at 32 in 4 runs,
+//   0.54-1.13 at 64); Q8_0 and Q4_0 up to 16 (at 16 53.5 | 57.0, 56.5 |
+//   61.1 ms; at 24 sgemm ahead by 4-12%); Q5_K at 256 as on Zen 3 (168.7
+//   | 188.8 at 64);
 //   F16 up to 16 (43.9 | 56.5 at 16, 94.1 | 87.0 at 32), BF16 up to 32
 //   (82.8 | 105.7 at 32). Measured 2026-11-29.
 // Other CPUs with AVX-512 (Zen 4, Skylake without VNNI) take the first

@@ -139,12 +139,26 @@ TIERKV_AVX2 inline void Q45_KPair(const uint8_t* qs, __m256i* hb, __m256i scales
     hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(*hb, 1), one), 4));
     *hb = _mm256_srli_epi16(*hb, 2);
   }
-  const __m256i sl = Lane16<2 * K>(scales), sh = Lane16<2 * K + 1>(scales);
-  #pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) {
-    const uint8_t* ym = y + m * stride + 64 * K;
+  if constexpr (MR == 1) {
+    const __m256i sl = Lane16<2 * K>(scales), sh = Lane16<2 * K + 1>(scales);
+    const uint8_t* ym = y + 64 * K;
     const __m256i p = _mm256_add_epi32(DotU8Scaled(lo, Load(ym), sl), DotU8Scaled(hi, Load(ym + 32), sh));
-    sumi[m] = _mm256_add_epi32(sumi[m], p);
+    sumi[0] = _mm256_add_epi32(sumi[0], p);
+  } else {
+    // Several rows: the two sub-blocks' int16 pair sums (each at most 2 x 31
+    // x 127) folded into one register, 2K's into the even lanes and 2K+1's
+    // into the odd ones (two added still fit in int16), and multiplied by
+    // (s_2K, s_2K+1) in one madd: three multiplies per 64 elements instead
+    // of four (docs/engine.md, Zen 1). The integer sums are the same.
+    const __m256i s2 = _mm256_shuffle_epi32(scales, K * 0x55);
+    #pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const uint8_t* ym = y + m * stride + 64 * K;
+      const __m256i pl = _mm256_maddubs_epi16(lo, Load(ym)), ph = _mm256_maddubs_epi16(hi, Load(ym + 32));
+      const __m256i even = _mm256_add_epi16(pl, _mm256_srli_epi32(pl, 16));
+      const __m256i odd = _mm256_add_epi16(ph, _mm256_slli_epi32(ph, 16));
+      sumi[m] = _mm256_add_epi32(sumi[m], _mm256_madd_epi16(_mm256_blend_epi16(even, odd, 0xAA), s2));
+    }
   }
 }
 
@@ -193,6 +207,39 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
   for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]) - Hsum128(acc_m[m]);
 }
 
+// Q6_K's sixteen int8 scales for folded sub-block pair P (0-3; elements
+// 64P to 64P + 63): in the low 128 bits the scales of the first 16 elements
+// of each 32 (sub-blocks 4P and 4P + 2) alternating, in the high 128 bits
+// those of the second 16 (4P + 1, 4P + 3), as int16.
+template <int P>
+TIERKV_AVX2 inline __m256i Q6_KPairScales(__m128i sc) {
+  constexpr char a = 4 * P, b = 4 * P + 2, c = 4 * P + 1, e = 4 * P + 3;
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_setr_epi8(a, b, a, b, a, b, a, b, c, e, c, e, c, e, c, e)));
+}
+
+// Two Q6_K groups of 32 (k and k + 1, values q - 32 in [-32, 31] in v0 and
+// v1) for MR rows, y at the first group's activations: |v| against y with
+// v's sign, as in Blocks32, so each pair sum is at most 2 x 32 x 127 and
+// two of them still fit in int16: group k's fold into the even lanes, k +
+// 1's into the odd ones, one madd by their scales (s2, as Q6_KPairScales
+// lays them out): three multiplies per 64 elements instead of six. Each
+// int32 lane holds the same sum as in ggml's kernel (q · y - 32 · y per
+// pair), so the fp32 rounding that follows is the same too.
+template <int MR>
+TIERKV_AVX2 inline void Q6_KPair(__m256i v0, __m256i v1, __m256i s2, const uint8_t* y, size_t stride, __m256i* sumi) {
+  const __m256i a0 = _mm256_sign_epi8(v0, v0), a1 = _mm256_sign_epi8(v1, v1);
+  #pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    const uint8_t* ym = y + m * stride;
+    const __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(Load(ym), v0));
+    const __m256i p1 = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(Load(ym + 32), v1));
+    const __m256i even = _mm256_add_epi16(p0, _mm256_srli_epi32(p0, 16));
+    const __m256i odd = _mm256_add_epi16(p1, _mm256_slli_epi32(p1, 16));
+    sumi[m] = _mm256_add_epi32(sumi[m], _mm256_madd_epi16(_mm256_blend_epi16(even, odd, 0xAA), s2));
+  }
+}
+
+// Q6_K: 16 sub-blocks of 16 with int8 scales, values q - 32.
 template <int MR>
 TIERKV_AVX2 void Q6_K(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
@@ -203,31 +250,27 @@ TIERKV_AVX2 void Q6_K(const uint8_t* w, const uint8_t* a, size_t stride, int col
     if constexpr (MR <= 2) PrefetchBlock<210>(w);
     const uint8_t* ql = w;
     const uint8_t* qh = w + 128;
-    const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192));
     __m256i sumi[MR];
     #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) sumi[m] = _mm256_setzero_si256();
-    for (int n = 0; n < 2; ++n, ql += 64, qh += 32, sc += 8) {
+    #pragma GCC unroll 2
+    for (int n = 0; n < 2; ++n, ql += 64, qh += 32) {
       const __m256i lo = Load(ql), hi = Load(ql + 32), h = Load(qh);
-      const __m256i parts[4] = {
-          _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30)),
-          _mm256_or_si256(_mm256_and_si256(hi, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), m4), _mm256_and_si256(h, m30)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(hi, 4), m4),
-                          _mm256_and_si256(_mm256_srli_epi16(h, 2), m30)),
+      const __m256i v[4] = {
+          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30)), k32),
+          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(hi, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30)), k32),
+          _mm256_sub_epi8(
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), m4), _mm256_and_si256(h, m30)), k32),
+          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(hi, 4), m4),
+                                          _mm256_and_si256(_mm256_srli_epi16(h, 2), m30)),
+                          k32),
       };
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const __m256i scales = Scales16(sc[2 * k], sc[2 * k + 1]);
-        #pragma GCC unroll 8
-        for (int m = 0; m < MR; ++m) {
-          const __m256i yk = Load(a + m * stride + 4 + 128 * n + 32 * k);
-          // (q - 32) · y = q·y - 32·y, both in int16 without saturation.
-          const __m256i p =
-              _mm256_sub_epi16(_mm256_maddubs_epi16(parts[k], yk), _mm256_maddubs_epi16(k32, yk));
-          sumi[m] = _mm256_add_epi32(sumi[m], _mm256_madd_epi16(p, scales));
-        }
-      }
+      const uint8_t* y = a + 4 + 128 * n;
+      const __m256i s01 = n == 0 ? Q6_KPairScales<0>(sc) : Q6_KPairScales<2>(sc);
+      const __m256i s23 = n == 0 ? Q6_KPairScales<1>(sc) : Q6_KPairScales<3>(sc);
+      Q6_KPair<MR>(v[0], v[1], s01, y, stride, sumi);
+      Q6_KPair<MR>(v[2], v[3], s23, y + 64, stride, sumi);
     }
     const float d = H(w + 208);
     #pragma GCC unroll 8
