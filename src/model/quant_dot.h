@@ -92,7 +92,10 @@ size_t ActRowBytes(ActFormat f, int cols);
 // -max / 127 for the value of largest magnitude, kept as fp32. A block
 // holding a NaN or an infinity gets a NaN scale, so the products carry it
 // as fp32 activations would (ggml's would round it away), and zeros.
-// Values round to the nearest step, ties to even (ggml's x86 rounding).
+// Values round to the nearest step, ties to even (ggml's x86 rounding),
+// and lie in [-127, 127], never -128: the AVX2 kernels that give y the
+// sign of a weight (Q8_0, Q4_0, Q6_K) rely on it (under the default
+// rounding mode; the process never changes it).
 // Runs the AVX2 quantizers where the CPU has them: the same bytes as the
 // portable loops' (QuantizeActivationsPortable, the reference).
 void QuantizeActivations(ActFormat f, const float* x, int cols, uint8_t* out);

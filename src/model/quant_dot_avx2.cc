@@ -71,7 +71,8 @@ inline void PrefetchBlock(const uint8_t* w) {
 
 // Blocks of 32 weights (Q8_0, Q4_0) against Q8_0 activations: each block
 // decoded once to 32 signed bytes (Decode), its fp16 scale at the block's
-// start; |x| against y with x's sign, so maddubs sees an unsigned operand.
+// start; |x| against y with x's sign, so maddubs sees an unsigned operand
+// (y is never -128, whose negation would wrap: QuantizeActivations).
 template <int MR, size_t kBytes, __m256i (*Decode)(const uint8_t*)>
 TIERKV_AVX2 void Blocks32(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
   __m256 acc[MR];
@@ -219,12 +220,12 @@ TIERKV_AVX2 inline __m256i Q6_KPairScales(__m128i sc) {
 
 // Two Q6_K groups of 32 (k and k + 1, values q - 32 in [-32, 31] in v0 and
 // v1) for MR rows, y at the first group's activations: |v| against y with
-// v's sign, as in Blocks32, so each pair sum is at most 2 x 32 x 127 and
-// two of them still fit in int16: group k's fold into the even lanes, k +
-// 1's into the odd ones, one madd by their scales (s2, as Q6_KPairScales
-// lays them out): three multiplies per 64 elements instead of six. Each
-// int32 lane holds the same sum as in ggml's kernel (q · y - 32 · y per
-// pair), so the fp32 rounding that follows is the same too.
+// v's sign, as in Blocks32 (y never -128), so each pair sum is at most 2 x
+// 32 x 127 and two of them still fit in int16: group k's fold into the
+// even lanes, k + 1's into the odd ones, one madd by their scales (s2, as
+// Q6_KPairScales lays them out): three multiplies per 64 elements instead
+// of six. Each int32 lane holds the same sum as in ggml's kernel (q · y -
+// 32 · y per pair), so the fp32 rounding that follows is the same too.
 template <int MR>
 TIERKV_AVX2 inline void Q6_KPair(__m256i v0, __m256i v1, __m256i s2, const uint8_t* y, size_t stride, __m256i* sumi) {
   const __m256i a0 = _mm256_sign_epi8(v0, v0), a1 = _mm256_sign_epi8(v1, v1);
