@@ -25,7 +25,7 @@ class Reader {
   }
 
   Status ReadString(std::string* out, const std::string& what) {
-    uint64_t n;
+    uint64_t n = 0;
     RETURN_IF_ERROR(Read(&n, what.c_str()));
     if (n > kMaxString) {
       return Status::Corruption(name_ + ": " + what + " has length " + std::to_string(n) +

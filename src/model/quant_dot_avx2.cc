@@ -111,10 +111,6 @@ TIERKV_AVX2 inline __m256i DotU8Scaled(__m256i u, __m256i y, __m256i scales) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), scales);
 }
 
-TIERKV_AVX2 inline __m256i Scales16(int lo, int hi) {
-  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
-}
-
 // The 16-bit lane j of v in every 16-bit lane.
 template <int J>
 TIERKV_AVX2 inline __m256i Lane16(__m256i v) {

@@ -280,6 +280,41 @@ TEST(QuantDotTest, VectorQuantizersWriteThePortableBytes) {
   }
 }
 
+// The sign-taking kernels (Q8_0, Q4_0, Q6_K: |w| against y with w's sign)
+// need no activation to be -128. The extremes that could round there: a
+// block's value of largest magnitude, positive or negative, beside values
+// one float below it and its opposite, at scales from denormal to huge,
+// through both quantizers of both formats.
+TEST(QuantDotTest, ActivationsNeverTakeMinus128) {
+  std::mt19937 rng(23);
+  const int cols = 256;
+  for (int e = -149; e <= 120; e += 3) {
+    for (int trial = 0; trial < 8; ++trial) {
+      const float max = std::ldexp(1.f + static_cast<float>(rng() % 1000) / 1000.f, e) * ((trial & 1) ? -1.f : 1.f);
+      std::vector<float> x(cols);
+      for (int j = 0; j < cols; ++j) {
+        const int k = static_cast<int>(rng() % 4);
+        x[j] = k == 0 ? max : k == 1 ? -max : k == 2 ? std::nextafter(max, 0.f) : -std::nextafter(max, 0.f);
+      }
+      for (ActFormat f : {ActFormat::kQ8_0, ActFormat::kQ8_K}) {
+        const size_t block = f == ActFormat::kQ8_0 ? 34 : 292, head = f == ActFormat::kQ8_0 ? 2 : 4;
+        const size_t n = f == ActFormat::kQ8_0 ? 32 : 256;
+        std::vector<uint8_t> q(ActRowBytes(f, cols));
+        for (int pass = 0; pass < 2; ++pass) {
+          if (pass == 0) QuantizeActivationsPortable(f, x.data(), cols, q.data());
+          else QuantizeActivations(f, x.data(), cols, q.data());
+          for (size_t b = 0; b < q.size() / block; ++b) {
+            for (size_t j = 0; j < n; ++j) {
+              ASSERT_NE(static_cast<int8_t>(q[b * block + head + j]), -128)
+                  << (f == ActFormat::kQ8_0 ? "Q8_0" : "Q8_K") << (pass ? " dispatched" : " portable") << " max " << max;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // 8-bit activations: every value within half a step of its float, the
 // Q8_K scale taken from the value of largest magnitude (its sign kept), and
 // an all-zero block all zeros.
