@@ -111,6 +111,18 @@ TIERKV_AVX2 inline __m256i DotU8Scaled(__m256i u, __m256i y, __m256i scales) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), scales);
 }
 
+// Two groups' int16 pair sums (from maddubs, each at most 16,256 in
+// magnitude so that two added still fit) folded into one register, p0's
+// into the even lanes and p1's into the odd ones, and multiplied by their
+// scales (s2: p0's scale in the even int16 lanes, p1's in the odd) in one
+// madd: each int32 lane gets p0's pair times its scale plus p1's pair
+// times its scale, the sum two madds would have given, for one multiply.
+TIERKV_AVX2 inline __m256i FoldMadd(__m256i p0, __m256i p1, __m256i s2) {
+  const __m256i even = _mm256_add_epi16(p0, _mm256_srli_epi32(p0, 16));
+  const __m256i odd = _mm256_add_epi16(p1, _mm256_slli_epi32(p1, 16));
+  return _mm256_madd_epi16(_mm256_blend_epi16(even, odd, 0xAA), s2);
+}
+
 // The 16-bit lane j of v in every 16-bit lane.
 template <int J>
 TIERKV_AVX2 inline __m256i Lane16(__m256i v) {
@@ -142,19 +154,16 @@ TIERKV_AVX2 inline void Q45_KPair(const uint8_t* qs, __m256i* hb, __m256i scales
     const __m256i p = _mm256_add_epi32(DotU8Scaled(lo, Load(ym), sl), DotU8Scaled(hi, Load(ym + 32), sh));
     sumi[0] = _mm256_add_epi32(sumi[0], p);
   } else {
-    // Several rows: the two sub-blocks' int16 pair sums (each at most 2 x 31
-    // x 127) folded into one register, 2K's into the even lanes and 2K+1's
-    // into the odd ones (two added still fit in int16), and multiplied by
-    // (s_2K, s_2K+1) in one madd: three multiplies per 64 elements instead
-    // of four (docs/engine.md, Zen 1). The integer sums are the same.
+    // Several rows: the two sub-blocks' pair sums (each at most 2 x 31 x
+    // 127) folded into one madd by (s_2K, s_2K+1): three multiplies per 64
+    // elements instead of four (docs/engine.md, Zen 1). The one-row kernel
+    // keeps four: folded it measured slower.
     const __m256i s2 = _mm256_shuffle_epi32(scales, K * 0x55);
     #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       const uint8_t* ym = y + m * stride + 64 * K;
       const __m256i pl = _mm256_maddubs_epi16(lo, Load(ym)), ph = _mm256_maddubs_epi16(hi, Load(ym + 32));
-      const __m256i even = _mm256_add_epi16(pl, _mm256_srli_epi32(pl, 16));
-      const __m256i odd = _mm256_add_epi16(ph, _mm256_slli_epi32(ph, 16));
-      sumi[m] = _mm256_add_epi32(sumi[m], _mm256_madd_epi16(_mm256_blend_epi16(even, odd, 0xAA), s2));
+      sumi[m] = _mm256_add_epi32(sumi[m], FoldMadd(pl, ph, s2));
     }
   }
 }
@@ -208,20 +217,19 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
 // 64P to 64P + 63): in the low 128 bits the scales of the first 16 elements
 // of each 32 (sub-blocks 4P and 4P + 2) alternating, in the high 128 bits
 // those of the second 16 (4P + 1, 4P + 3), as int16.
-template <int P>
-TIERKV_AVX2 inline __m256i Q6_KPairScales(__m128i sc) {
-  constexpr char a = 4 * P, b = 4 * P + 2, c = 4 * P + 1, e = 4 * P + 3;
-  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_setr_epi8(a, b, a, b, a, b, a, b, c, e, c, e, c, e, c, e)));
+TIERKV_AVX2 inline __m256i Q6_KPairScales(__m128i sc, int p) {
+  const __m128i pick = _mm_add_epi8(_mm_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 1, 3, 1, 3, 1, 3, 1, 3),
+                                    _mm_set1_epi8(static_cast<char>(4 * p)));
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
 }
 
 // Two Q6_K groups of 32 (k and k + 1, values q - 32 in [-32, 31] in v0 and
 // v1) for MR rows, y at the first group's activations: |v| against y with
 // v's sign, as in Blocks32 (y never -128), so each pair sum is at most 2 x
-// 32 x 127 and two of them still fit in int16: group k's fold into the
-// even lanes, k + 1's into the odd ones, one madd by their scales (s2, as
-// Q6_KPairScales lays them out): three multiplies per 64 elements instead
-// of six. Each int32 lane holds the same sum as in ggml's kernel (q · y -
-// 32 · y per pair), so the fp32 rounding that follows is the same too.
+// 32 x 127, and the two groups folded into one madd by their scales (s2,
+// as Q6_KPairScales lays them out): three multiplies per 64 elements
+// instead of six. Each int32 lane holds the same sum as in ggml's kernel
+// (q · y - 32 · y per pair), so the fp32 rounding that follows is the same.
 template <int MR>
 TIERKV_AVX2 inline void Q6_KPair(__m256i v0, __m256i v1, __m256i s2, const uint8_t* y, size_t stride, __m256i* sumi) {
   const __m256i a0 = _mm256_sign_epi8(v0, v0), a1 = _mm256_sign_epi8(v1, v1);
@@ -230,9 +238,7 @@ TIERKV_AVX2 inline void Q6_KPair(__m256i v0, __m256i v1, __m256i s2, const uint8
     const uint8_t* ym = y + m * stride;
     const __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(Load(ym), v0));
     const __m256i p1 = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(Load(ym + 32), v1));
-    const __m256i even = _mm256_add_epi16(p0, _mm256_srli_epi32(p0, 16));
-    const __m256i odd = _mm256_add_epi16(p1, _mm256_slli_epi32(p1, 16));
-    sumi[m] = _mm256_add_epi32(sumi[m], _mm256_madd_epi16(_mm256_blend_epi16(even, odd, 0xAA), s2));
+    sumi[m] = _mm256_add_epi32(sumi[m], FoldMadd(p0, p1, s2));
   }
 }
 
@@ -264,10 +270,8 @@ TIERKV_AVX2 void Q6_K(const uint8_t* w, const uint8_t* a, size_t stride, int col
                           k32),
       };
       const uint8_t* y = a + 4 + 128 * n;
-      const __m256i s01 = n == 0 ? Q6_KPairScales<0>(sc) : Q6_KPairScales<2>(sc);
-      const __m256i s23 = n == 0 ? Q6_KPairScales<1>(sc) : Q6_KPairScales<3>(sc);
-      Q6_KPair<MR>(v[0], v[1], s01, y, stride, sumi);
-      Q6_KPair<MR>(v[2], v[3], s23, y + 64, stride, sumi);
+      Q6_KPair<MR>(v[0], v[1], Q6_KPairScales(sc, 2 * n), y, stride, sumi);
+      Q6_KPair<MR>(v[2], v[3], Q6_KPairScales(sc, 2 * n + 1), y + 64, stride, sumi);
     }
     const float d = H(w + 208);
     #pragma GCC unroll 8

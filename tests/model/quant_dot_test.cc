@@ -297,8 +297,9 @@ TEST(QuantDotTest, ActivationsNeverTakeMinus128) {
         x[j] = k == 0 ? max : k == 1 ? -max : k == 2 ? std::nextafter(max, 0.f) : -std::nextafter(max, 0.f);
       }
       for (ActFormat f : {ActFormat::kQ8_0, ActFormat::kQ8_K}) {
-        const size_t block = f == ActFormat::kQ8_0 ? 34 : 292, head = f == ActFormat::kQ8_0 ? 2 : 4;
-        const size_t n = f == ActFormat::kQ8_0 ? 32 : 256;
+        // Each block: its scale (fp16 or fp32), then the n int8 values.
+        const size_t n = f == ActFormat::kQ8_0 ? 32 : 256, head = f == ActFormat::kQ8_0 ? 2 : 4;
+        const size_t block = ActRowBytes(f, static_cast<int>(n));
         std::vector<uint8_t> q(ActRowBytes(f, cols));
         for (int pass = 0; pass < 2; ++pass) {
           if (pass == 0) QuantizeActivationsPortable(f, x.data(), cols, q.data());
