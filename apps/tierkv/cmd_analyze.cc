@@ -39,7 +39,7 @@ std::string Plot(const std::string& dat, const std::string& png, const std::stri
 void AddAnalyze(CLI::App& app, Action* run) {
   struct Args {
     std::string model, tokenizer, out, name;
-    std::string weights = "auto";
+    WeightFlags weights;
     std::vector<std::string> texts;
     bench::AttentionStudyOptions study;
   };

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "tierkv/tools/crossover_calibration.h"
 #include "tierkv/tools/decode_bench.h"
 #include "tierkv/tools/engine_bench.h"
 #include "tierkv/process.h"
@@ -15,9 +16,10 @@ void AddBenchEngine(CLI::App& app, Action* run) {
     int repeats = 5;
     bool json = false;
     std::string llamacpp;
-    std::string weights = "auto";
+    WeightFlags weights;
     bool decode = false;
     bench::DecodeBenchOptions d;
+    std::string calibrate;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -52,19 +54,42 @@ void AddBenchEngine(CLI::App& app, Action* run) {
   sub->add_option("--decode-batch", a->d.batches, "--decode: sequences stepped together, one measurement each")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  sub->add_option("--product-rows", a->d.product_rows, "--decode: activation rows M of the product table")
+  sub->add_option("--product-rows", a->d.product_rows, "--decode, --calibrate: activation rows M of the product table")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   sub->add_option("--product-types", a->d.product_types,
-                  "--decode: weight types of the product table (those with in-type kernels)")
+                  "--decode, --calibrate: weight types of the product table (those with in-type kernels)")
       ->capture_default_str()
       ->check(CLI::IsMember({"Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"}));
   AddWeightsFlag(sub, &a->weights);
+  sub->add_option("--calibrate", a->calibrate,
+                  "Instead of the benchmark: find on this machine, per --product-types, the most activation rows "
+                  "at which a product in the weights' type is still no slower than dequantize-then-sgemm (8192 x "
+                  "8192, the rows tried are --product-rows when given, else 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, "
+                  "128, 192, 256, 384, 512, up to where sgemm wins twice in a row; a few minutes), and save them "
+                  "to FILE for --crossover")
+      ->type_name("FILE");
   sub->add_option("--llamacpp", a->llamacpp,
                   "llama.cpp's prefill on the same --model (node tools/llamacpp/runner.mjs prefill --model M --out "
                   "R.json, run just before): its tokens/s and resident size beside ours, with the ratio");
-  sub->callback([a, run] {
-    *run = [a]() -> int {
+  sub->callback([a, run, sub] {
+    const bool rows_given = sub->count("--product-rows") > 0;
+    *run = [a, rows_given]() -> int {
+      if (!a->calibrate.empty()) {
+        if (Status s = bench::CheckCrossoverPath(a->calibrate); !s.ok()) return Fail(s.ToString());
+        bench::CalibrateOptions o;
+        o.types = a->d.product_types;
+        if (rows_given) o.rows = a->d.product_rows;
+        o.repeats = a->repeats;
+        o.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+        auto r = bench::CalibrateCrossover(o);
+        if (!r.ok()) return Fail(r.status().ToString());
+        if (Status saved = bench::SaveCrossover(*r, a->calibrate); !saved.ok()) return Fail(saved.ToString());
+        std::printf("%s\n", a->json ? bench::CalibrateReportToJson(*r).c_str() : bench::CalibrateReportToText(*r).c_str());
+        std::fprintf(stderr, "saved to %s: products follow it with --crossover %s\n", a->calibrate.c_str(),
+                     a->calibrate.c_str());
+        return 0;
+      }
       std::unique_ptr<Model> model;
       std::string name;
       std::optional<bench::LlamaCppPrefill> llamacpp;
@@ -82,6 +107,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
         model = std::move(*m);
         name = a->model;
       } else {
+        if (Status s = ApplyCrossoverFlag(a->weights); !s.ok()) return Fail(s.ToString());
         ModelConfig c;
         c.dim = a->shape == "large" ? 1024 : 256;
         c.hidden_dim = a->shape == "large" ? 2816 : 768;

@@ -11,7 +11,7 @@ namespace tierkv::app {
 void AddEval(CLI::App& app, Action* run) {
   struct Args {
     std::string model, tokenizer, text;
-    std::string weights = "auto";
+    WeightFlags weights;
     int window = 0;
     int64_t max_tokens = 0;
     bool json = false;

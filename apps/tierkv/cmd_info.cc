@@ -114,7 +114,7 @@ void PrintText(const nlohmann::json& j) {
 void AddInfo(CLI::App& app, Action* run) {
   struct Args {
     std::string model, tokenizer;
-    std::string weights = "auto";
+    WeightFlags weights;
     uint32_t chunk_tokens = engine::EngineOptions{}.chunk_tokens;
     bool json = false;
   };

@@ -42,6 +42,12 @@ std::string DefaultModelPath();
 // default is missing.
 Result<std::string> ModelPathOrDefault(const std::string& flag);
 
+// The flags of how a model's weights are held and multiplied.
+struct WeightFlags {
+  std::string storage = "auto";  // --weights (tierkv/model.h WeightStorage)
+  std::string crossover;         // --crossover FILE; empty: the built-in figures
+};
+
 struct ModelAndTokenizer {
   std::string path;
   std::unique_ptr<Model> model;
@@ -51,12 +57,13 @@ struct ModelAndTokenizer {
 // model's own), with the errors the user should see.
 Result<ModelAndTokenizer> LoadModelAndTokenizer(const std::string& model_flag,
                                                 const std::string& tokenizer_flag,
-                                                const std::string& weights_flag = "auto");
-// --weights: how the model's weight matrices are held (tierkv/model.h,
-// WeightStorage), for every subcommand that loads a model.
-void AddWeightsFlag(CLI::App* sub, std::string* weights);
-// The model at `path` with the storage --weights names.
-Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const std::string& weights_flag);
+                                                const WeightFlags& weights = {});
+// --weights and --crossover, for every subcommand that loads a model.
+void AddWeightsFlag(CLI::App* sub, WeightFlags* weights);
+// --crossover applied to the process (tierkv/model.h UseCrossoverFile).
+Status ApplyCrossoverFlag(const WeightFlags& weights);
+// The model at `path` held as --weights says, --crossover applied first.
+Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const WeightFlags& weights);
 
 // A progress callback (done, total) for long work: a line rewritten in place
 // on a terminal, else a line per tenth of the work.

@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "commands.h"
 #include "tierkv/engine.h"
 #include "tierkv/status.h"
 
@@ -44,7 +45,7 @@ CLI::Option* AddParsedOption(CLI::App* sub, const std::string& name, T* out, Par
 
 struct EngineFlags {
   std::string model, tokenizer;
-  std::string weights = "auto";  // --weights (tierkv/model.h WeightStorage)
+  WeightFlags weights;            // --weights, --crossover
   std::string cache_dir;         // empty: what the command's EngineFlagUse says
   std::string disk_budget = "auto";  // --disk-budget-mib, resolved against the cache directory at start
   // Every other engine flag writes here; cache_dir, disk_budget_bytes,

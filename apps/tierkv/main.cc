@@ -31,8 +31,8 @@ Result<std::string> ModelPathOrDefault(const std::string& flag) {
   return path;
 }
 
-void AddWeightsFlag(CLI::App* sub, std::string* weights) {
-  sub->add_option("--weights", *weights,
+void AddWeightsFlag(CLI::App* sub, WeightFlags* weights) {
+  sub->add_option("--weights", weights->storage,
                   "How the weight matrices are held: 'fp32' (dequantized at load, 4 bytes a weight), "
                   "'mapped' (in the file's own types, from its memory mapping, the rows that products read copied into "
                   "huge pages at load where the kernel has them: products of a few "
@@ -43,20 +43,32 @@ void AddWeightsFlag(CLI::App* sub, std::string* weights) {
                   "weights take at most 1 GiB in fp32, mapped above (docs/models.md). llama2.c files are fp32")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "fp32", "mapped"}));
+  sub->add_option("--crossover", weights->crossover,
+                  "Products of up to N activation rows (decode, short batches) multiply in the weights' own type, "
+                  "longer ones dequantize for sgemm: N per type as measured on this machine and saved in FILE by "
+                  "`tierkv bench-engine --decode --calibrate FILE` (a file from another CPU is refused). Without "
+                  "it, the figures built in for this kind of CPU (docs/engine.md)")
+      ->type_name("FILE");
 }
 
-Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const std::string& weights_flag) {
+Status ApplyCrossoverFlag(const WeightFlags& weights) {
+  if (weights.crossover.empty()) return Status::Ok();
+  return UseCrossoverFile(weights.crossover);
+}
+
+Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const WeightFlags& weights) {
+  RETURN_IF_ERROR(ApplyCrossoverFlag(weights));
   ModelLoadOptions o;
-  ASSIGN_OR_RETURN(o.weights, ParseWeightStorage(weights_flag));
+  ASSIGN_OR_RETURN(o.weights, ParseWeightStorage(weights.storage));
   return Model::Load(path, o);
 }
 
 Result<ModelAndTokenizer> LoadModelAndTokenizer(const std::string& model_flag,
                                                 const std::string& tokenizer_flag,
-                                                const std::string& weights_flag) {
+                                                const WeightFlags& weights) {
   ModelAndTokenizer m;
   ASSIGN_OR_RETURN(m.path, ModelPathOrDefault(model_flag));
-  ASSIGN_OR_RETURN(m.model, LoadModel(m.path, weights_flag));
+  ASSIGN_OR_RETURN(m.model, LoadModel(m.path, weights));
   ASSIGN_OR_RETURN(m.tokenizer, LoadTokenizerFor(*m.model, tokenizer_flag));
   return m;
 }

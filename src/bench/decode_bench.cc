@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <memory>
 #include <cstring>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/product_timing.h"
 #include "bench/sgemm_peak.h"
 #include "kernels/matmul.h"
 #include "model/dequant_avx2.h"
@@ -27,11 +27,6 @@ namespace tierkv::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 __attribute__((target("avx2"))) uint64_t SumAvx2(const uint8_t* p, size_t n) {
   __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
@@ -106,74 +101,12 @@ Result<double> DecodeSeconds(const Model& model, int batch, int prompt, int step
   return SecondsSince(t0);
 }
 
-// A matrix of N rows of K columns in type t: 64 quantized random rows, the
-// rest copies of them (the timing reads every byte all the same).
-struct TypedMatrix {
-  std::string bytes;
-  std::unique_ptr<HugePageBuffer> copy;  // the rows, where the loader would copy them
-  model::WeightMatrix w;
-};
-
-Result<std::unique_ptr<TypedMatrix>> MakeMatrix(model::GgmlType t, int N, int K) {
-  auto m = std::make_unique<TypedMatrix>();
-  std::mt19937 rng(5);
-  std::normal_distribution<float> d(0.f, 0.05f);
-  std::vector<float> row(K);
-  std::string first;
-  for (int r = 0; r < 64; ++r) {
-    for (float& x : row) x = d(rng);
-    model::QuantizeRow(t, row.data(), K, &first);
-  }
-  m->bytes.reserve(first.size() * (N / 64));
-  for (int r = 0; r < N; r += 64) m->bytes += first;
-  RETURN_IF_ERROR(m->w.AppendInPlace(t, reinterpret_cast<const uint8_t*>(m->bytes.data()), N, K));
-  // As the model loader does for mapped weights: packed, and the rest
-  // copied into huge pages where the kernel has them.
-  m->w.PackForProducts();
-  ASSIGN_OR_RETURN(m->copy, model::MoveRowsToHugePages({&m->w}, /*release_rows=*/false));
-  return m;
-}
-
-double ProductSeconds(const model::WeightMatrix& w, model::WeightMatrix::Path path, int M, int repeats) {
-  std::vector<float> A(static_cast<size_t>(M) * w.cols(), 0.5f), C(static_cast<size_t>(M) * w.rows());
-  ThreadPool* pool = ThreadPool::Compute();
-  w.MatMulBy(path, pool, M, A.data(), w.cols(), 0, w.rows(), 0.f, C.data(), w.rows());  // warm-up
-  std::vector<double> t;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    w.MatMulBy(path, pool, M, A.data(), w.cols(), 0, w.rows(), 0.f, C.data(), w.rows());
-    t.push_back(SecondsSince(t0));
-  }
-  return Median(t);
-}
-
 Status RunProducts(const DecodeBenchOptions& o, DecodeBenchReport* r) {
-  // 8192 × 8192: 64 M weights, 36-128 MiB in the types measured, far past
-  // the caches as a real model's matrices are in a decode step.
-  r->product_n = 8192;
-  r->product_k = 8192;
+  r->product_n = kProductN;
+  r->product_k = kProductK;
   for (const std::string& name : o.product_types) {
-    ASSIGN_OR_RETURN(model::GgmlType t, model::ParseGgmlType(name));
-    if (model::ActivationFormat(t) == model::ActFormat::kNone) {
-      return Status::InvalidArgument("product type " + name + " has no in-type kernel");
-    }
-    ASSIGN_OR_RETURN(auto m, MakeMatrix(t, r->product_n, r->product_k));
-    const double bytes = static_cast<double>(m->w.bytes());
-    for (int M : o.product_rows) {
-      ProductPoint p;
-      p.type = name;
-      p.in_type_max_rows = m->w.parts()[0].max_rows_in_type;
-      p.rows = M;
-      // Alternated, each the median of its rounds.
-      p.in_type_ms = ProductSeconds(m->w, model::WeightMatrix::Path::kInType, M, o.repeats + 2) * 1e3;
-      p.dequantize_ms = ProductSeconds(m->w, model::WeightMatrix::Path::kDequantize, M, o.repeats + 2) * 1e3;
-      const double flops = 2.0 * M * r->product_n * r->product_k;
-      p.in_type_gbps = bytes / p.in_type_ms / 1e6;
-      p.dequantize_gbps = bytes / p.dequantize_ms / 1e6;
-      p.in_type_gflops = flops / p.in_type_ms / 1e6;
-      p.dequantize_gflops = flops / p.dequantize_ms / 1e6;
-      r->products.push_back(p);
-    }
+    ASSIGN_OR_RETURN(auto m, MakeProductMatrix(name));
+    for (int M : o.product_rows) r->products.push_back(MeasureProduct(*m, M, o.repeats));
   }
   return Status::Ok();
 }

@@ -243,59 +243,6 @@ ActFormat ActivationFormat(GgmlType t) {
   }
 }
 
-namespace {
-
-// The kinds of CPU the crossover was measured on (quant_dot.h).
-enum class CpuKind {
-  kAvx512,     // or no AVX2 at all: the portable loops take these figures
-  kAvx2,       // AVX2 with full-width 256-bit units (Zen 2/3, Intel client)
-  kAvx2Split,  // AVX2 run as two 128-bit halves (Zen 1 / Zen+: EPYC 7001)
-};
-
-CpuKind ThisCpu() {
-  if (__builtin_cpu_supports("avx512f") || !HasAvx2()) return CpuKind::kAvx512;
-  return __builtin_cpu_is("znver1") ? CpuKind::kAvx2Split : CpuKind::kAvx2;
-}
-
-int Avx2MaxRows(GgmlType t) {
-  switch (t) {
-    case GgmlType::kQ4_0: return 32;
-    case GgmlType::kQ8_0: return 48;
-    case GgmlType::kQ6_K: return 64;
-    case GgmlType::kQ4_K: return 128;
-    case GgmlType::kQ5_K: return 256;
-    default: return 16;  // F16, BF16
-  }
-}
-
-int Avx2SplitMaxRows(GgmlType t) {
-  switch (t) {
-    case GgmlType::kQ4_K: return 64;
-    case GgmlType::kQ5_K: return 256;
-    case GgmlType::kQ6_K:
-    case GgmlType::kBF16: return 32;
-    default: return 16;  // Q4_0, Q8_0, F16
-  }
-}
-
-int Avx512MaxRows(GgmlType t) {
-  if (ActivationFormat(t) != ActFormat::kF32) return 16;
-  return t == GgmlType::kF16 ? 2 : 8;
-}
-
-}  // namespace
-
-int InTypeMaxRows(GgmlType t) {
-  static const CpuKind cpu = ThisCpu();
-  if (ActivationFormat(t) == ActFormat::kNone) return 0;  // the tables below hold kernel types only
-  switch (cpu) {
-    case CpuKind::kAvx512: return Avx512MaxRows(t);
-    case CpuKind::kAvx2: return Avx2MaxRows(t);
-    case CpuKind::kAvx2Split: return Avx2SplitMaxRows(t);
-  }
-  return 0;
-}
-
 size_t ActRowBytes(ActFormat f, int cols) {
   switch (f) {
     case ActFormat::kF32: return static_cast<size_t>(cols) * sizeof(float);

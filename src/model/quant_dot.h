@@ -40,48 +40,8 @@ enum class ActFormat : uint8_t {
 // type without an in-type kernel (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, F32).
 ActFormat ActivationFormat(GgmlType t);
 
-// Products of up to this many activation rows with weights of type t run in
-// type (WeightMatrix::MatMul); sgemm on dequantized tiles wins above it.
-// 0 for a type without kernels. The crossover depends on how fast sgemm is
-// next to the 8-bit kernels, so it is per kind of CPU, measured with
-// `tierkv bench-engine --decode --product-rows ...` on an 8192 x 8192
-// matrix, 2 threads (docs/engine.md):
-// - with AVX-512 (an Intel CPU with VNNI, where sgemm runs at ~300 GFLOP/s):
-//   16 rows for the 8-bit kernels (Q4_K: 16.7 against 31.2 ms at 16 rows, 70
-//   against 40 at 64); F16's fp32 products lose from 4 rows on (16.7 against
-//   11.3 ms at 4; F16C makes sgemm's tiles cheap), so they stop at 2; BF16's
-//   at 16 (its tiles are converted by a portable loop), so they stop at 8;
-// - AVX2 with 256-bit units, no AVX-512 (an AMD EPYC, Zen 3, where sgemm
-//   peaks at ~135 GFLOP/s and dequantizing a tile costs as much as
-//   multiplying it): in type up to 32 rows for Q4_0 (46.4 against 44.7 ms
-//   at 32), 64 for Q8_0 and Q6_K (at 64 level: 92.4 | 90.1, 71.0 | 67.0;
-//   at 32: 44.4 | 60.6, 32.7 | 42.7), 128
-//   for Q4_K (78.7 against 87.4 at 64, level at 128) and 256 for Q5_K (308
-//   against 361 at 256). With 16 there, a 19-token query after a reused
-//   prefix dequantized every weight of the model (~800 ms on a 1B model).
-//   Measured again on 2026-11-28 (same CPU): Q8_0 level at 48 rows and
-//   behind at 64 (98-114 against 89-94 ms), so 48; F16 and BF16 in
-//   registers up to 16 (F16: 10.5 against 28.4 ms at 4, 34.8 against 39.3
-//   at 16, 144 against 87 at 64; BF16: 36.6 against 67.0 at 16). These
-//   predate the folded Q4_K/Q5_K/Q6_K kernels (2026-11-29), which only
-//   made the in-type side faster: unmeasured since on that CPU.
-// - AVX2 run as two 128-bit halves (AMD EPYC 7001, Zen 1; its one 128-bit
-//   integer multiply pipe bounds the 8-bit kernels at ~40-53 GFLOP/s on 2
-//   cores, sgemm reaches ~60-68), with the kernels that fold two
-//   sub-blocks into one madd: Q4_K in type up to 64 rows (in type /
-//   dequantize-then-sgemm at 64 rows in 5 runs 0.75, 1.06, 0.91, 0.91,
-//   0.91; at 128 0.77-1.06), Q6_K up to 32 (0.63-0.86 at 32 in 4 runs,
-//   0.54-1.13 at 64); Q8_0 and Q4_0 up to 16 (at 16 53.5 | 57.0, 56.5 |
-//   61.1 ms; at 24 sgemm ahead by 4-12%); Q5_K at 256 as on Zen 3 (168.7
-//   | 188.8 at 64);
-//   F16 up to 16 (43.9 | 56.5 at 16, 94.1 | 87.0 at 32), BF16 up to 32
-//   (82.8 | 105.7 at 32). Measured 2026-11-29.
-// Other CPUs with AVX-512 (Zen 4, Skylake without VNNI) take the first
-// figures unmeasured, other AVX2 CPUs (Zen 2, Intel client cores) Zen 3's,
-// Zen+ (also reported as znver1) Zen 1's. The rule is fixed per CPU rather
-// than timed at load so that which products round their activations to 8
-// bits, and so a row's logits, do not change between runs of one machine.
-int InTypeMaxRows(GgmlType t);
+// How many activation rows a product runs in type before sgemm takes over:
+// InTypeMaxRows (model/crossover.h).
 
 // Bytes of one row of `cols` activations in format f (cols a multiple of
 // its block: 32 for Q8_0, 256 for Q8_K).

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "kernels/matmul.h"
+#include "model/crossover.h"
 #include "model/quant_dot.h"
 #include "model/quant_pack.h"
 #include "util/thread_pool.h"

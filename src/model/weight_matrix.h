@@ -6,7 +6,7 @@
 // tensors, and a llama.cpp mix (Q4_K_M) gives them different types.
 //
 // Products with in-place rows take one of two paths:
-// - up to InTypeMaxRows(type) activation rows (decode, short batches; 16
+// - up to InTypeMaxRows(type) activation rows (model/crossover.h: decode, short batches; 16
 //   for the 8-bit types with AVX-512, 32-256 with AVX2 only), or any number for packed rows (below), in the
 //   rows' own type (model/quant_dot.h): the activations are quantized once
 //   per product to 8 bits per block and multiplied with integer dot products,

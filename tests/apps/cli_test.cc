@@ -247,6 +247,44 @@ TEST(CliTest, BenchEngineReportsPeakAndPrefill) {
   }
 }
 
+// The crossover measured here and saved (a short ladder to keep it quick),
+// then read back by a command that loads a model; a damaged file or one
+// from another CPU is refused naming why.
+TEST(CliTest, CalibratedCrossoverIsSavedAndReadBack) {
+  char tmpl[] = "/tmp/tierkv-crossover-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, file = dir + "/crossover";
+  CliRun r = Tierkv("bench-engine --calibrate " + file + " --product-types Q8_0 F16 --product-rows 1 2 --repeats 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Q8_0 at 1 rows: in type"), std::string::npos) << r.out;  // progress
+  EXPECT_NE(r.out.find("in type up to (rows):"), std::string::npos) << r.out;
+  std::ifstream in(file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind("tierkv-crossover 1\ncpu ", 0), 0u) << text;
+  EXPECT_NE(text.find("\nQ8_0 "), std::string::npos) << text;
+  EXPECT_NE(text.find("\nF16 "), std::string::npos) << text;
+
+  const std::string gen = " --prompt 'It is a truth universally acknowledged, that' --max-tokens 8 --temperature 0";
+  CliRun plain = Tierkv("run" + gen), with = Tierkv("run --crossover " + file + gen);
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(with.code, 0) << with.out;
+  EXPECT_EQ(with.out, plain.out);
+
+  auto fails_saying = [](const std::string& args, const std::string& text) {
+    CliRun bad = Tierkv(args);
+    EXPECT_EQ(bad.code, 1) << args;
+    EXPECT_NE(bad.out.find(text), std::string::npos) << bad.out;
+  };
+  std::ofstream(dir + "/other") << "tierkv-crossover 1\ncpu Not This CPU\nkernels avx2\nQ8_0 16\n";
+  fails_saying("run --crossover " + dir + "/other" + gen, "was measured on \"Not This CPU\"");
+  std::ofstream(dir + "/bad") << "tierkv-crossover 1\ncpu x\nkernels avx2\nQ4_1 16\n";
+  fails_saying("bench-engine --decode --crossover " + dir + "/bad", "line 4: type Q4_1 has no in-type kernel");
+  fails_saying("bench-engine --calibrate " + file + " --product-types Q8_0 --product-rows 4 2", "must ascend");
+  fails_saying("bench-engine --calibrate /nonexistent/dir/crossover --product-types Q8_0 --product-rows 1",
+               "cannot write the crossover file /nonexistent/dir/crossover");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliTest, InspectReportsAStoreAndRejectsOtherDirectories) {
   char tmpl[] = "/var/tmp/tierkv_cli_XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);

@@ -1,4 +1,5 @@
 #include "model/gguf.h"
+#include "model/crossover.h"
 #include "model/quant_dot.h"
 #include "model/quant_pack.h"
 

@@ -16,6 +16,7 @@
 
 #include "model/dequant_avx2.h"
 #include "model/quant.h"
+#include "model/crossover.h"
 #include "model/quant_dot.h"
 #include "model/quant_pack.h"
 #include "testing/shared.h"
