@@ -66,9 +66,12 @@ void AddBenchEngine(CLI::App& app, Action* run) {
                   "Instead of the benchmark: find on this machine, per --product-types, the most activation rows "
                   "at which a product in the weights' type is still no slower than dequantize-then-sgemm (8192 x "
                   "8192, the rows tried are --product-rows when given, else 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, "
-                  "128, 192, 256, 384, 512, up to where sgemm wins twice in a row; a few minutes), and save them "
-                  "to FILE for --crossover")
-      ->type_name("FILE");
+                  "128, 192, 256, 384, 512, up to where sgemm wins twice in a row; each point timed --repeats + 2 "
+                  "times per path, medians; 1-2 minutes at --repeats 3), print them and save them to FILE for "
+                  "--crossover. Types packed for AVX-512 VNNI (Q4_K, Q8_0 there) are in type at every length and "
+                  "skipped. Needs no --model")
+      ->type_name("FILE")
+      ->check(NonEmpty());
   sub->add_option("--llamacpp", a->llamacpp,
                   "llama.cpp's prefill on the same --model (node tools/llamacpp/runner.mjs prefill --model M --out "
                   "R.json, run just before): its tokens/s and resident size beside ours, with the ratio");
@@ -84,8 +87,11 @@ void AddBenchEngine(CLI::App& app, Action* run) {
         o.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
         auto r = bench::CalibrateCrossover(o);
         if (!r.ok()) return Fail(r.status().ToString());
+        // Printed first: the timings are not lost if the file cannot be saved.
+        std::printf("%s", a->json ? (bench::CalibrateReportToJson(*r) + "\n").c_str()
+                                  : bench::CalibrateReportToText(*r).c_str());
+        std::fflush(stdout);
         if (Status saved = bench::SaveCrossover(*r, a->calibrate); !saved.ok()) return Fail(saved.ToString());
-        std::printf("%s\n", a->json ? bench::CalibrateReportToJson(*r).c_str() : bench::CalibrateReportToText(*r).c_str());
         std::fprintf(stderr, "saved to %s: products follow it with --crossover %s\n", a->calibrate.c_str(),
                      a->calibrate.c_str());
         return 0;

@@ -58,6 +58,9 @@ struct ModelAndTokenizer {
 Result<ModelAndTokenizer> LoadModelAndTokenizer(const std::string& model_flag,
                                                 const std::string& tokenizer_flag,
                                                 const WeightFlags& weights = {});
+// A check that a flag's value is not empty (`--crossover ""` is a mistake,
+// not "no file").
+CLI::Validator NonEmpty();
 // --weights and --crossover, for every subcommand that loads a model.
 void AddWeightsFlag(CLI::App* sub, WeightFlags* weights);
 // --crossover applied to the process (tierkv/model.h UseCrossoverFile).

@@ -31,6 +31,11 @@ Result<std::string> ModelPathOrDefault(const std::string& flag) {
   return path;
 }
 
+CLI::Validator NonEmpty() {
+  return CLI::Validator([](std::string& s) { return s.empty() ? std::string("must not be empty") : std::string(); },
+                        "");
+}
+
 void AddWeightsFlag(CLI::App* sub, WeightFlags* weights) {
   sub->add_option("--weights", weights->storage,
                   "How the weight matrices are held: 'fp32' (dequantized at load, 4 bytes a weight), "
@@ -46,9 +51,11 @@ void AddWeightsFlag(CLI::App* sub, WeightFlags* weights) {
   sub->add_option("--crossover", weights->crossover,
                   "Products of up to N activation rows (decode, short batches) multiply in the weights' own type, "
                   "longer ones dequantize for sgemm: N per type as measured on this machine and saved in FILE by "
-                  "`tierkv bench-engine --decode --calibrate FILE` (a file from another CPU is refused). Without "
-                  "it, the figures built in for this kind of CPU (docs/engine.md)")
-      ->type_name("FILE");
+                  "`tierkv bench-engine --calibrate FILE` (a file from another CPU is refused). Without "
+                  "it, the figures built in for this kind of CPU (docs/engine.md). Weights held in fp32 (--weights "
+                  "fp32, or auto on a small model) always multiply by sgemm: the file changes nothing there")
+      ->type_name("FILE")
+      ->check(NonEmpty());
 }
 
 Status ApplyCrossoverFlag(const WeightFlags& weights) {

@@ -190,7 +190,7 @@ struct ModelLoadOptions {
 // weights in their own type against 8-bit activations; longer ones
 // dequantize for sgemm. N per weight type is built in per kind of CPU
 // (docs/engine.md). A crossover file measured on this machine (`tierkv
-// bench-engine --decode --calibrate FILE`) replaces those figures for the
+// bench-engine --calibrate FILE`) replaces those figures for the
 // whole process, every model included: call it before models run. Fails,
 // changing nothing, on a file that is unreadable, malformed (the message
 // names the line and the field) or measured on another CPU or with other

@@ -1,11 +1,13 @@
 #include "tierkv/tools/crossover_calibration.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -60,8 +62,20 @@ Result<CalibrateReport> CalibrateCrossover(const CalibrateOptions& o) {
   r.product_n = kProductN;
   r.product_k = kProductK;
   model::Crossover c{r.cpu, r.kernels, {}};
+  std::vector<model::GgmlType> seen;
+  for (const std::string& type : o.types) {
+    ASSIGN_OR_RETURN(model::GgmlType t, model::ParseGgmlType(type));
+    if (std::find(seen.begin(), seen.end(), t) != seen.end()) {
+      return Status::InvalidArgument("calibration: type " + type + " named twice");
+    }
+    seen.push_back(t);
+  }
   for (const std::string& type : o.types) {
     ASSIGN_OR_RETURN(auto m, MakeProductMatrix(type));
+    if (m->w.parts()[0].packed_rows > 0) {
+      r.limits.push_back({type, 0, false, true});
+      continue;
+    }
     r.limits.push_back(Climb(*m, o, &r.products));
     c.max_rows.emplace_back(m->w.parts()[0].type, r.limits.back().max_rows);
   }
@@ -70,13 +84,22 @@ Result<CalibrateReport> CalibrateCrossover(const CalibrateOptions& o) {
 }
 
 Status CheckCrossoverPath(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  if (path.empty() || path.back() == '/') return Status::InvalidArgument("crossover file: \"" + path + "\" is not a file name");
-  if (::access(dir.c_str(), W_OK) != 0) {
-    return Status::InvalidArgument("cannot write the crossover file " + path + ": " + dir + ": " +
-                                   std::strerror(errno));
+  if (path.empty() || path.back() == '/') {
+    return Status::InvalidArgument("crossover file: \"" + path + "\" is not a file name");
   }
+  auto refuse = [&](const std::string& why) {
+    return Status::InvalidArgument("cannot write the crossover file " + path + ": " + why);
+  };
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return refuse(S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+  }
+  // Where WriteFileAtomically writes first (util/filesystem.cc).
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return refuse(tmp + ": " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(tmp.c_str());
   return Status::Ok();
 }
 
@@ -98,8 +121,13 @@ std::string CalibrateReportToText(const CalibrateReport& r) {
   }
   s += "in type up to (rows):\n";
   for (const CalibrateReport::Limit& l : r.limits) {
-    std::snprintf(buf, sizeof buf, "  %-5s %4d%s\n", l.type.c_str(), l.max_rows,
-                  l.at_top ? "  (still ahead at the last row count tried)" : "");
+    if (l.packed) {
+      std::snprintf(buf, sizeof buf, "  %-5s packed for this CPU: in type at every length, not measured\n",
+                    l.type.c_str());
+    } else {
+      std::snprintf(buf, sizeof buf, "  %-5s %4d%s\n", l.type.c_str(), l.max_rows,
+                    l.at_top ? "  (still ahead at the last row count tried)" : "");
+    }
     s += buf;
   }
   return s;
@@ -117,7 +145,7 @@ std::string CalibrateReportToJson(const CalibrateReport& r) {
         {{"type", p.type}, {"rows", p.rows}, {"in_type_ms", p.in_type_ms}, {"dequantize_ms", p.dequantize_ms}});
   }
   for (const CalibrateReport::Limit& l : r.limits) {
-    j["max_rows"][l.type] = {{"rows", l.max_rows}, {"at_top", l.at_top}};
+    j["max_rows"][l.type] = {{"rows", l.max_rows}, {"at_top", l.at_top}, {"packed", l.packed}};
   }
   return j.dump(2);
 }

@@ -39,7 +39,7 @@ struct TypedMatrix {
 Result<std::unique_ptr<TypedMatrix>> MakeProductMatrix(const std::string& type);
 
 // M rows of activations times m, each path timed `repeats` + 2 times after
-// a warm-up, the paths alternated per point: medians, bandwidth, GFLOP/s.
+// a warm-up (in type first, then sgemm): medians, bandwidth, GFLOP/s.
 ProductPoint MeasureProduct(const TypedMatrix& m, int M, int repeats);
 
 }  // namespace tierkv::bench

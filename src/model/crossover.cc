@@ -3,8 +3,10 @@
 #include "model/crossover.h"
 
 #include <cpuid.h>
+#include <sys/stat.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -40,8 +42,8 @@ int Avx2MaxRows(GgmlType t) {
 
 int Avx2SplitMaxRows(GgmlType t) {
   switch (t) {
-    case GgmlType::kQ4_K: return 96;
-    case GgmlType::kQ5_K: return 128;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: return 96;
     case GgmlType::kQ6_K:
     case GgmlType::kBF16: return 32;
     case GgmlType::kF16: return 24;
@@ -80,6 +82,22 @@ constexpr size_t kTypeSlots = 31;
 std::atomic<int> g_crossover_rows[kTypeSlots];
 
 size_t Slot(GgmlType t) { return static_cast<size_t>(t); }
+
+// Text from the file as an error message may show it: control bytes (an
+// escape sequence, a NUL, a CR) as \xNN.
+std::string Shown(std::string_view s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch < 0x20 || ch == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out;
+}
 
 Status LineError(int line, const std::string& what) {
   return Status::InvalidArgument("crossover file line " + std::to_string(line) + ": " + what);
@@ -131,7 +149,7 @@ Result<Crossover> ParseCrossover(std::string_view text) {
   auto next = [&]() -> bool { return static_cast<bool>(std::getline(in, line)) && (++n, true); };
   if (!next() || Collapse(line) != std::string(kMagic) + " " + std::to_string(kVersion)) {
     return LineError(1, "not a crossover file (want \"" + std::string(kMagic) + " " + std::to_string(kVersion) +
-                            "\", from tierkv bench-engine --decode --calibrate)");
+                            "\", from tierkv bench-engine --calibrate)");
   }
   Crossover c;
   auto field = [&](const char* key, std::string* out) -> Status {
@@ -148,13 +166,15 @@ Result<Crossover> ParseCrossover(std::string_view text) {
     std::istringstream words(line);
     std::string name, rows_text, extra;
     if (!(words >> name)) continue;  // a blank line
-    if (!(words >> rows_text) || (words >> extra)) return LineError(n, "want \"TYPE ROWS\", got \"" + line + "\"");
+    if (!(words >> rows_text) || (words >> extra)) {
+      return LineError(n, "want \"TYPE ROWS\", got \"" + Shown(line) + "\"");
+    }
     Result<GgmlType> t = ParseGgmlType(name);
     if (!t.ok() || ActivationFormat(*t) == ActFormat::kNone) {
-      return LineError(n, "type " + name + " has no in-type kernel");
+      return LineError(n, "type " + Shown(name) + " has no in-type kernel");
     }
     for (const auto& seen : c.max_rows) {
-      if (seen.first == *t) return LineError(n, "type " + name + " named twice");
+      if (seen.first == *t) return LineError(n, "type " + Shown(name) + " named twice");
     }
     int rows = -1;
     size_t used = 0;
@@ -164,7 +184,7 @@ Result<Crossover> ParseCrossover(std::string_view text) {
       used = 0;
     }
     if (used != rows_text.size() || rows < 0 || rows > kMaxCrossoverRows) {
-      return LineError(n, "rows of " + name + " \"" + rows_text + "\" not in [0, " +
+      return LineError(n, "rows of " + Shown(name) + " \"" + Shown(rows_text) + "\" not in [0, " +
                               std::to_string(kMaxCrossoverRows) + "]");
     }
     c.max_rows.emplace_back(*t, rows);
@@ -173,6 +193,11 @@ Result<Crossover> ParseCrossover(std::string_view text) {
 }
 
 Result<Crossover> ReadCrossover(const std::string& path, FileSystem* fs) {
+  // Checked before opening: opening a FIFO would wait for a writer.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument("crossover file " + path + ": not a regular file");
+  }
   ASSIGN_OR_RETURN(uint64_t size, fs->FileSize(path));
   if (size > kMaxFileBytes) {
     return Status::InvalidArgument("crossover file " + path + ": " + std::to_string(size) + " bytes, more than " +
@@ -181,23 +206,26 @@ Result<Crossover> ReadCrossover(const std::string& path, FileSystem* fs) {
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(fs, path));
   Result<Crossover> c = ParseCrossover(text.substr(0, kMaxFileBytes));
   RETURN_IF_ERROR(c.status().WithContext(path));
-  const std::string again = " (measure it here: tierkv bench-engine --decode --calibrate " + path + ")";
+  const std::string again = " (measure it here: tierkv bench-engine --calibrate " + path + ")";
   if (c->cpu != CpuName()) {
-    return Status::InvalidArgument(path + " was measured on \"" + c->cpu + "\", this CPU is \"" + CpuName() + "\"" +
-                                   again);
+    return Status::InvalidArgument(path + " was measured on \"" + Shown(c->cpu) + "\", this CPU is \"" + CpuName() +
+                                   "\"" + again);
   }
   if (c->kernels != DotKernelName()) {
-    return Status::InvalidArgument(path + " was measured with the " + c->kernels + " kernels, these are " +
+    return Status::InvalidArgument(path + " was measured with the " + Shown(c->kernels) + " kernels, these are " +
                                    DotKernelName() + again);
   }
   return c;
 }
 
 void UseCrossover(const Crossover& c) {
-  for (auto& v : g_crossover_rows) v.store(0, std::memory_order_relaxed);
+  // Each slot written once with its new value: a product meanwhile sees
+  // the old limit or the new one, never the built-in figure in between.
+  int next[kTypeSlots] = {};
   for (const auto& [t, rows] : c.max_rows) {
-    if (Slot(t) < kTypeSlots) g_crossover_rows[Slot(t)].store(rows + 1, std::memory_order_relaxed);
+    if (Slot(t) < kTypeSlots) next[Slot(t)] = rows + 1;
   }
+  for (size_t i = 0; i < kTypeSlots; ++i) g_crossover_rows[i].store(next[i], std::memory_order_relaxed);
 }
 
 }  // namespace tierkv::model

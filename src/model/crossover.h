@@ -5,7 +5,7 @@
 // blocking wins once the conversion is shared by many rows. The limit per
 // type comes from a table per kind of CPU built in here (BuiltInMaxRows),
 // or from a crossover file measured on this machine: `tierkv bench-engine
-// --decode --calibrate FILE` writes one, `--crossover FILE` on every
+// --calibrate FILE` writes one, `--crossover FILE` on every
 // command that loads a model reads it (ReadCrossover, UseCrossover).
 //
 // The limit is fixed for a process, from the table or a file, rather than
@@ -13,8 +13,10 @@
 // and so a row's logits, must not change between runs on one machine.
 //
 // Thread safety: InTypeMaxRows may run concurrently with UseCrossover (each
-// type's limit is one atomic), but a product running during UseCrossover
-// may take either path: call it before models run.
+// type's limit is one atomic, written once per call); a product running
+// meanwhile takes the old limit or the new one (WeightMatrix decides each
+// part's path once per product). Call it before models run, so that every
+// product of a run follows one table.
 #pragma once
 
 #include <string>
@@ -56,14 +58,16 @@ namespace tierkv::model {
 //   integer multiply pipe bounds the 8-bit kernels at ~40-53 GFLOP/s on 2
 //   cores, sgemm reaches ~60-68), with the kernels that fold two
 //   sub-blocks into one madd, from two runs of `bench-engine --calibrate`
-//   (2026-11-29, in type | dequantize + sgemm ms, run 1; run 2): Q4_K in
-//   type up to 96 rows (233.8 | 250.0; 207.8 | 213.2 at 96, level at 128),
-//   Q5_K up to 128 (327.8 | 322.4; 315.2 | 318.5 at 128, sgemm ahead by
-//   8-12% at 192), Q6_K up to 32 (83.3 | 94.2 at 32, 125.0 | 121.7 at 48),
-//   Q8_0 and Q4_0 up to 16 (Q8_0 52.6 | 59.3 at 16, sgemm ahead by 4-9% at
-//   24; Q4_0 level at 16), F16 up to 24 (72.6 | 76.4; 69.6 | 74.6 at 24,
-//   sgemm ahead at 32), BF16 up to 32 (98.3 | 116.3 at 32; at 48 sgemm
-//   ahead in one run, in type in the other).
+//   (2026-11-29; the lower of the two runs' limits; in type | dequantize
+//   + sgemm ms, run 1; run 2): Q4_K up to 96 rows (233.8 | 250.0; 207.8 |
+//   213.2 at 96; at 128 level, 282.7 | 284.0; 280.2 | 278.6), Q5_K up to
+//   96 (243.8 | 268.5; 239.1 | 256.9 at 96; at 128 327.8 | 322.4; 315.2 |
+//   318.5), Q6_K up to 32 (83.3 | 94.2 at 32; 125.0 | 121.7 at 48), Q8_0
+//   up to 16 (52.6 | 59.3 at 16; sgemm ahead by 4-9% at 24), F16 up to 24
+//   (72.6 | 76.4; 69.6 | 74.6 at 24; sgemm ahead at 32), BF16 up to 32
+//   (98.3 | 116.3 at 32; at 48 149.9 | 141.8; 127.9 | 135.5); Q4_0 up to
+//   16, where the runs gave 8 and 16 (58.9 | 58.0; 57.9 | 62.9 at 16) and
+//   an earlier measurement 56.5 | 61.1.
 // Other CPUs with AVX-512 (Zen 4, Skylake without VNNI) take the first
 // figures unmeasured, other AVX2 CPUs (Zen 2, Intel client cores) Zen 3's,
 // Zen+ (also reported as znver1) Zen 1's: a crossover file measured there

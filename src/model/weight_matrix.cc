@@ -194,6 +194,10 @@ struct WeightMatrix::Activations {
   const uint8_t* data[4] = {};  // by ActFormat; null: not needed
   size_t stride[4] = {};
   const uint32_t* side[4] = {};  // PackedSide of data, where a packed part reads it
+  // Per part, InType's answer, taken once per product: the crossover may
+  // change meanwhile (UseCrossover), and a part multiplied in type must have
+  // had its activations prepared.
+  const uint8_t* in_type = nullptr;
 };
 
 // Packed rows: every product in type (model/quant_pack.h).
@@ -231,15 +235,16 @@ void WeightMatrix::DotRange(const Part& p, int a, int b, const uint8_t* act, siz
   file_rows(b8, b);
 }
 
-void WeightMatrix::MatMulRange(Path path, const Activations& acts, int M, const float* A, size_t lda, int c0,
+void WeightMatrix::MatMulRange(const Activations& acts, int M, const float* A, size_t lda, int c0,
                                int n, float beta, float* C, size_t ldc) const {
   thread_local std::vector<float> tile;
   const int c1 = c0 + n;
-  for (const Part& p : parts_) {
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const Part& p = parts_[i];
     const int a = std::max(c0, p.row0), b = std::min(c1, p.row0 + p.rows);
     if (a >= b) continue;
     float* out = C + (a - c0);
-    if (InType(p, path, M)) {
+    if (acts.in_type[i] != 0) {
       const auto f = static_cast<size_t>(ActivationFormat(p.type));
       DotRange(p, a, b, acts.data[f], acts.stride[f], acts.side[f], M, beta, out, ldc);
       continue;
@@ -264,10 +269,15 @@ void WeightMatrix::MatMulBy(Path path, ThreadPool* pool, int M, const float* A, 
   if (M == 0 || n == 0) return;
   thread_local std::vector<uint8_t> buffers[4];
   thread_local std::vector<uint32_t> sides[4];
+  thread_local std::vector<uint8_t> decided;
+  decided.assign(parts_.size(), 0);
   Activations acts;
+  acts.in_type = decided.data();
   bool in_type = false;
-  for (const Part& p : parts_) {
+  for (size_t j = 0; j < parts_.size(); ++j) {
+    const Part& p = parts_[j];
     if (p.row0 >= r0 + n || p.row0 + p.rows <= r0 || !InType(p, path, M)) continue;
+    decided[j] = 1;
     in_type = true;
     const ActFormat f = ActivationFormat(p.type);
     const auto i = static_cast<size_t>(f);
@@ -297,8 +307,8 @@ void WeightMatrix::MatMulBy(Path path, ThreadPool* pool, int M, const float* A, 
       acts.side[i] = sides[i].data();
     }
   }
-  if (pool == nullptr) return MatMulRange(path, acts, M, A, lda, r0, n, beta, C, ldc);
-  auto part = [&](int c0, int cn) { MatMulRange(path, acts, M, A, lda, r0 + c0, cn, beta, C + c0, ldc); };
+  if (pool == nullptr) return MatMulRange(acts, M, A, lda, r0, n, beta, C, ldc);
+  auto part = [&](int c0, int cn) { MatMulRange(acts, M, A, lda, r0 + c0, cn, beta, C + c0, ldc); };
   if (!in_type) return kernels::ForColumnParts(pool, n, part);
   kernels::ForColumnParts(pool, n, part, /*min_part=*/32, /*per_thread=*/kInTypePartsPerThread);
 }

@@ -144,8 +144,8 @@ class WeightMatrix {
   void DotRange(const Part& p, int a, int b, const uint8_t* act, size_t stride, const uint32_t* side, int M,
                 float beta, float* C, size_t ldc) const;
   // Columns [c0, c0 + n) of C (rows of W), on the calling thread; each part
-  // in type (from acts) or by sgemm, as InType says.
-  void MatMulRange(Path path, const Activations& acts, int M, const float* A, size_t lda, int c0, int n,
+  // in type (from acts) or by sgemm, as MatMulBy decided with InType.
+  void MatMulRange(const Activations& acts, int M, const float* A, size_t lda, int c0, int n,
                    float beta, float* C, size_t ldc) const;
 
   int rows_ = 0, cols_ = 0;

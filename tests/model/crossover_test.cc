@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cmath>
 #include <fstream>
+#include <thread>
 #include <limits>
 #include <string>
 
@@ -12,6 +17,7 @@
 #include "testing/shared.h"
 #include "testing/status_matchers.h"
 #include "tierkv/model.h"
+#include "util/thread_pool.h"
 
 namespace tierkv::model {
 namespace {
@@ -101,6 +107,20 @@ TEST_F(CrossoverTest, ReadRefusesAnotherMachineOrKernelsOrAHugeFile) {
   ASSERT_FALSE(huge.ok());
   EXPECT_NE(Message(huge).find("more than 4096"), std::string::npos) << Message(huge);
 
+  // Control bytes from the file are escaped in the message.
+  auto escape = ParseCrossover("tierkv-crossover 1\ncpu x\nkernels y\nQ8_0 x\x1b[2J\n");
+  ASSERT_FALSE(escape.ok());
+  EXPECT_NE(Message(escape).find("\"x\\x1b[2J\""), std::string::npos) << Message(escape);
+  EXPECT_EQ(Message(escape).find('\x1b'), std::string::npos);
+
+  // Not a regular file: refused before it is opened (a FIFO would wait for
+  // a writer forever).
+  const std::string fifo = testing::MakeTempDir("crossover") + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto from_fifo = ReadCrossover(fifo);
+  ASSERT_FALSE(from_fifo.ok());
+  EXPECT_NE(Message(from_fifo).find("not a regular file"), std::string::npos) << Message(from_fifo);
+
   auto bad = ReadCrossover(WriteFile("bad", "tierkv-crossover 1\ncpu x\nkernels y\nQ8_0 much\n"));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(Message(bad).find("line 4"), std::string::npos) << Message(bad);
@@ -122,19 +142,22 @@ TEST_F(CrossoverTest, UseChangesTheLimitProductsFollowAndEmptyRestoresTheTable) 
   for (int r = 0; r < 8; ++r) QuantizeRow(GgmlType::kQ8_0, row.data(), 256, &bytes);
   WeightMatrix w;
   ASSERT_TRUE(w.AppendInPlace(GgmlType::kQ8_0, reinterpret_cast<const uint8_t*>(bytes.data()), 8, 256).ok());
-  const bool packed = HasPacked(GgmlType::kQ8_0);  // packed rows run in type at any length
+  // Packed rows run in type at any length.
+  const int want_at_3 = HasPacked(GgmlType::kQ8_0) ? std::numeric_limits<int>::max() : 3;
+  const int want_built_in =
+      HasPacked(GgmlType::kQ8_0) ? std::numeric_limits<int>::max() : BuiltInMaxRows(GgmlType::kQ8_0);
 
   UseCrossover(Here({{GgmlType::kQ8_0, 3}, {GgmlType::kF16, 0}}));
   EXPECT_EQ(InTypeMaxRows(GgmlType::kQ8_0), 3);
   EXPECT_EQ(InTypeMaxRows(GgmlType::kF16), 0);
   EXPECT_EQ(InTypeMaxRows(GgmlType::kQ4_K), BuiltInMaxRows(GgmlType::kQ4_K));  // not named: the table's
   EXPECT_EQ(InTypeMaxRows(GgmlType::kQ4_1), 0);
-  if (!packed) EXPECT_EQ(w.parts()[0].max_rows_in_type, 3);
+  EXPECT_EQ(w.parts()[0].max_rows_in_type, want_at_3);
 
   UseCrossover(Crossover{});
   EXPECT_EQ(InTypeMaxRows(GgmlType::kQ8_0), BuiltInMaxRows(GgmlType::kQ8_0));
   EXPECT_EQ(InTypeMaxRows(GgmlType::kF16), BuiltInMaxRows(GgmlType::kF16));
-  if (!packed) EXPECT_EQ(w.parts()[0].max_rows_in_type, BuiltInMaxRows(GgmlType::kQ8_0));
+  EXPECT_EQ(w.parts()[0].max_rows_in_type, want_built_in);
 }
 
 // The products follow the limit: at M rows above a limit of 1 the Q8_0
@@ -160,6 +183,45 @@ TEST_F(CrossoverTest, ProductsTakeThePathTheLimitSays) {
   const std::vector<float> in_type = product(2), sgemm = product(1), again = product(4);
   EXPECT_EQ(in_type, again);
   EXPECT_NE(in_type, sgemm);
+}
+
+// A crossover changed while products run (UseCrossover is meant for before
+// models run, but must not break them): each product decides every part's
+// path once, so it never multiplies in type with activations it did not
+// prepare, and gives either path's values.
+TEST_F(CrossoverTest, ChangingTheCrossoverDuringProductsIsSafe) {
+  const int K = 512, N = 256, M = 8;
+  std::vector<uint8_t> bytes(static_cast<size_t>(N) * K * 2);
+  for (size_t i = 0; i < bytes.size(); i += 2) {
+    bytes[i] = static_cast<uint8_t>(i * 7);
+    bytes[i + 1] = 0x30 + static_cast<uint8_t>(i % 8);  // F16 in [0.125, 1): finite
+  }
+  WeightMatrix w;
+  ASSERT_TRUE(w.AppendInPlace(GgmlType::kF16, bytes.data(), N, K).ok());
+  std::vector<float> A(static_cast<size_t>(M) * K);
+  for (size_t i = 0; i < A.size(); ++i) A[i] = 0.001f * static_cast<float>(i % 113) - 0.05f;
+  auto product = [&] {
+    std::vector<float> C(static_cast<size_t>(M) * N);
+    w.MatMul(ThreadPool::Compute(), M, A.data(), K, 0, N, 0.f, C.data(), N);
+    return C;
+  };
+  UseCrossover(Here({{GgmlType::kF16, 0}}));
+  const std::vector<float> sgemm = product();
+  UseCrossover(Here({{GgmlType::kF16, M}}));
+  const std::vector<float> in_type = product();
+  std::atomic<bool> stop{false};
+  std::thread flipper([&] {
+    for (int i = 0; !stop.load(); ++i) UseCrossover(Here({{GgmlType::kF16, i % 2 == 0 ? 0 : M}}));
+  });
+  for (int round = 0; round < 200; ++round) {
+    const std::vector<float> C = product();
+    for (size_t i = 0; i < C.size(); ++i) {
+      ASSERT_NEAR(C[i], in_type[i], 1e-3f * (1 + std::fabs(in_type[i]))) << "round " << round << " index " << i;
+      ASSERT_NEAR(C[i], sgemm[i], 1e-3f * (1 + std::fabs(sgemm[i]))) << "round " << round << " index " << i;
+    }
+  }
+  stop = true;
+  flipper.join();
 }
 
 TEST_F(CrossoverTest, PublicUseCrossoverFileAppliesOrChangesNothing) {
