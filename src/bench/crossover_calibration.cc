@@ -14,6 +14,7 @@
 #include "bench/product_timing.h"
 #include "model/crossover.h"
 #include "model/quant_dot.h"
+#include "model/quant_pack.h"
 #include "tierkv/filesystem.h"
 
 namespace tierkv::bench {
@@ -37,7 +38,7 @@ CalibrateReport::Limit Climb(const TypedMatrix& m, const CalibrateOptions& o, st
   int losses = 0;
   for (size_t i = 0; i < o.rows.size() && losses < 2; ++i) {
     ProductPoint p = MeasureProduct(m, o.rows[i], o.repeats);
-    const bool won = p.in_type_ms <= p.dequantize_ms;
+    const bool won = p.in_type_wins();
     if (o.progress) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "%s at %d rows: in type %.2f ms, dequantize + sgemm %.2f ms", m.type.c_str(),
@@ -62,22 +63,22 @@ Result<CalibrateReport> CalibrateCrossover(const CalibrateOptions& o) {
   r.product_n = kProductN;
   r.product_k = kProductK;
   model::Crossover c{r.cpu, r.kernels, {}};
-  std::vector<model::GgmlType> seen;
+  std::vector<model::GgmlType> types;  // all checked before minutes of measuring
   for (const std::string& type : o.types) {
     ASSIGN_OR_RETURN(model::GgmlType t, model::ParseGgmlType(type));
-    if (std::find(seen.begin(), seen.end(), t) != seen.end()) {
+    if (std::find(types.begin(), types.end(), t) != types.end()) {
       return Status::InvalidArgument("calibration: type " + type + " named twice");
     }
-    seen.push_back(t);
+    types.push_back(t);
   }
-  for (const std::string& type : o.types) {
-    ASSIGN_OR_RETURN(auto m, MakeProductMatrix(type));
-    if (m->w.parts()[0].packed_rows > 0) {
-      r.limits.push_back({type, 0, false, true});
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (model::HasPacked(types[i])) {  // not built: packed rows ignore any limit
+      r.limits.push_back({o.types[i], 0, false, true});
       continue;
     }
+    ASSIGN_OR_RETURN(auto m, MakeProductMatrix(o.types[i]));
     r.limits.push_back(Climb(*m, o, &r.products));
-    c.max_rows.emplace_back(m->w.parts()[0].type, r.limits.back().max_rows);
+    c.max_rows.emplace_back(types[i], r.limits.back().max_rows);
   }
   r.file_text = model::FormatCrossover(c);
   return r;
@@ -116,7 +117,7 @@ std::string CalibrateReportToText(const CalibrateReport& r) {
   s += buf;
   for (const ProductPoint& p : r.products) {
     std::snprintf(buf, sizeof buf, "  %-5s %4d %10.2f | %10.2f   %s\n", p.type.c_str(), p.rows, p.in_type_ms,
-                  p.dequantize_ms, p.in_type_ms <= p.dequantize_ms ? "in type" : "sgemm");
+                  p.dequantize_ms, p.in_type_wins() ? "in type" : "sgemm");
     s += buf;
   }
   s += "in type up to (rows):\n";

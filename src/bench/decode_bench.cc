@@ -172,7 +172,7 @@ std::string DecodeReportToText(const DecodeBenchReport& r) {
   for (const ProductPoint& p : r.products) {
     std::snprintf(buf, sizeof buf, "  %-5s %4d %11.2f %7.1f %8.1f | %8.2f %7.1f %8.1f   %-7s  %s\n", p.type.c_str(),
                   p.rows, p.in_type_ms, p.in_type_gbps, p.in_type_gflops, p.dequantize_ms, p.dequantize_gbps,
-                  p.dequantize_gflops, p.in_type_ms <= p.dequantize_ms ? "in type" : "sgemm",
+                  p.dequantize_gflops, p.in_type_wins() ? "in type" : "sgemm",
                   p.rows <= p.in_type_max_rows ? "in type" : "sgemm");
     s += buf;
   }

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -192,18 +193,18 @@ Result<Crossover> ParseCrossover(std::string_view text) {
   return c;
 }
 
-Result<Crossover> ReadCrossover(const std::string& path, FileSystem* fs) {
+Result<Crossover> ReadCrossover(const std::string& path) {
   // Checked before opening: opening a FIFO would wait for a writer.
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument("crossover file " + path + ": not a regular file");
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status::NotFound("crossover file " + path + ": " + std::strerror(errno));
   }
-  ASSIGN_OR_RETURN(uint64_t size, fs->FileSize(path));
-  if (size > kMaxFileBytes) {
-    return Status::InvalidArgument("crossover file " + path + ": " + std::to_string(size) + " bytes, more than " +
-                                   std::to_string(kMaxFileBytes));
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument("crossover file " + path + ": not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
+    return Status::InvalidArgument("crossover file " + path + ": " + std::to_string(st.st_size) +
+                                   " bytes, more than " + std::to_string(kMaxFileBytes));
   }
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(fs, path));
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(FileSystem::Default(), path));
   Result<Crossover> c = ParseCrossover(text.substr(0, kMaxFileBytes));
   RETURN_IF_ERROR(c.status().WithContext(path));
   const std::string again = " (measure it here: tierkv bench-engine --calibrate " + path + ")";

@@ -109,7 +109,7 @@ Result<Crossover> ParseCrossover(std::string_view text);
 // `path` read (at most 4 KiB), parsed, and checked to be measured on this
 // CPU (CpuName) with these kernels (DotKernelName): a file from another
 // machine or from before a kernel change is an error that says so.
-Result<Crossover> ReadCrossover(const std::string& path, FileSystem* fs = FileSystem::Default());
+Result<Crossover> ReadCrossover(const std::string& path);
 // Makes every later product follow c's limits (types it does not name keep
 // the built-in figure); an empty Crossover restores the built-in table.
 void UseCrossover(const Crossover& c);

@@ -36,6 +36,8 @@ struct ProductPoint {
   double in_type_ms = 0, dequantize_ms = 0;
   double in_type_gbps = 0, dequantize_gbps = 0;       // weight bytes read / time
   double in_type_gflops = 0, dequantize_gflops = 0;   // 2·M·N·K / time
+  // In type is no slower here (the table's "faster", the calibration's rule).
+  bool in_type_wins() const { return in_type_ms <= dequantize_ms; }
 };
 
 struct DecodeBenchReport {
