@@ -69,16 +69,77 @@ inline void PrefetchBlock(const uint8_t* w) {
 // stride, ...), decoding the weight blocks once for all of them, and writes
 // the MR sums to out[0..MR).
 
+TIERKV_AVX2 inline float Hsum128(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
 // Blocks of 32 weights (Q8_0, Q4_0) against Q8_0 activations: each block
 // decoded once to 32 signed bytes (Decode), its fp16 scale at the block's
 // start; |x| against y with x's sign, so maddubs sees an unsigned operand
 // (y is never -128, whose negation would wrap: QuantizeActivations).
+// Returns the block's 32 products as 8 int32 pair sums.
+TIERKV_AVX2 inline __m256i BlockSums(__m256i x, __m256i ax, const uint8_t* am) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(Load(am + 2), x)), _mm256_set1_epi16(1));
+}
+
+// The fp16 scales at p, p + kBytes, p + 2 kBytes, p + 3 kBytes as 4 floats.
+template <size_t kBytes>
+TIERKV_AVX2 inline __m128 Scales4(const uint8_t* p) {
+  uint16_t h[4];
+  #pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) std::memcpy(&h[j], p + j * kBytes, 2);
+  uint64_t u;
+  std::memcpy(&u, h, 8);
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(u)));
+}
+
+// One activation row, four blocks a step: each block's 32 products summed
+// to one int32 (exact: at most 32 x 128 x 127), the four sums side by side
+// in one register and scaled by the four blocks' scale products at once.
+// One conversion, one multiply and one FMA per four blocks where the
+// per-block loop spends a conversion, a broadcast and an FMA on eight lanes
+// per block, and scales converted four at a time: 1.36x the per-block
+// loop's speed here (Zen 1, weights in L2; docs/engine.md), which makes a
+// one-row Q8_0 product read-bound instead of compute-bound. Each block's
+// dw · da is the fp32 product the per-block loop forms; its integer sum is
+// converted once, whole, so the rounding is no worse. Returns the sum over
+// the first 4 ⌊blocks / 4⌋ blocks.
+template <size_t kBytes, __m256i (*Decode)(const uint8_t*)>
+TIERKV_AVX2 float Blocks32Row4(const uint8_t* w, const uint8_t* a, int blocks) {
+  __m128 acc = _mm_setzero_ps();
+  for (int b = 0; b + 4 <= blocks; b += 4, w += 4 * kBytes, a += 4 * 34) {
+    __m128i q[4];
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      PrefetchBlock<kBytes>(w + j * kBytes);
+      const __m256i x = Decode(w + j * kBytes);
+      const __m256i p = BlockSums(x, _mm256_sign_epi8(x, x), a + 34 * j);
+      q[j] = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    }
+    const __m128i sums = _mm_hadd_epi32(_mm_hadd_epi32(q[0], q[1]), _mm_hadd_epi32(q[2], q[3]));
+    acc = _mm_fmadd_ps(_mm_mul_ps(Scales4<kBytes>(w), Scales4<34>(a)), _mm_cvtepi32_ps(sums), acc);
+  }
+  return Hsum128(acc);
+}
+
+// MR rows: per block and row, the eight pair sums scaled and added to the
+// row's eight lanes (one row takes the four-block loop above, the rest of
+// its blocks this one).
 template <int MR, size_t kBytes, __m256i (*Decode)(const uint8_t*)>
 TIERKV_AVX2 void Blocks32(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
   __m256 acc[MR];
   #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
-  for (int b = 0; b < cols / 32; ++b, w += kBytes, a += 34) {
+  int b = 0;
+  float head = 0;
+  if constexpr (MR == 1) {
+    b = cols / 32 / 4 * 4;
+    head = Blocks32Row4<kBytes, Decode>(w, a, b);
+    w += b * kBytes;
+    a += b * 34;
+  }
+  for (; b < cols / 32; ++b, w += kBytes, a += 34) {
     if constexpr (MR <= 2) PrefetchBlock<kBytes>(w);
     const __m256i x = Decode(w);
     const __m256i ax = _mm256_sign_epi8(x, x);
@@ -86,13 +147,12 @@ TIERKV_AVX2 void Blocks32(const uint8_t* w, const uint8_t* a, size_t stride, int
     #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       const uint8_t* am = a + m * stride;
-      const __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(Load(am + 2), x));
-      const __m256i s = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+      const __m256i s = BlockSums(x, ax, am);
       acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * H(am)), _mm256_cvtepi32_ps(s), acc[m]);
     }
   }
   #pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]);
+  for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]) + (MR == 1 ? head : 0.f);
 }
 
 TIERKV_AVX2 inline __m256i DecodeQ8_0(const uint8_t* w) { return Load(w + 2); }
@@ -127,11 +187,6 @@ TIERKV_AVX2 inline __m256i FoldMadd(__m256i p0, __m256i p1, __m256i s2) {
 template <int J>
 TIERKV_AVX2 inline __m256i Lane16(__m256i v) {
   return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>(((2 * J + 1) << 8) | (2 * J))));
-}
-
-TIERKV_AVX2 inline float Hsum128(__m128 v) {
-  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-  return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
 }
 
 // Sub-blocks 2K and 2K+1 (64 elements) of a Q4_K/Q5_K super-block for MR
