@@ -94,53 +94,61 @@ TIERKV_AVX2 inline __m128 Scales4(const uint8_t* p) {
   return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(u)));
 }
 
-// One activation row, four blocks a step: each block's 32 products summed
-// to one int32 (exact: at most 32 x 128 x 127), the four sums side by side
-// in one register and scaled by the four blocks' scale products at once.
-// One conversion, one multiply and one FMA per four blocks where the
-// per-block loop spends a conversion, a broadcast and an FMA on eight lanes
-// per block, and scales converted four at a time: 1.36x the per-block
-// loop's speed here (Zen 1, weights in L2; docs/engine.md), which makes a
-// one-row Q8_0 product read-bound instead of compute-bound. Each block's
-// dw · da is the fp32 product the per-block loop forms; its integer sum is
-// converted once, whole, so the rounding is no worse. Returns the sum over
-// the first 4 ⌊blocks / 4⌋ blocks.
-template <size_t kBytes, __m256i (*Decode)(const uint8_t*)>
-TIERKV_AVX2 float Blocks32Row4(const uint8_t* w, const uint8_t* a, int blocks) {
-  __m128 acc = _mm_setzero_ps();
+// Four blocks a step: each block's 32 products with a row summed to one
+// int32 (exact: at most 32 x 128 x 127), the four sums side by side in one
+// register and scaled by the four blocks' scale products at once. One
+// conversion, one multiply and one FMA per four blocks and row where a
+// block at a time spends a conversion, a broadcast and an FMA on eight
+// lanes per block and row, and scales converted four at a time: the
+// one-row product 1.36x as fast here (Zen 1, weights in L2; docs/engine.md),
+// which makes a one-row Q8_0 product read-bound instead of compute-bound.
+// Each block's dw · da is the fp32 product the block-at-a-time loop forms;
+// its integer sum is converted once, whole, so the rounding is no worse.
+// Writes the sums over the first 4 ⌊blocks / 4⌋ blocks to out[0..MR).
+template <int MR, size_t kBytes, __m256i (*Decode)(const uint8_t*)>
+TIERKV_AVX2 void Blocks32By4(const uint8_t* w, const uint8_t* a, size_t stride, int blocks, float* out) {
+  __m128 acc[MR];
+  #pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) acc[m] = _mm_setzero_ps();
   for (int b = 0; b + 4 <= blocks; b += 4, w += 4 * kBytes, a += 4 * 34) {
-    __m128i q[4];
+    __m256i x[4], ax[4];
     #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
-      PrefetchBlock<kBytes>(w + j * kBytes);
-      const __m256i x = Decode(w + j * kBytes);
-      const __m256i p = BlockSums(x, _mm256_sign_epi8(x, x), a + 34 * j);
-      q[j] = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+      if constexpr (MR <= 2) PrefetchBlock<kBytes>(w + j * kBytes);
+      x[j] = Decode(w + j * kBytes);
+      ax[j] = _mm256_sign_epi8(x[j], x[j]);
     }
-    const __m128i sums = _mm_hadd_epi32(_mm_hadd_epi32(q[0], q[1]), _mm_hadd_epi32(q[2], q[3]));
-    acc = _mm_fmadd_ps(_mm_mul_ps(Scales4<kBytes>(w), Scales4<34>(a)), _mm_cvtepi32_ps(sums), acc);
+    const __m128 dw = Scales4<kBytes>(w);
+    #pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const uint8_t* am = a + m * stride;
+      __m128i q[4];
+      #pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m256i p = BlockSums(x[j], ax[j], am + 34 * j);
+        q[j] = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+      }
+      const __m128i sums = _mm_hadd_epi32(_mm_hadd_epi32(q[0], q[1]), _mm_hadd_epi32(q[2], q[3]));
+      acc[m] = _mm_fmadd_ps(_mm_mul_ps(dw, Scales4<34>(am)), _mm_cvtepi32_ps(sums), acc[m]);
+    }
   }
-  return Hsum128(acc);
+  #pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) out[m] = Hsum128(acc[m]);
 }
 
-// MR rows: per block and row, the eight pair sums scaled and added to the
-// row's eight lanes (one row takes the four-block loop above, the rest of
-// its blocks this one).
+// MR rows: four blocks a step (above), then the last blocks one at a time,
+// each row's eight pair sums scaled and added to its eight lanes.
 template <int MR, size_t kBytes, __m256i (*Decode)(const uint8_t*)>
 TIERKV_AVX2 void Blocks32(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
+  int b = cols / 32 / 4 * 4;
+  float head[MR];
+  Blocks32By4<MR, kBytes, Decode>(w, a, stride, b, head);
+  w += b * kBytes;
+  a += b * 34;
   __m256 acc[MR];
   #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
-  int b = 0;
-  float head = 0;
-  if constexpr (MR == 1) {
-    b = cols / 32 / 4 * 4;
-    head = Blocks32Row4<kBytes, Decode>(w, a, b);
-    w += b * kBytes;
-    a += b * 34;
-  }
   for (; b < cols / 32; ++b, w += kBytes, a += 34) {
-    if constexpr (MR <= 2) PrefetchBlock<kBytes>(w);
     const __m256i x = Decode(w);
     const __m256i ax = _mm256_sign_epi8(x, x);
     const float dw = H(w);
@@ -152,7 +160,7 @@ TIERKV_AVX2 void Blocks32(const uint8_t* w, const uint8_t* a, size_t stride, int
     }
   }
   #pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]) + (MR == 1 ? head : 0.f);
+  for (int m = 0; m < MR; ++m) out[m] = head[m] + Hsum(acc[m]);
 }
 
 TIERKV_AVX2 inline __m256i DecodeQ8_0(const uint8_t* w) { return Load(w + 2); }
