@@ -18,6 +18,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
     std::string llamacpp;
     WeightFlags weights;
     bool decode = false;
+    bool no_products = false;
     bench::DecodeBenchOptions d;
     std::string calibrate;
   };
@@ -40,7 +41,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_flag("--json", a->json, "Print JSON instead of a table");
-  sub->add_flag("--decode", a->decode,
+  CLI::Option* decode = sub->add_flag("--decode", a->decode,
                 "Decode instead of prefill: tokens/s of one sequence after a --prompt-tokens prompt and of "
                 "--decode-batch sequences stepped together, next to the floor the measured read bandwidth sets "
                 "(weight bytes per pass / GB/s); then the products of an 8192 x 8192 matrix per --product-types "
@@ -61,6 +62,9 @@ void AddBenchEngine(CLI::App& app, Action* run) {
                   "--decode, --calibrate: weight types of the product table (those with in-type kernels)")
       ->capture_default_str()
       ->check(CLI::IsMember({"Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"}));
+  sub->add_flag("--no-products", a->no_products,
+                "--decode: decode figures only, without the product table (tools/dev/bench_native.sh times decode so)")
+      ->needs(decode);
   AddWeightsFlag(sub, &a->weights);
   sub->add_option("--calibrate", a->calibrate,
                   "Instead of the benchmark: find on this machine, per --product-types, the most activation rows "
@@ -129,6 +133,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       }
       if (a->decode) {
         a->d.repeats = a->repeats;
+        if (a->no_products) a->d.product_types.clear();
         auto d = bench::RunDecodeBench(*model, name, a->d);
         if (!d.ok()) return Fail(d.status().ToString());
         std::printf("%s\n", a->json ? bench::DecodeReportToJson(*d).c_str() : bench::DecodeReportToText(*d).c_str());

@@ -102,6 +102,7 @@ Result<double> DecodeSeconds(const Model& model, int batch, int prompt, int step
 }
 
 Status RunProducts(const DecodeBenchOptions& o, DecodeBenchReport* r) {
+  if (o.product_types.empty()) return Status::Ok();
   r->product_n = kProductN;
   r->product_k = kProductK;
   for (const std::string& name : o.product_types) {
@@ -164,6 +165,7 @@ std::string DecodeReportToText(const DecodeBenchReport& r) {
                   r.floor_tokens_per_s > 0 ? 100 * d.tokens_per_s / d.batch / r.floor_tokens_per_s : 0);
     s += buf;
   }
+  if (r.products.empty()) return s;
   std::snprintf(buf, sizeof buf,
                 "products %d x %d (median ms; GB/s of weights; GFLOP/s): in type | dequantize + sgemm\n"
                 "  type     M   in-type ms    GB/s  GFLOP/s | sgemm ms    GB/s  GFLOP/s   faster   MatMul takes\n",

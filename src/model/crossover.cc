@@ -48,7 +48,9 @@ int Avx2SplitMaxRows(GgmlType t) {
     case GgmlType::kQ6_K:
     case GgmlType::kBF16: return 32;
     case GgmlType::kF16: return 24;
-    default: return 16;  // Q4_0, Q8_0
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ8_0: return 32;  // four blocks a step (quant_dot_avx2.cc)
+    default: return 16;
   }
 }
 

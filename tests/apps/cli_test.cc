@@ -1,5 +1,6 @@
 // Black-box tests of the tierkv binary: exit codes and messages.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -245,6 +246,35 @@ TEST(CliTest, BenchEngineReportsPeakAndPrefill) {
                           "\"kernels\"", "\"scoring\"", "\"attention\""}) {
     EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
   }
+}
+
+// Decode after a prompt, one and two sequences stepped together, beside the
+// read floor; the product table per type and row count, or none with
+// --no-products (as tools/dev/bench_native.sh asks).
+TEST(CliTest, BenchEngineDecodeReportsTokensAndProducts) {
+  CliRun r = Tierkv("bench-engine --decode --decode-batch 1 2 --decode-tokens 4 --prompt-tokens 4 --product-types Q8_0 "
+                    "--product-rows 1 3 --repeats 1 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  ASSERT_EQ(j["decode"].size(), 2u) << r.out;
+  EXPECT_EQ(j["decode"][1]["batch"], 2);
+  for (const auto& d : j["decode"]) EXPECT_GT(d["tokens_per_s"].get<double>(), 0) << r.out;
+  EXPECT_GT(j["floor_tokens_per_s"].get<double>(), 0) << r.out;
+  ASSERT_EQ(j["products"].size(), 2u) << r.out;
+  EXPECT_EQ(j["products"][1]["type"], "Q8_0");
+  EXPECT_EQ(j["products"][1]["rows"], 3);
+  EXPECT_GT(j["products"][1]["in_type_ms"].get<double>(), 0) << r.out;
+
+  CliRun bare = Tierkv("bench-engine --decode --no-products --decode-batch 1 --decode-tokens 2 --prompt-tokens 2 "
+                       "--repeats 1 --json");
+  ASSERT_EQ(bare.code, 0) << bare.out;
+  const nlohmann::json b = nlohmann::json::parse(bare.out.substr(bare.out.find('{')));
+  EXPECT_EQ(b["decode"].size(), 1u) << bare.out;
+  EXPECT_FALSE(b.contains("products")) << bare.out;
+
+  CliRun wrong = Tierkv("bench-engine --no-products --tokens 32 --repeats 1");
+  EXPECT_NE(wrong.code, 0) << wrong.out;
+  EXPECT_NE(wrong.out.find("--no-products requires --decode"), std::string::npos) << wrong.out;
 }
 
 // The crossover measured here and saved (a short ladder to keep it quick),

@@ -3,9 +3,12 @@
 # per round, llama-bench (2 threads, flash attention on, each figure the
 # mean of 2 repetitions after its warm-up) then tierkv's prefill of
 # batches of the same sizes (`bench-engine --weights mapped`, the best of 2)
-# and decode of 64 tokens after "Hello" (`tierkv run --stats`, greedy),
-# with tierkv's peak resident size. Prints every round, then the medians
-# and the median of the per-round ratios tierkv / llama.cpp.
+# and decode of 64 tokens after a one-token prompt, as llama-bench's tg64
+# starts from an empty context (`bench-engine --decode`, the median of 3
+# rounds; `run --stats` times too few steps to be steady on a small model),
+# with the peak resident size of `tierkv run` generating 64 tokens. Prints
+# every round, then the medians and the median of the per-round ratios
+# tierkv / llama.cpp.
 #
 #   tools/dev/bench_native.sh MODEL.gguf [ROUNDS=3] [TIERKV=build/release/apps/tierkv]
 #
@@ -37,14 +40,19 @@ for row in csv.DictReader(sys.stdin):
   echo "$json" | python3 -c '
 import json, sys
 for p in json.load(sys.stdin)["prefill"]: print("tierkv", "pp%d" % p["tokens"], p["tokens_per_s"])' >> "$results"
+  json=$("$tierkv" bench-engine --model "$model" --weights mapped --decode --no-products --decode-batch 1 \
+    --decode-tokens 64 --prompt-tokens 1 --repeats 3 --json) ||
+    { echo "bench_native: tierkv bench-engine --decode failed on $model" >&2; exit 1; }
+  echo "$json" | python3 -c '
+import json, sys
+print("tierkv tg64", json.load(sys.stdin)["decode"][0]["tokens_per_s"])' >> "$results"
   /usr/bin/time -v "$tierkv" run --model "$model" --weights mapped --prompt Hello --max-tokens 64 \
-    --temperature 0 --stats 2>&1 >/dev/null | python3 -c '
+    --temperature 0 2>&1 >/dev/null | python3 -c '
 import re, sys
 t = sys.stdin.read()
-tg = re.search(r"\(([0-9.]+) tokens/s\)", t)
 rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", t)
-if not tg or not rss: sys.exit("bench_native: tierkv run printed no decode rate:\n" + t[-2000:])
-print("tierkv tg64", tg.group(1)); print("tierkv rss_mib", int(rss.group(1)) / 1024)' >> "$results"
+if not rss: sys.exit("bench_native: no resident size from tierkv run:\n" + t[-2000:])
+print("tierkv rss_mib", int(rss.group(1)) / 1024)' >> "$results"
   echo "round $r: $(grep -c . "$results") figures" >&2
 done
 python3 - "$results" "$rounds" <<'PY'
