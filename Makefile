@@ -98,7 +98,8 @@ bench-model: build
 # tools/llamacpp/setup.sh, ~8 minutes once), on a random-weight file of
 # Llama-3.2-1B's shape in BENCH_TYPE (Q4_K, Q8_0, F16, ...; written once
 # into build/models/): 3 alternating rounds of batches of 1-2,048 tokens and
-# decode, medians and per-round ratios (tools/dev/bench_native.sh).
+# decode (tierkv's: bench-engine --decode, 64 steps after a one-token prompt),
+# medians and per-round ratios (tools/dev/bench_native.sh).
 BENCH_TYPE ?= Q4_K
 BENCH_1B := build/models/llama-3.2-1b-$(BENCH_TYPE).gguf
 bench-native: build
