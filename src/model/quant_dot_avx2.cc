@@ -1,7 +1,8 @@
 // AVX2 dot products of one weight row with 1, 2 or 4 activation rows in the
 // weights' own type (model/quant_dot.h): bytes × int8 through maddubs/madd
-// into int32, one FMA per block for the scales. The integer sums equal the
-// portable loops'; only the order of the fp32 additions differs.
+// into int32, one FMA per super-block (k-quants) or per four blocks (Q8_0,
+// Q4_0) for the scales. The integer sums equal the portable loops'; only
+// the order of the fp32 additions differs.
 #include <immintrin.h>
 
 #include <cmath>
