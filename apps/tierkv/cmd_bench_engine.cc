@@ -55,16 +55,18 @@ void AddBenchEngine(CLI::App& app, Action* run) {
   sub->add_option("--decode-batch", a->d.batches, "--decode: sequences stepped together, one measurement each")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  sub->add_option("--product-rows", a->d.product_rows, "--decode, --calibrate: activation rows M of the product table")
+  CLI::Option* rows = sub->add_option("--product-rows", a->d.product_rows, "--decode, --calibrate: activation rows M of the product table")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  sub->add_option("--product-types", a->d.product_types,
+  CLI::Option* types = sub->add_option("--product-types", a->d.product_types,
                   "--decode, --calibrate: weight types of the product table (those with in-type kernels)")
       ->capture_default_str()
       ->check(CLI::IsMember({"Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"}));
   sub->add_flag("--no-products", a->no_products,
                 "--decode: decode figures only, without the product table (tools/dev/bench_native.sh times decode so)")
-      ->needs(decode);
+      ->needs(decode)
+      ->excludes(rows)
+      ->excludes(types);
   AddWeightsFlag(sub, &a->weights);
   sub->add_option("--calibrate", a->calibrate,
                   "Instead of the benchmark: find on this machine, per --product-types, the most activation rows "

@@ -194,8 +194,10 @@ std::string DecodeReportToJson(const DecodeBenchReport& r) {
   for (const DecodePoint& d : r.decode) {
     j["decode"].push_back({{"batch", d.batch}, {"tokens_per_s", d.tokens_per_s}, {"ms_per_step", d.ms_per_step}});
   }
-  j["product_n"] = r.product_n;
-  j["product_k"] = r.product_k;
+  if (!r.products.empty()) {
+    j["product_n"] = r.product_n;
+    j["product_k"] = r.product_k;
+  }
   for (const ProductPoint& p : r.products) {
     j["products"].push_back({{"type", p.type}, {"rows", p.rows}, {"in_type_ms", p.in_type_ms},
                              {"dequantize_ms", p.dequantize_ms}, {"in_type_gbps", p.in_type_gbps},

@@ -281,9 +281,12 @@ void DotRows(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
           ldc);
 }
 
+// "r2": Q8_0/Q4_0 four blocks a step (2026-11-29). The revision moves when
+// a kernel's speed changes enough to move a crossover, so that a crossover
+// file measured with the older kernels is refused (model/crossover.h).
 const char* DotKernelName() {
   if (!HasAvx2()) return "portable";
-  return HasPackedKernels() ? "avx2, Q4_K and Q8_0 packed for avx512-vnni" : "avx2";
+  return HasPackedKernels() ? "avx2 r2, Q4_K and Q8_0 packed for avx512-vnni" : "avx2 r2";
 }
 
 }  // namespace tierkv::model

@@ -93,8 +93,9 @@ void DotRows(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
 void DotRowsPortable(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
                      const uint8_t* act, size_t act_stride, int M, float beta, float* C, size_t ldc);
 
-// The kernels in use on this CPU: "portable", "avx2", or "avx2, Q4_K and
-// Q8_0 packed for avx512-vnni" (model/quant_pack.h).
+// The kernels in use on this CPU, with their revision: "portable",
+// "avx2 r2", or "avx2 r2, Q4_K and Q8_0 packed for avx512-vnni"
+// (model/quant_pack.h).
 const char* DotKernelName();
 
 // One weight row against one activation row (the portable loops).

@@ -272,9 +272,14 @@ TEST(CliTest, BenchEngineDecodeReportsTokensAndProducts) {
   EXPECT_EQ(b["decode"].size(), 1u) << bare.out;
   EXPECT_FALSE(b.contains("products")) << bare.out;
 
+  EXPECT_FALSE(b.contains("product_n")) << bare.out;
+
   CliRun wrong = Tierkv("bench-engine --no-products --tokens 32 --repeats 1");
   EXPECT_NE(wrong.code, 0) << wrong.out;
   EXPECT_NE(wrong.out.find("--no-products requires --decode"), std::string::npos) << wrong.out;
+  CliRun both = Tierkv("bench-engine --decode --no-products --product-types Q8_0");
+  EXPECT_NE(both.code, 0) << both.out;
+  EXPECT_NE(both.out.find("--product-types excludes --no-products"), std::string::npos) << both.out;
 }
 
 // The crossover measured here and saved (a short ladder to keep it quick),

@@ -121,9 +121,9 @@ TEST(QuantDotTest, ProductsEqualTheDequantizedValuesProducts) {
 TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
   if (!HasAvx2()) GTEST_SKIP() << "no AVX2 on this CPU: DotRows runs the portable loops only";
   std::mt19937 rng(7);
-  // 512 columns, and for the 32-element types 7 and 3 blocks: the one-row
-  // kernel takes four blocks a step and the rest one at a time.
-  for (const int cols : {512, 224, 96})
+  // 512 columns, and for the 32-element types 1-5, 7 and 16 blocks: their
+  // kernels take four blocks a step and the last 1-3 one at a time.
+  for (const int cols : {512, 32, 64, 96, 128, 160, 224})
   for (GgmlType t : kTypes) {
     const GgmlTypeInfo info = *TypeInfo(static_cast<uint32_t>(t));
     if (cols % info.block_elems != 0) continue;
@@ -142,9 +142,10 @@ TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
         if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) w[at + 3] = static_cast<char>(w[at + 3] & 0x3B);
       }
     }
-    // 7 activation rows: the kernels' 4-, 2- and 1-row forms all run.
+    // 7 activation rows: the kernels' 4-, 2- and 1-row forms all run; rows
+    // 8 bytes apart past their end, so a kernel that ignored the stride fails.
     const ActFormat f = ActivationFormat(t);
-    const size_t stride = ActRowBytes(f, cols);
+    const size_t stride = ActRowBytes(f, cols) + 8;
     const int M = 7;
     std::vector<uint8_t> act(M * stride);
     for (int m = 0; m < M; ++m) {
@@ -167,19 +168,37 @@ TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
 // fp32 activations would, instead of rounding to a finite value.
 TEST(QuantDotTest, NonFiniteActivationsStayNonFinite) {
   std::mt19937 rng(17);
-  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_K}) {
-    for (float bad : {std::nanf(""), INFINITY}) {
-      const int cols = 512;
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K}) {
+    // 7 blocks of 32 (four a step, then three one at a time) or 2 of 256.
+    const int cols = t == GgmlType::kQ4_K ? 512 : 224;
+    for (const int at : {cols / 3, cols - 10}) {
+      for (float bad : {std::nanf(""), INFINITY}) {
+        // Three activation rows, the bad value in the middle one: the
+        // two-row kernel takes rows 0 and 1, the one-row kernel row 2.
+        const int M = 3;
+        Case c = Make(t, 1, M, cols, &rng);
+        std::vector<float> a = Normal(cols, &rng);
+        a[at] = bad;
+        QuantizeActivations(ActivationFormat(t), a.data(), cols, c.acts.data() + c.act_bytes);
+        const auto* w = reinterpret_cast<const uint8_t*>(c.weights.data());
+        float fast[M], slow[M];
+        DotRows(t, cols, w, c.row_bytes, 1, c.acts.data(), c.act_bytes, M, 0.f, fast, 1);
+        DotRowsPortable(t, cols, w, c.row_bytes, 1, c.acts.data(), c.act_bytes, M, 0.f, slow, 1);
+        const std::string name = std::string(TypeInfo(static_cast<uint32_t>(t))->name) + " at " +
+                                 std::to_string(at) + " " + std::to_string(bad);
+        EXPECT_TRUE(std::isnan(fast[1])) << name;
+        EXPECT_TRUE(std::isnan(slow[1])) << name;
+        EXPECT_TRUE(std::isfinite(fast[0]) && std::isfinite(fast[2])) << name;
+      }
+      // The same value in a one-row product (the one-row kernel).
       Case c = Make(t, 1, 1, cols, &rng);
       std::vector<float> a = Normal(cols, &rng);
-      a[300] = bad;
+      a[at] = std::nanf("");
       QuantizeActivations(ActivationFormat(t), a.data(), cols, c.acts.data());
-      const auto* w = reinterpret_cast<const uint8_t*>(c.weights.data());
-      float fast = 0, slow = 0;
-      DotRows(t, cols, w, c.row_bytes, 1, c.acts.data(), c.act_bytes, 1, 0.f, &fast, 1);
-      DotRowsPortable(t, cols, w, c.row_bytes, 1, c.acts.data(), c.act_bytes, 1, 0.f, &slow, 1);
-      EXPECT_TRUE(std::isnan(fast)) << TypeInfo(static_cast<uint32_t>(t))->name << " " << bad;
-      EXPECT_TRUE(std::isnan(slow)) << TypeInfo(static_cast<uint32_t>(t))->name << " " << bad;
+      float fast = 0;
+      DotRows(t, cols, reinterpret_cast<const uint8_t*>(c.weights.data()), c.row_bytes, 1, c.acts.data(),
+              c.act_bytes, 1, 0.f, &fast, 1);
+      EXPECT_TRUE(std::isnan(fast)) << TypeInfo(static_cast<uint32_t>(t))->name << " one row, at " << at;
     }
   }
 }

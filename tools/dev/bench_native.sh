@@ -24,6 +24,8 @@ batches=${BATCHES:-1 16 64 512 2048}
 [ -x "$lb" ] || { echo "bench_native: $lb missing: run tools/llamacpp/build_llama_bench.sh" >&2; exit 1; }
 [ -x "$tierkv" ] || { echo "bench_native: $tierkv missing: make build" >&2; exit 1; }
 [ -f "$model" ] || { echo "bench_native: $model missing" >&2; exit 1; }
+# As many threads as llama-bench's -t 2 (tierkv takes every core otherwise).
+export TIERKV_THREADS=2
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 for r in $(seq "$rounds"); do
@@ -46,8 +48,10 @@ for p in json.load(sys.stdin)["prefill"]: print("tierkv", "pp%d" % p["tokens"], 
   echo "$json" | python3 -c '
 import json, sys
 print("tierkv tg64", json.load(sys.stdin)["decode"][0]["tokens_per_s"])' >> "$results"
-  /usr/bin/time -v "$tierkv" run --model "$model" --weights mapped --prompt Hello --max-tokens 64 \
-    --temperature 0 2>&1 >/dev/null | python3 -c '
+  timed=$(/usr/bin/time -v "$tierkv" run --model "$model" --weights mapped --prompt Hello --max-tokens 64 \
+    --temperature 0 2>&1 >/dev/null) ||
+    { echo "bench_native: tierkv run failed on $model:" >&2; echo "$timed" | tail -20 >&2; exit 1; }
+  echo "$timed" | python3 -c '
 import re, sys
 t = sys.stdin.read()
 rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", t)
