@@ -6,9 +6,9 @@
 # and decode of 64 tokens after a one-token prompt, as llama-bench's tg64
 # starts from an empty context (`bench-engine --decode`, the median of 3
 # rounds; `run --stats` times too few steps to be steady on a small model),
-# with the peak resident size of `tierkv run` generating 64 tokens. Prints
-# every round, then the medians and the median of the per-round ratios
-# tierkv / llama.cpp.
+# and after the rounds the peak resident size of `tierkv run` generating
+# 64 tokens. Prints every round, then the medians and the median of the
+# per-round ratios tierkv / llama.cpp.
 #
 #   tools/dev/bench_native.sh MODEL.gguf [ROUNDS=3] [TIERKV=build/release/apps/tierkv]
 #
@@ -48,17 +48,18 @@ for p in json.load(sys.stdin)["prefill"]: print("tierkv", "pp%d" % p["tokens"], 
   echo "$json" | python3 -c '
 import json, sys
 print("tierkv tg64", json.load(sys.stdin)["decode"][0]["tokens_per_s"])' >> "$results"
-  timed=$(/usr/bin/time -v "$tierkv" run --model "$model" --weights mapped --prompt Hello --max-tokens 64 \
-    --temperature 0 2>&1 >/dev/null) ||
-    { echo "bench_native: tierkv run failed on $model:" >&2; echo "$timed" | tail -20 >&2; exit 1; }
-  echo "$timed" | python3 -c '
+  echo "round $r: $(grep -c . "$results") figures" >&2
+done
+# The resident size once: it does not move between rounds, and each run loads the model again.
+timed=$(/usr/bin/time -v "$tierkv" run --model "$model" --weights mapped --prompt Hello --max-tokens 64 \
+  --temperature 0 2>&1 >/dev/null) ||
+  { echo "bench_native: tierkv run failed on $model:" >&2; echo "$timed" | tail -20 >&2; exit 1; }
+echo "$timed" | python3 -c '
 import re, sys
 t = sys.stdin.read()
 rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", t)
 if not rss: sys.exit("bench_native: no resident size from tierkv run:\n" + t[-2000:])
 print("tierkv rss_mib", int(rss.group(1)) / 1024)' >> "$results"
-  echo "round $r: $(grep -c . "$results") figures" >&2
-done
 python3 - "$results" "$rounds" <<'PY'
 import collections, statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
