@@ -32,19 +32,21 @@ TIERKV_AVX2 inline float H(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// Q4_K/Q5_K's twelve bytes of 6-bit scales and mins, unpacked at once:
-// bytes 0-7 of the result are the 8 scales, 8-15 the 8 mins (the same
-// values ScaleMinK4 gives one at a time).
-inline void ScalesMins(const uint8_t* q, uint8_t out[16]) {
-  uint32_t u[4];
-  std::memcpy(u, q, 12);
+// Q4_K/Q5_K's twelve bytes of 6-bit scales and mins, unpacked at once in
+// general registers: the 8 scales as the bytes of *scales, the 8 mins as
+// those of *mins (the values ScaleMinK4 gives one at a time). Kept out of
+// memory: four 32-bit stores read back as one 64-bit load cannot be
+// forwarded, and the stall cost ~10% of a one-row product (Zen 1).
+inline void ScalesMins(const uint8_t* q, uint64_t* scales, uint64_t* mins) {
+  uint32_t u0, u1, u2;
+  std::memcpy(&u0, q, 4);
+  std::memcpy(&u1, q + 4, 4);
+  std::memcpy(&u2, q + 8, 4);
   constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-  u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
-  const uint32_t mins_lo = u[1] & k6;
-  u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
-  u[2] = mins_lo;
-  u[0] &= k6;
-  std::memcpy(out, u, 16);
+  const uint32_t scales_hi = (u2 & k4) | (((u0 >> 6) & k2) << 4);
+  const uint32_t mins_hi = ((u2 >> 4) & k4) | (((u1 >> 6) & k2) << 4);
+  *scales = (u0 & k6) | (static_cast<uint64_t>(scales_hi) << 32);
+  *mins = (u1 & k6) | (static_cast<uint64_t>(mins_hi) << 32);
 }
 
 TIERKV_AVX2 inline __m256i Load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
@@ -174,28 +176,31 @@ TIERKV_AVX2 inline __m256i DecodeQ4_0(const uint8_t* w) {
                          _mm256_set1_epi8(8));
 }
 
-// Unsigned weight bytes u (< 128) · signed activations y, each 16-bit pair
-// sum multiplied by its lane of `scales`; 8 int32 lanes.
-TIERKV_AVX2 inline __m256i DotU8Scaled(__m256i u, __m256i y, __m256i scales) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), scales);
+// Two groups' int16 pair sums (from maddubs, each at most 16,256 in
+// magnitude so that two added still fit) folded into one register and
+// multiplied by their scales in one madd. Unpacking interleaves them, p0's
+// lanes j and j + 4 of each 128-bit half added into the even 16-bit lanes,
+// p1's into the odd ones (a lane never takes sums from the other half), so
+// with s2 holding p0's scale in the even int16 lanes and p1's in the odd,
+// each int32 lane gets p0's sums times its scale plus p1's times its own:
+// the total two madds would give, for one multiply and three cheap
+// operations (two shifts, two adds and a blend measured slower on Zen 1,
+// whose one vector multiply pipe the maddubs keep half busy).
+TIERKV_AVX2 inline __m256i FoldMadd(__m256i p0, __m256i p1, __m256i s2) {
+  const __m256i folded = _mm256_add_epi16(_mm256_unpacklo_epi16(p0, p1), _mm256_unpackhi_epi16(p0, p1));
+  return _mm256_madd_epi16(folded, s2);
 }
 
-// Two groups' int16 pair sums (from maddubs, each at most 16,256 in
-// magnitude so that two added still fit) folded into one register, p0's
-// into the even lanes and p1's into the odd ones, and multiplied by their
-// scales (s2: p0's scale in the even int16 lanes, p1's in the odd) in one
-// madd: each int32 lane gets p0's pair times its scale plus p1's pair
-// times its scale, the sum two madds would have given, for one multiply.
-TIERKV_AVX2 inline __m256i FoldMadd(__m256i p0, __m256i p1, __m256i s2) {
+// FoldMadd with ggml's grouping: each int32 lane gets the two adjacent
+// pair sums of p0 and those of p1 (shifts, adds and a blend: two more
+// operations than unpacking). Q6_K keeps it because its lanes then hold
+// the sums ggml's kernel forms, so the fp32 rounding that follows is
+// llama.cpp's (its oracle test parts from llama.cpp at a 0.0596-logit
+// near-tie on Zen 1 with these lanes, 0.0609 with FoldMadd's).
+TIERKV_AVX2 inline __m256i FoldMaddAdjacent(__m256i p0, __m256i p1, __m256i s2) {
   const __m256i even = _mm256_add_epi16(p0, _mm256_srli_epi32(p0, 16));
   const __m256i odd = _mm256_add_epi16(p1, _mm256_slli_epi32(p1, 16));
   return _mm256_madd_epi16(_mm256_blend_epi16(even, odd, 0xAA), s2);
-}
-
-// The 16-bit lane j of v in every 16-bit lane.
-template <int J>
-TIERKV_AVX2 inline __m256i Lane16(__m256i v) {
-  return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>(((2 * J + 1) << 8) | (2 * J))));
 }
 
 // Sub-blocks 2K and 2K+1 (64 elements) of a Q4_K/Q5_K super-block for MR
@@ -212,23 +217,15 @@ TIERKV_AVX2 inline void Q45_KPair(const uint8_t* qs, __m256i* hb, __m256i scales
     hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(*hb, 1), one), 4));
     *hb = _mm256_srli_epi16(*hb, 2);
   }
-  if constexpr (MR == 1) {
-    const __m256i sl = Lane16<2 * K>(scales), sh = Lane16<2 * K + 1>(scales);
-    const uint8_t* ym = y + 64 * K;
-    const __m256i p = _mm256_add_epi32(DotU8Scaled(lo, Load(ym), sl), DotU8Scaled(hi, Load(ym + 32), sh));
-    sumi[0] = _mm256_add_epi32(sumi[0], p);
-  } else {
-    // Several rows: the two sub-blocks' pair sums (each at most 2 x 31 x
-    // 127) folded into one madd by (s_2K, s_2K+1): three multiplies per 64
-    // elements instead of four (docs/engine.md, Zen 1). The one-row kernel
-    // keeps four: folded it measured slower.
-    const __m256i s2 = _mm256_shuffle_epi32(scales, K * 0x55);
-    #pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) {
-      const uint8_t* ym = y + m * stride + 64 * K;
-      const __m256i pl = _mm256_maddubs_epi16(lo, Load(ym)), ph = _mm256_maddubs_epi16(hi, Load(ym + 32));
-      sumi[m] = _mm256_add_epi32(sumi[m], FoldMadd(pl, ph, s2));
-    }
+  // The two sub-blocks' pair sums (each at most 2 x 31 x 127) folded into
+  // one madd by (s_2K, s_2K+1): three multiplies per 64 elements and row
+  // instead of four.
+  const __m256i s2 = _mm256_shuffle_epi32(scales, K * 0x55);
+  #pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    const uint8_t* ym = y + m * stride + 64 * K;
+    const __m256i pl = _mm256_maddubs_epi16(lo, Load(ym)), ph = _mm256_maddubs_epi16(hi, Load(ym + 32));
+    sumi[m] = _mm256_add_epi32(sumi[m], FoldMadd(pl, ph, s2));
   }
 }
 
@@ -246,12 +243,14 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
   }
   for (int b = 0; b < cols / 256; ++b, w += kBytes, a += 292) {
     if constexpr (MR <= 2) PrefetchBlock<kBytes>(w);
-    alignas(16) uint8_t sm[16];
-    ScalesMins(w + 4, sm);
-    const __m256i scales = _mm256_broadcastsi128_si256(
-        _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
-    const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
-    const float d = H(w), dmin = H(w + 2);
+    uint64_t scales8, mins8;
+    ScalesMins(w + 4, &scales8, &mins8);
+    const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(scales8))));
+    const __m128i mins16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mins8)));
+    // d and dmin converted together: [d, dmin, 0, 0].
+    uint32_t d2;
+    std::memcpy(&d2, w, 4);
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d2)));
     const uint8_t* qs = w + 16 + (kFive ? 32 : 0);
     __m256i hb = kFive ? Load(w + 16) : _mm256_setzero_si256();
     __m256i sumi[MR];
@@ -269,8 +268,9 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
       // Σ_j min_j · (bsums[2j] + bsums[2j+1]), as 4 int32 lanes.
       const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(am + 260)),
                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(am + 276)));
-      acc_m[m] = _mm_fmadd_ps(_mm_set1_ps(yd * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, bs)), acc_m[m]);
-      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(yd * d), _mm256_cvtepi32_ps(sumi[m]), acc[m]);
+      const __m128 f = _mm_mul_ps(dd, _mm_set1_ps(yd));  // [yd d, yd dmin, 0, 0]
+      acc_m[m] = _mm_fmadd_ps(_mm_shuffle_ps(f, f, 0x55), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, bs)), acc_m[m]);
+      acc[m] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f), _mm256_cvtepi32_ps(sumi[m]), acc[m]);
     }
   }
   #pragma GCC unroll 8
@@ -302,7 +302,7 @@ TIERKV_AVX2 inline void Q6_KPair(__m256i v0, __m256i v1, __m256i s2, const uint8
     const uint8_t* ym = y + m * stride;
     const __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(Load(ym), v0));
     const __m256i p1 = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(Load(ym + 32), v1));
-    sumi[m] = _mm256_add_epi32(sumi[m], FoldMadd(p0, p1, s2));
+    sumi[m] = _mm256_add_epi32(sumi[m], FoldMaddAdjacent(p0, p1, s2));
   }
 }
 
