@@ -43,8 +43,8 @@ int Avx2MaxRows(GgmlType t) {
 
 int Avx2SplitMaxRows(GgmlType t) {
   switch (t) {
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K: return 96;
+    case GgmlType::kQ4_K: return 256;  // a sub-block pair folded by unpacking
+    case GgmlType::kQ5_K: return 128;
     case GgmlType::kQ6_K:
     case GgmlType::kBF16: return 32;
     case GgmlType::kF16: return 24;

@@ -56,18 +56,17 @@ namespace tierkv::model {
 //   made the in-type side faster: unmeasured since on that CPU.
 // - AVX2 run as two 128-bit halves (AMD EPYC 7001, Zen 1; its one 128-bit
 //   integer multiply pipe bounds the 8-bit kernels at ~40-53 GFLOP/s on 2
-//   cores, sgemm reaches ~60-68), with the kernels that fold two
-//   sub-blocks into one madd, from two runs of `bench-engine --calibrate`
-//   (2026-11-29; the lower of the two runs' limits; in type | dequantize
-//   + sgemm ms, run 1; run 2): Q4_K up to 96 rows (233.8 | 250.0; 207.8 |
-//   213.2 at 96; at 128 level, 282.7 | 284.0; 280.2 | 278.6), Q5_K up to
-//   96 (243.8 | 268.5; 239.1 | 256.9 at 96; at 128 327.8 | 322.4; 315.2 |
-//   318.5), Q6_K up to 32 (83.3 | 94.2 at 32; 125.0 | 121.7 at 48), Q8_0
-//   up to 16 (52.6 | 59.3 at 16; sgemm ahead by 4-9% at 24), F16 up to 24
-//   (72.6 | 76.4; 69.6 | 74.6 at 24; sgemm ahead at 32), BF16 up to 32
-//   (98.3 | 116.3 at 32; at 48 149.9 | 141.8; 127.9 | 135.5); Q4_0 up to
-//   16, where the runs gave 8 and 16 (58.9 | 58.0; 57.9 | 62.9 at 16) and
-//   an earlier measurement 56.5 | 61.1.
+//   cores, sgemm reaches ~60-68), each the lowest limit of several runs of
+//   `bench-engine --calibrate` (2026-11-29; in type | dequantize + sgemm
+//   ms): Q4_K up to 256 rows and Q5_K up to 128, with the kernels that
+//   fold a sub-block pair by unpacking (three runs: 384, 256, 384 and 192,
+//   128, 192; run 3: Q4_K 520.0 | 540.8 at 256, 785.1 | 795.7 at 384,
+//   1175.7 | 1119.1 at 512; Q5_K 463.0 | 476.2 at 192, 618.2 | 602.4 at
+//   256); Q8_0 and Q4_0 up to 32 with the four-blocks-a-step kernels
+//   (Q8_0 32, 64, 48; Q4_0 32, 32); Q6_K up to 32 (83.3 | 94.2 at 32;
+//   125.0 | 121.7 at 48), F16 up to 24 (72.6 | 76.4; 69.6 | 74.6 at 24;
+//   sgemm ahead at 32), BF16 up to 32 (98.3 | 116.3 at 32; at 48 149.9 |
+//   141.8; 127.9 | 135.5).
 // Other CPUs with AVX-512 (Zen 4, Skylake without VNNI) take the first
 // figures unmeasured, other AVX2 CPUs (Zen 2, Intel client cores) Zen 3's,
 // Zen+ (also reported as znver1) Zen 1's: a crossover file measured there

@@ -286,7 +286,7 @@ void DotRows(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
 // file measured with the older kernels is refused (model/crossover.h).
 const char* DotKernelName() {
   if (!HasAvx2()) return "portable";
-  return HasPackedKernels() ? "avx2 r2, Q4_K and Q8_0 packed for avx512-vnni" : "avx2 r2";
+  return HasPackedKernels() ? "avx2 r3, Q4_K and Q8_0 packed for avx512-vnni" : "avx2 r3";
 }
 
 }  // namespace tierkv::model

@@ -94,7 +94,7 @@ void DotRowsPortable(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, i
                      const uint8_t* act, size_t act_stride, int M, float beta, float* C, size_t ldc);
 
 // The kernels in use on this CPU, with their revision: "portable",
-// "avx2 r2", or "avx2 r2, Q4_K and Q8_0 packed for avx512-vnni"
+// "avx2 r3", or "avx2 r3, Q4_K and Q8_0 packed for avx512-vnni"
 // (model/quant_pack.h).
 const char* DotKernelName();
 
