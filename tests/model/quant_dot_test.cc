@@ -164,6 +164,49 @@ TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
   }
 }
 
+// Weights and activations at their largest magnitudes, all products of one
+// sign: the int16 sums the kernels fold (two sub-blocks' pair sums added in
+// one lane, at most 4 x 31 x 127 for Q5_K, 4 x 32 x 127 for Q6_K) must not
+// wrap or saturate, or the AVX2 products part from the portable ones by
+// thousands.
+TEST(QuantDotTest, LargestValuesOfOneSignDoNotOverflowTheIntegerSums) {
+  if (!HasAvx2()) GTEST_SKIP() << "no AVX2 on this CPU: DotRows runs the portable loops only";
+  const int cols = 512, M = 7;
+  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const GgmlTypeInfo info = *TypeInfo(static_cast<uint32_t>(t));
+    // Every value byte at the type's extreme: 0x00 for Q4_0 (nibbles 0, values
+    // -8), -127 for Q8_0, 0xFF for the k-quants (nibbles 15, fifth and sixth
+    // bits set: 15, 31, 63 - 32; 6-bit scales and mins 63; Q6_K's int8
+    // scales -1); every fp16 scale 1.0.
+    const char fill = t == GgmlType::kQ4_0 ? 0x00 : t == GgmlType::kQ8_0 ? static_cast<char>(0x81) : static_cast<char>(0xFF);
+    std::string w(RowBytes(t, cols), fill);
+    for (size_t b = 0; b < w.size(); b += info.block_bytes) {
+      const size_t at = t == GgmlType::kQ6_K ? b + 208 : b;
+      w[at] = 0x00;
+      w[at + 1] = 0x3C;
+      if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) {
+        w[at + 2] = 0x00;
+        w[at + 3] = 0x3C;
+      }
+    }
+    for (const float sign : {1.f, -1.f}) {
+      const ActFormat f = ActivationFormat(t);
+      const size_t stride = ActRowBytes(f, cols);
+      std::vector<uint8_t> act(M * stride);
+      const std::vector<float> a(cols, sign);  // each quantized to +-127
+      for (int m = 0; m < M; ++m) QuantizeActivations(f, a.data(), cols, act.data() + m * stride);
+      const auto* wp = reinterpret_cast<const uint8_t*>(w.data());
+      std::vector<float> fast(M), slow(M);
+      DotRows(t, cols, wp, w.size(), 1, act.data(), stride, M, 0.f, fast.data(), 1);
+      DotRowsPortable(t, cols, wp, w.size(), 1, act.data(), stride, M, 0.f, slow.data(), 1);
+      for (int m = 0; m < M; ++m) {
+        ASSERT_GT(std::fabs(slow[m]), 100.f) << info.name;
+        EXPECT_NEAR(fast[m], slow[m], 1e-5f * std::fabs(slow[m])) << info.name << " sign " << sign << " row " << m;
+      }
+    }
+  }
+}
+
 // A NaN or an infinity among the activations makes the products NaN, as
 // fp32 activations would, instead of rounding to a finite value.
 TEST(QuantDotTest, NonFiniteActivationsStayNonFinite) {
