@@ -27,7 +27,7 @@ enum class CpuKind {
 
 CpuKind ThisCpu() {
   if (__builtin_cpu_supports("avx512f") || !HasAvx2()) return CpuKind::kAvx512;
-  return __builtin_cpu_is("znver1") ? CpuKind::kAvx2Split : CpuKind::kAvx2;
+  return Avx2InHalves() ? CpuKind::kAvx2Split : CpuKind::kAvx2;
 }
 
 int Avx2MaxRows(GgmlType t) {

@@ -101,6 +101,11 @@ bool HasAvx2() {
   return has;
 }
 
+bool Avx2InHalves() {
+  static const bool halves = HasAvx2() && !__builtin_cpu_supports("avx512f") && __builtin_cpu_is("znver1");
+  return halves;
+}
+
 bool DequantizeBlocksAvx2(GgmlType t, const uint8_t* src, float* dst, size_t blocks) {
   void (*f)(const uint8_t*, float*) = nullptr;
   switch (t) {

@@ -14,6 +14,10 @@ namespace tierkv::model {
 
 // Whether the CPU has AVX2, FMA and F16C: what the AVX2 kernels need.
 bool HasAvx2();
+// Whether it runs AVX2 as two 128-bit halves with one vector multiply pipe
+// (AMD Zen 1 and Zen+, which report themselves as znver1): a few kernels
+// and the crossover table are chosen for it (quant_dot.h, crossover.h).
+bool Avx2InHalves();
 // Shared with the portable loops (quant.cc): an fp16 scale at p, and
 // Q4_K/Q5_K's j-th 6-bit scale and min (ggml's get_scale_min_k4).
 float F16(const uint8_t* p);

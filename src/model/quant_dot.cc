@@ -277,11 +277,12 @@ void DotRowsPortable(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, i
 
 void DotRows(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows, const uint8_t* act,
              size_t act_stride, int M, float beta, float* C, size_t ldc) {
-  RunDots(HasAvx2() ? DotAvx2(t) : nullptr, DotPortable(t), cols, w, row_bytes, rows, act, act_stride, M, beta, C,
-          ldc);
+  RunDots(HasAvx2() ? DotAvx2(t, Avx2InHalves()) : nullptr, DotPortable(t), cols, w, row_bytes, rows, act,
+          act_stride, M, beta, C, ldc);
 }
 
-// "r2": Q8_0/Q4_0 four blocks a step (2026-11-29). The revision moves when
+// "r2": Q8_0/Q4_0 four blocks a step; "r3": Q4_K/Q5_K fold a sub-block
+// pair by unpacking (both 2026-11-29). The revision moves when
 // a kernel's speed changes enough to move a crossover, so that a crossover
 // file measured with the older kernels is refused (model/crossover.h).
 const char* DotKernelName() {

@@ -103,11 +103,13 @@ using DotFn = float (*)(const uint8_t* w, const uint8_t* act, int cols);
 // The AVX2 kernels (model/quant_dot_avx2.cc): one weight row against 1, 2
 // or 4 activation rows `stride` bytes apart (the weight blocks decoded once
 // for all), sums to out[0..rows). Null for a type without them; the caller
-// checks HasAvx2().
+// checks HasAvx2(). `halves`: Q4_K's and Q5_K's one-row kernels in 128-bit
+// registers, for a CPU that runs AVX2 as two 128-bit halves (Avx2InHalves;
+// DotRows passes it), slower elsewhere; the other kernels are the same.
 using RowsDotFn = void (*)(const uint8_t* w, const uint8_t* act, size_t stride, int cols, float* out);
 struct MultiDot {
   RowsDotFn one, two, four;
 };
-const MultiDot* DotAvx2(GgmlType t);
+const MultiDot* DotAvx2(GgmlType t, bool halves);
 
 }  // namespace tierkv::model

@@ -229,6 +229,30 @@ TIERKV_AVX2 inline void Q45_KPair(const uint8_t* qs, __m256i* hb, __m256i scales
   }
 }
 
+// A Q4_K/Q5_K super-block's header: its 8 scales and 8 mins as int16,
+// and [d, dmin, 0, 0].
+struct KHeader {
+  __m128i scales, mins;
+  __m128 dd;
+};
+TIERKV_AVX2 inline KHeader ReadKHeader(const uint8_t* w) {
+  uint64_t scales8, mins8;
+  ScalesMins(w + 4, &scales8, &mins8);
+  uint32_t d2;
+  std::memcpy(&d2, w, 4);
+  return {_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(scales8))),
+          _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mins8))),
+          _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d2)))};  // d and dmin converted together
+}
+
+// Σ_j min_j · (bsums[2j] + bsums[2j+1]) for the Q8_K activations at am, as
+// 4 int32 lanes.
+TIERKV_AVX2 inline __m128i MinSums(__m128i mins, const uint8_t* am) {
+  const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(am + 260)),
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(am + 276)));
+  return _mm_madd_epi16(mins, bs);
+}
+
 // Q4_K (five = false) and Q5_K: 8 sub-blocks of 32 with 6-bit scales and
 // mins; the mins meet the activations' 16-element sums.
 template <bool kFive, int MR>
@@ -243,14 +267,8 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
   }
   for (int b = 0; b < cols / 256; ++b, w += kBytes, a += 292) {
     if constexpr (MR <= 2) PrefetchBlock<kBytes>(w);
-    uint64_t scales8, mins8;
-    ScalesMins(w + 4, &scales8, &mins8);
-    const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(scales8))));
-    const __m128i mins16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mins8)));
-    // d and dmin converted together: [d, dmin, 0, 0].
-    uint32_t d2;
-    std::memcpy(&d2, w, 4);
-    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d2)));
+    const KHeader hd = ReadKHeader(w);
+    const __m256i scales = _mm256_broadcastsi128_si256(hd.scales);
     const uint8_t* qs = w + 16 + (kFive ? 32 : 0);
     __m256i hb = kFive ? Load(w + 16) : _mm256_setzero_si256();
     __m256i sumi[MR];
@@ -265,16 +283,65 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
       const uint8_t* am = a + m * stride;
       float yd;
       std::memcpy(&yd, am, 4);
-      // Σ_j min_j · (bsums[2j] + bsums[2j+1]), as 4 int32 lanes.
-      const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(am + 260)),
-                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(am + 276)));
-      const __m128 f = _mm_mul_ps(dd, _mm_set1_ps(yd));  // [yd d, yd dmin, 0, 0]
-      acc_m[m] = _mm_fmadd_ps(_mm_shuffle_ps(f, f, 0x55), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, bs)), acc_m[m]);
+      const __m128 f = _mm_mul_ps(hd.dd, _mm_set1_ps(yd));  // [yd d, yd dmin, 0, 0]
+      acc_m[m] = _mm_fmadd_ps(_mm_shuffle_ps(f, f, 0x55), _mm_cvtepi32_ps(MinSums(hd.mins, am)), acc_m[m]);
       acc[m] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f), _mm256_cvtepi32_ps(sumi[m]), acc[m]);
     }
   }
   #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]) - Hsum128(acc_m[m]);
+}
+
+TIERKV_AVX2 inline __m128i Load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// The one-row Q4_K/Q5_K product in 128-bit registers, for CPUs that run
+// AVX2 as two 128-bit halves (Avx2InHalves: Zen 1). Each 32 values of a
+// sub-block pair are taken 16 at a time; the two halves' folded sums (each
+// int16 lane at most 4 x 31 x 127) share their scales, so they add in
+// int16 (at most 31,496) before one madd: two multiplies per 64 values
+// where the 256-bit kernel spends the equivalent of three, on the one
+// pipe that multiplies. 0.90x the 256-bit kernel's time per decode step
+// there (docs/engine.md); on full-width AVX2 it would take twice the
+// instructions, so only those CPUs get it.
+template <bool kFive>
+TIERKV_AVX2 void Q45_KHalves(const uint8_t* w, const uint8_t* a, size_t, int cols, float* out) {
+  constexpr size_t kBytes = kFive ? 176 : 144;
+  const __m128i m4 = _mm_set1_epi8(0x0F), one = _mm_set1_epi8(1);
+  __m128 acc = _mm_setzero_ps(), acc_m = _mm_setzero_ps();
+  for (int b = 0; b < cols / 256; ++b, w += kBytes, a += 292) {
+    PrefetchBlock<kBytes>(w);
+    const KHeader hd = ReadKHeader(w);
+    const uint8_t* qs = w + 16 + (kFive ? 32 : 0);
+    __m128i hb[2] = {_mm_setzero_si128(), _mm_setzero_si128()};
+    if (kFive) hb[0] = Load128(w + 16), hb[1] = Load128(w + 32);
+    __m128i sumi[2] = {_mm_setzero_si128(), _mm_setzero_si128()};
+    #pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      __m128i folded = _mm_setzero_si128();
+      #pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m128i q = Load128(qs + 32 * k + 16 * h);
+        __m128i lo = _mm_and_si128(q, m4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+        if (kFive) {
+          lo = _mm_or_si128(lo, _mm_slli_epi16(_mm_and_si128(hb[h], one), 4));
+          hi = _mm_or_si128(hi, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hb[h], 1), one), 4));
+          hb[h] = _mm_srli_epi16(hb[h], 2);
+        }
+        const uint8_t* ym = a + 4 + 64 * k + 16 * h;
+        const __m128i pl = _mm_maddubs_epi16(lo, Load128(ym)), ph = _mm_maddubs_epi16(hi, Load128(ym + 32));
+        folded = _mm_add_epi16(folded, _mm_add_epi16(_mm_unpacklo_epi16(pl, ph), _mm_unpackhi_epi16(pl, ph)));
+      }
+      // (s_2k, s_2k+1) in every 32-bit lane; pshufb, as k is not a constant before unrolling.
+      const __m128i s2 = _mm_shuffle_epi8(hd.scales, _mm_set1_epi32(0x03020100 + 0x04040404 * k));
+      sumi[k & 1] = _mm_add_epi32(sumi[k & 1], _mm_madd_epi16(folded, s2));
+    }
+    float yd;
+    std::memcpy(&yd, a, 4);
+    const __m128 f = _mm_mul_ps(hd.dd, _mm_set1_ps(yd));
+    acc_m = _mm_fmadd_ps(_mm_shuffle_ps(f, f, 0x55), _mm_cvtepi32_ps(MinSums(hd.mins, a)), acc_m);
+    acc = _mm_fmadd_ps(_mm_shuffle_ps(f, f, 0), _mm_cvtepi32_ps(_mm_add_epi32(sumi[0], sumi[1])), acc);
+  }
+  *out = Hsum128(acc) - Hsum128(acc_m);
 }
 
 // Q6_K's sixteen int8 scales for folded sub-block pair P (0-3; elements
@@ -403,14 +470,18 @@ template <int MR> struct Q6_KK { static constexpr auto Run = Q6_K<MR>; };
 template <int MR> struct F16K { static constexpr auto Run = Half<false, MR>; };
 template <int MR> struct BF16K { static constexpr auto Run = Half<true, MR>; };
 
+// Q4_K and Q5_K with the one-row kernel in 128-bit registers.
+constexpr MultiDot kQ4_KHalves = {Q45_KHalves<false>, Q45_K<false, 2>, Q45_K<false, 4>};
+constexpr MultiDot kQ5_KHalves = {Q45_KHalves<true>, Q45_K<true, 2>, Q45_K<true, 4>};
+
 }  // namespace
 
-const MultiDot* DotAvx2(GgmlType t) {
+const MultiDot* DotAvx2(GgmlType t, bool halves) {
   switch (t) {
     case GgmlType::kQ4_0: return &kTable<Q4_0K>;
     case GgmlType::kQ8_0: return &kTable<Q8_0K>;
-    case GgmlType::kQ4_K: return &kTable<Q4_KK>;
-    case GgmlType::kQ5_K: return &kTable<Q5_KK>;
+    case GgmlType::kQ4_K: return halves ? &kQ4_KHalves : &kTable<Q4_KK>;
+    case GgmlType::kQ5_K: return halves ? &kQ5_KHalves : &kTable<Q5_KK>;
     case GgmlType::kQ6_K: return &kTable<Q6_KK>;
     case GgmlType::kF16: return &kTable<F16K>;
     case GgmlType::kBF16: return &kTable<BF16K>;

@@ -118,6 +118,22 @@ TEST(QuantDotTest, ProductsEqualTheDequantizedValuesProducts) {
   }
 }
 
+// Both AVX2 one-row kernels of type t (the 256-bit one and, for Q4_K and
+// Q5_K, the one in 128-bit registers that DotRows takes on Zen 1), whatever
+// this CPU would pick, against the portable sums `want` of activation rows
+// `stride` bytes apart.
+void ExpectOneRowKernelsAgree(GgmlType t, int cols, const uint8_t* w, const uint8_t* act, size_t stride,
+                              const std::vector<float>& want, const std::string& name) {
+  for (const bool halves : {false, true}) {
+    for (size_t m = 0; m < want.size(); ++m) {
+      float got = 0;
+      DotAvx2(t, halves)->one(w, act + m * stride, stride, cols, &got);
+      EXPECT_NEAR(got, want[m], 1e-6 * cols * (1 + std::fabs(want[m])))
+          << name << (halves ? " in 128-bit halves" : "") << ", activation row " << m;
+    }
+  }
+}
+
 TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
   if (!HasAvx2()) GTEST_SKIP() << "no AVX2 on this CPU: DotRows runs the portable loops only";
   std::mt19937 rng(7);
@@ -128,7 +144,7 @@ TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
     const GgmlTypeInfo info = *TypeInfo(static_cast<uint32_t>(t));
     if (cols % info.block_elems != 0) continue;
     const std::string name = std::string(info.name) + " cols " + std::to_string(cols);
-    ASSERT_NE(DotAvx2(t), nullptr) << name;
+    ASSERT_NE(DotAvx2(t, false), nullptr) << name;
     std::string w(RowBytes(t, cols), 0);
     for (char& ch : w) ch = static_cast<char>(rng());
     // fp16 scales (and F16/BF16 values) kept finite and small: high exponent bits cleared.
@@ -161,6 +177,7 @@ TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
       // Equal integer sums: only the fp32 order of the per-block terms differs.
       EXPECT_NEAR(fast[m], slow[m], 1e-6 * cols * (1 + std::fabs(slow[m]))) << name << " activation row " << m;
     }
+    ExpectOneRowKernelsAgree(t, cols, wp, act.data(), stride, slow, name);
   }
 }
 
@@ -203,6 +220,7 @@ TEST(QuantDotTest, LargestValuesOfOneSignDoNotOverflowTheIntegerSums) {
         ASSERT_GT(std::fabs(slow[m]), 100.f) << info.name;
         EXPECT_NEAR(fast[m], slow[m], 1e-5f * std::fabs(slow[m])) << info.name << " sign " << sign << " row " << m;
       }
+      ExpectOneRowKernelsAgree(t, cols, wp, act.data(), stride, slow, std::string(info.name) + " extreme");
     }
   }
 }
