@@ -52,8 +52,10 @@ namespace tierkv::model {
 //   behind at 64 (98-114 against 89-94 ms), so 48; F16 and BF16 in
 //   registers up to 16 (F16: 10.5 against 28.4 ms at 4, 34.8 against 39.3
 //   at 16, 144 against 87 at 64; BF16: 36.6 against 67.0 at 16). These
-//   predate the folded Q4_K/Q5_K/Q6_K kernels (2026-11-29), which only
-//   made the in-type side faster: unmeasured since on that CPU.
+//   predate the folded Q4_K/Q5_K/Q6_K kernels and the four-blocks-a-step
+//   Q8_0/Q4_0 ones (2026-11-29), all timed on Zen 1 only (where every
+//   change made the in-type side faster; an earlier one-row fold had been
+//   1.03-1.12x slower there): unmeasured since on that CPU.
 // - AVX2 run as two 128-bit halves (AMD EPYC 7001, Zen 1; its one 128-bit
 //   integer multiply pipe bounds the 8-bit kernels at ~40-53 GFLOP/s on 2
 //   cores, sgemm reaches ~60-68), each the lowest limit of several runs of

@@ -105,7 +105,8 @@ using DotFn = float (*)(const uint8_t* w, const uint8_t* act, int cols);
 // for all), sums to out[0..rows). Null for a type without them; the caller
 // checks HasAvx2(). `halves`: Q4_K's and Q5_K's one-row kernels in 128-bit
 // registers, for a CPU that runs AVX2 as two 128-bit halves (Avx2InHalves;
-// DotRows passes it), slower elsewhere; the other kernels are the same.
+// DotRows passes it; on full-width units it would take twice the
+// instructions, not measured there); the other kernels are the same.
 using RowsDotFn = void (*)(const uint8_t* w, const uint8_t* act, size_t stride, int cols, float* out);
 struct MultiDot {
   RowsDotFn one, two, four;

@@ -297,12 +297,14 @@ TIERKV_AVX2 inline __m128i Load128(const void* p) { return _mm_loadu_si128(stati
 // The one-row Q4_K/Q5_K product in 128-bit registers, for CPUs that run
 // AVX2 as two 128-bit halves (Avx2InHalves: Zen 1). Each 32 values of a
 // sub-block pair are taken 16 at a time; the two halves' folded sums (each
-// int16 lane at most 4 x 31 x 127) share their scales, so they add in
-// int16 (at most 31,496) before one madd: two multiplies per 64 values
-// where the 256-bit kernel spends the equivalent of three, on the one
-// pipe that multiplies. 0.90x the 256-bit kernel's time per decode step
-// there (docs/engine.md); on full-width AVX2 it would take twice the
-// instructions, so only those CPUs get it.
+// int16 lane two pair sums of one sub-block, at most 4 x 31 x 128) share
+// their scales, so they add in int16 (at most 31,744: the tightest bound
+// here) before one madd: five 128-bit multiplies per 64 values (four
+// maddubs, one madd) where the 256-bit kernel issues six on Zen 1's one
+// multiply pipe. 0.93x the 256-bit kernel's time per Q4_K decode step
+// there (median of 3 pairs; 36 against 40 cycles per super-block with the
+// weights in L1; docs/engine.md). On full-width AVX2 it would take twice
+// the instructions (not measured there), so only those CPUs get it.
 template <bool kFive>
 TIERKV_AVX2 void Q45_KHalves(const uint8_t* w, const uint8_t* a, size_t, int cols, float* out) {
   constexpr size_t kBytes = kFive ? 176 : 144;

@@ -181,11 +181,13 @@ TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
   }
 }
 
-// Weights and activations at their largest magnitudes, all products of one
-// sign: the int16 sums the kernels fold (two sub-blocks' pair sums added in
-// one lane, at most 4 x 31 x 127 for Q5_K, 4 x 32 x 127 for Q6_K) must not
-// wrap or saturate, or the AVX2 products part from the portable ones by
-// thousands.
+// Weights and activations near their largest magnitudes, all products of
+// one sign: the int16 sums the kernels fold must not wrap or saturate, or
+// the AVX2 products part from the portable ones by thousands. The tightest
+// is the 128-bit one-row Q5_K kernel's (each lane 8 products of one
+// sub-block, 8 x 31 x 127 = 31,496 here); the 256-bit folds hold 4 (Q5_K
+// 15,748, Q6_K 16,256 at |v| = 32). Q6_K's values here are +31 and Q8_0's
+// -127 (a file may hold -32 and -128: also within the bounds).
 TEST(QuantDotTest, LargestValuesOfOneSignDoNotOverflowTheIntegerSums) {
   if (!HasAvx2()) GTEST_SKIP() << "no AVX2 on this CPU: DotRows runs the portable loops only";
   const int cols = 512, M = 7;
