@@ -50,6 +50,7 @@ inline void ScalesMins(const uint8_t* q, uint64_t* scales, uint64_t* mins) {
 }
 
 TIERKV_AVX2 inline __m256i Load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+TIERKV_AVX2 inline __m128i Load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
 // Asks for the cache lines of the weight block kAhead bytes past w (a
 // block of kBytes). The weights stream from memory once per product; the
@@ -171,7 +172,7 @@ TIERKV_AVX2 inline __m256i DecodeQ8_0(const uint8_t* w) { return Load(w + 2); }
 // Nibble - 8: low nibbles are elements 0-15, high ones 16-31.
 TIERKV_AVX2 inline __m256i DecodeQ4_0(const uint8_t* w) {
   const __m128i m4 = _mm_set1_epi8(0x0F);
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+  const __m128i v = Load128(w + 2);
   return _mm256_sub_epi8(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)),
                          _mm256_set1_epi8(8));
 }
@@ -248,8 +249,7 @@ TIERKV_AVX2 inline KHeader ReadKHeader(const uint8_t* w) {
 // Σ_j min_j · (bsums[2j] + bsums[2j+1]) for the Q8_K activations at am, as
 // 4 int32 lanes.
 TIERKV_AVX2 inline __m128i MinSums(__m128i mins, const uint8_t* am) {
-  const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(am + 260)),
-                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(am + 276)));
+  const __m128i bs = _mm_hadd_epi16(Load128(am + 260), Load128(am + 276));
   return _mm_madd_epi16(mins, bs);
 }
 
@@ -291,8 +291,6 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
   #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) out[m] = Hsum(acc[m]) - Hsum128(acc_m[m]);
 }
-
-TIERKV_AVX2 inline __m128i Load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
 // The one-row Q4_K/Q5_K product in 128-bit registers, for CPUs that run
 // AVX2 as two 128-bit halves (Avx2InHalves: Zen 1). Each 32 values of a
@@ -386,7 +384,7 @@ TIERKV_AVX2 void Q6_K(const uint8_t* w, const uint8_t* a, size_t stride, int col
     if constexpr (MR <= 2) PrefetchBlock<210>(w);
     const uint8_t* ql = w;
     const uint8_t* qh = w + 128;
-    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192));
+    const __m128i sc = Load128(w + 192);
     __m256i sumi[MR];
     #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) sumi[m] = _mm256_setzero_si256();
@@ -421,7 +419,7 @@ TIERKV_AVX2 void Q6_K(const uint8_t* w, const uint8_t* a, size_t stride, int col
 // F16 / BF16 weights · fp32 activations, 16 elements per step in 2 sums per row.
 template <bool kBf16>
 TIERKV_AVX2 inline __m256 Widen(const uint8_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i h = Load128(p);
   if (kBf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   return _mm256_cvtph_ps(h);
 }
