@@ -294,15 +294,16 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
 
 // The one-row Q4_K/Q5_K product in 128-bit registers, for CPUs that run
 // AVX2 as two 128-bit halves (Avx2InHalves: Zen 1). Each 32 values of a
-// sub-block pair are taken 16 at a time; the two halves' folded sums (each
-// int16 lane two pair sums of one sub-block, at most 4 x 31 x 128) share
-// their scales, so they add in int16 (at most 31,744: the tightest bound
-// here) before one madd: five 128-bit multiplies per 64 values (four
-// maddubs, one madd) where the 256-bit kernel issues six on Zen 1's one
-// multiply pipe. 0.93x the 256-bit kernel's time per Q4_K decode step
+// sub-block pair are taken 16 at a time; the two halves' pair sums (each
+// int16 lane at most 2 x 31 x 128) share their scales, so they add in
+// int16 before one fold and one madd (a lane then at most 4 x 31 x 128 =
+// 31,744: the tightest bound here): five 128-bit multiplies per 64 values
+// (four maddubs, one madd) where the 256-bit kernel issues six on Zen 1's
+// one multiply pipe. 0.93x the 256-bit kernel's time per Q4_K decode step
 // there (median of 3 pairs; 36 against 40 cycles per super-block with the
-// weights in L1; docs/engine.md). On full-width AVX2 it would take twice
-// the instructions (not measured there), so only those CPUs get it.
+// weights in L1, 34-35 with one fold per 64 values instead of two;
+// docs/engine.md). On full-width AVX2 it would take twice the instructions
+// (not measured there), so only those CPUs get it.
 template <bool kFive>
 TIERKV_AVX2 void Q45_KHalves(const uint8_t* w, const uint8_t* a, size_t, int cols, float* out) {
   constexpr size_t kBytes = kFive ? 176 : 144;
@@ -317,7 +318,9 @@ TIERKV_AVX2 void Q45_KHalves(const uint8_t* w, const uint8_t* a, size_t, int col
     __m128i sumi[2] = {_mm_setzero_si128(), _mm_setzero_si128()};
     #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      __m128i folded = _mm_setzero_si128();
+      // The two halves' pair sums of sub-block 2k (pl) and of 2k + 1 (ph)
+      // added before they are folded: one fold per 64 values, not two.
+      __m128i pl = _mm_setzero_si128(), ph = _mm_setzero_si128();
       #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m128i q = Load128(qs + 32 * k + 16 * h);
@@ -328,9 +331,11 @@ TIERKV_AVX2 void Q45_KHalves(const uint8_t* w, const uint8_t* a, size_t, int col
           hb[h] = _mm_srli_epi16(hb[h], 2);
         }
         const uint8_t* ym = a + 4 + 64 * k + 16 * h;
-        const __m128i pl = _mm_maddubs_epi16(lo, Load128(ym)), ph = _mm_maddubs_epi16(hi, Load128(ym + 32));
-        folded = _mm_add_epi16(folded, _mm_add_epi16(_mm_unpacklo_epi16(pl, ph), _mm_unpackhi_epi16(pl, ph)));
+        const __m128i l = _mm_maddubs_epi16(lo, Load128(ym)), u = _mm_maddubs_epi16(hi, Load128(ym + 32));
+        pl = _mm_add_epi16(pl, l);
+        ph = _mm_add_epi16(ph, u);
       }
+      const __m128i folded = _mm_add_epi16(_mm_unpacklo_epi16(pl, ph), _mm_unpackhi_epi16(pl, ph));
       // (s_2k, s_2k+1) in every 32-bit lane; pshufb, as k is not a constant before unrolling.
       const __m128i s2 = _mm_shuffle_epi8(hd.scales, _mm_set1_epi32(0x03020100 + 0x04040404 * k));
       sumi[k & 1] = _mm_add_epi32(sumi[k & 1], _mm_madd_epi16(folded, s2));
