@@ -301,7 +301,7 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
 // (four maddubs, one madd) where the 256-bit kernel issues six on Zen 1's
 // one multiply pipe. 0.93x the 256-bit kernel's time per Q4_K decode step
 // there (median of 3 pairs; 36 against 40 cycles per super-block with the
-// weights in L1, 34-35 with one fold per 64 values instead of two;
+// weights in L1, 34 with one fold per 64 values instead of two;
 // docs/engine.md). On full-width AVX2 it would take twice the instructions
 // (not measured there), so only those CPUs get it.
 template <bool kFive>
