@@ -246,11 +246,17 @@ TIERKV_AVX2 inline KHeader ReadKHeader(const uint8_t* w) {
           _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d2)))};  // d and dmin converted together
 }
 
-// Σ_j min_j · (bsums[2j] + bsums[2j+1]) for the Q8_K activations at am, as
-// 4 int32 lanes.
-TIERKV_AVX2 inline __m128i MinSums(__m128i mins, const uint8_t* am) {
+// A super-block's scales against the Q8_K activations at am (scale yd):
+// returns [yd d, yd dmin, 0, 0] for the caller's sums, and adds the mins'
+// term, yd dmin · Σ_j min_j · (bsums[2j] + bsums[2j+1]), into *acc_m (4
+// lanes, subtracted at the end).
+TIERKV_AVX2 inline __m128 ScaleAndMins(const KHeader& hd, const uint8_t* am, __m128* acc_m) {
+  float yd;
+  std::memcpy(&yd, am, 4);
+  const __m128 f = _mm_mul_ps(hd.dd, _mm_set1_ps(yd));
   const __m128i bs = _mm_hadd_epi16(Load128(am + 260), Load128(am + 276));
-  return _mm_madd_epi16(mins, bs);
+  *acc_m = _mm_fmadd_ps(_mm_shuffle_ps(f, f, 0x55), _mm_cvtepi32_ps(_mm_madd_epi16(hd.mins, bs)), *acc_m);
+  return f;
 }
 
 // Q4_K (five = false) and Q5_K: 8 sub-blocks of 32 with 6-bit scales and
@@ -280,11 +286,7 @@ TIERKV_AVX2 void Q45_K(const uint8_t* w, const uint8_t* a, size_t stride, int co
     Q45_KPair<kFive, 3, MR>(qs, &hb, scales, a + 4, stride, sumi);
     #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
-      const uint8_t* am = a + m * stride;
-      float yd;
-      std::memcpy(&yd, am, 4);
-      const __m128 f = _mm_mul_ps(hd.dd, _mm_set1_ps(yd));  // [yd d, yd dmin, 0, 0]
-      acc_m[m] = _mm_fmadd_ps(_mm_shuffle_ps(f, f, 0x55), _mm_cvtepi32_ps(MinSums(hd.mins, am)), acc_m[m]);
+      const __m128 f = ScaleAndMins(hd, a + m * stride, &acc_m[m]);
       acc[m] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f), _mm256_cvtepi32_ps(sumi[m]), acc[m]);
     }
   }
@@ -340,10 +342,7 @@ TIERKV_AVX2 void Q45_KHalves(const uint8_t* w, const uint8_t* a, size_t, int col
       const __m128i s2 = _mm_shuffle_epi8(hd.scales, _mm_set1_epi32(0x03020100 + 0x04040404 * k));
       sumi[k & 1] = _mm_add_epi32(sumi[k & 1], _mm_madd_epi16(folded, s2));
     }
-    float yd;
-    std::memcpy(&yd, a, 4);
-    const __m128 f = _mm_mul_ps(hd.dd, _mm_set1_ps(yd));
-    acc_m = _mm_fmadd_ps(_mm_shuffle_ps(f, f, 0x55), _mm_cvtepi32_ps(MinSums(hd.mins, a)), acc_m);
+    const __m128 f = ScaleAndMins(hd, a, &acc_m);
     acc = _mm_fmadd_ps(_mm_shuffle_ps(f, f, 0), _mm_cvtepi32_ps(_mm_add_epi32(sumi[0], sumi[1])), acc);
   }
   *out = Hsum128(acc) - Hsum128(acc_m);
