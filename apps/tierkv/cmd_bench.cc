@@ -80,7 +80,7 @@ void AddBench(CLI::App& app, Action* run) {
   sub->add_option("--rounds", a->rounds, "Rounds over the systems in alternating order (default: 3; quick: 1)")
       ->check(CLI::Range(1, 100));
   sub->add_option("--llamacpp", a->llamacpp,
-                  "Results of tools/llamacpp/runner.mjs bench on the same workloads (JSON; repeat for several): "
+                  "Results of tools/llamacpp/runner.py bench on the same workloads (JSON; repeat for several): "
                   "the report puts llama.cpp's full prefill and state restore beside recompute and the reuse "
                   "systems");
   AddEngineFlags(sub, &a->f, ScratchStoreUse(/*pool_mib=*/false));

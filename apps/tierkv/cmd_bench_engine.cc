@@ -79,7 +79,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       ->type_name("FILE")
       ->check(NonEmpty());
   sub->add_option("--llamacpp", a->llamacpp,
-                  "llama.cpp's prefill on the same --model (node tools/llamacpp/runner.mjs prefill --model M --out "
+                  "llama.cpp's prefill on the same --model (tools/llamacpp/llamacpp python-native tools/llamacpp/runner.py prefill --model M --out "
                   "R.json, run just before): its tokens/s and resident size beside ours, with the ratio");
   sub->callback([a, run, sub] {
     const bool rows_given = sub->count("--product-rows") > 0;

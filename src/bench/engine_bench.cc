@@ -187,7 +187,7 @@ Result<EngineBenchReport> RunEngineBench(const Model& model, const std::string& 
   std::vector<std::vector<int32_t>> inputs;
   for (int T : o.batch_sizes) {
     if (T > c.context_length) continue;
-    // The ids tools/llamacpp/runner.mjs prefill uses too.
+    // The ids tools/llamacpp/runner.py prefill uses too.
     std::vector<int32_t> tokens(T);
     for (int i = 0; i < T; ++i) tokens[i] = static_cast<int32_t>((static_cast<int64_t>(i) * 7919) % c.vocab_size);
     PrefillOptions po;
@@ -251,7 +251,7 @@ Result<LlamaCppPrefill> ReadLlamaCppPrefill(const std::string& path) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument(path + ": not a JSON object");
   auto bad = [&](const std::string& field) {
-    return Status::InvalidArgument(path + ": field '" + field + "' is missing or not a number (runner.mjs prefill's output?)");
+    return Status::InvalidArgument(path + ": field '" + field + "' is missing or not a number (tools/llamacpp/runner.py prefill's output?)");
   };
   auto number = [&](const nlohmann::json& o, const std::string& key, const std::string& field, auto* out) -> Status {
     if (!o.is_object() || !o.contains(key) || !o[key].is_number()) return bad(field);

@@ -1,5 +1,5 @@
 // llama.cpp beside tierkv in the report (tierkv/tools/bench_suite.h): the
-// runner's results (tools/llamacpp/runner.mjs) read, checked and compared.
+// runner's results (tools/llamacpp/runner.py) read, checked and compared.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -37,7 +37,7 @@ Result<json> ReadLlamaCppResults(const std::string& path) {
     return Status::InvalidArgument(path + ": not JSON: " + e.what());
   }
   auto bad = [&](const std::string& field) {
-    return Status::InvalidArgument(path + ": field '" + field + "' is missing or of the wrong type (not a result of runner.mjs bench?)");
+    return Status::InvalidArgument(path + ": field '" + field + "' is missing or of the wrong type (not a result of tools/llamacpp/runner.py bench?)");
   };
   if (!j.is_object()) return bad("(top level)");
   if (!j.contains("workload") || !j["workload"].is_string()) return bad("workload");
@@ -62,7 +62,7 @@ std::string LlamaCppSection(const json& suite) {
   if (!suite.contains("llamacpp")) return "";
   std::ostringstream s;
   s << "## llama.cpp beside tierkv\n\n"
-    << "llama.cpp (node-llama-cpp's prebuilt CPU build, tools/llamacpp/runner.mjs) on the same model and "
+    << "llama.cpp (built natively from llama-cpp-python's PyPI source, tools/llamacpp/runner.py) on the same model and "
        "requests, run just before this suite: its full prefill against `recompute`, and its saved state of the "
        "prefix restored from a file, then the query, against the reuse systems. Ratios are tierkv's TTFT over "
        "llama.cpp's (below 1: tierkv is faster).\n\n"

@@ -1,8 +1,8 @@
-// llama.cpp beside tierkv (tools/llamacpp/runner.mjs, node-llama-cpp's
-// prebuilt llama.cpp): its greedy continuation of the README's prompt on
-// our default model equals ours, and its benchmark results go into
-// `tierkv bench`'s report. Skips where node-llama-cpp is not installed
-// (tools/llamacpp/setup.sh; CI installs it).
+// llama.cpp beside tierkv (tools/llamacpp/runner.py, llama-cpp-python
+// bound to llama.cpp built from its PyPI source): its greedy continuation
+// of the README's prompt on our default model equals ours, and its
+// benchmark results go into `tierkv bench`'s report. Skips where
+// tools/llamacpp/setup.sh has not run (CI runs it).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "testing/llamacpp.h"
 #include "testing/shared.h"
 #include "testing/shell.h"
 
@@ -23,19 +24,19 @@ namespace {
 
 using testing::Shell;
 
-const std::string kRunner = std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/runner.mjs";
+const std::string kRunner = testing::LlamaCppRunner();
 
-#define REQUIRE_LLAMACPP()                                                                              \
-  do {                                                                                                  \
-    if (!std::filesystem::exists(std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/node_modules/node-llama-cpp")) \
-      GTEST_SKIP() << "needs node-llama-cpp: run tools/llamacpp/setup.sh (CI does)";                    \
+#define REQUIRE_LLAMACPP()                                                 \
+  do {                                                                     \
+    if (const std::string why = testing::LlamaCppMissing(); !why.empty()) \
+      GTEST_SKIP() << why;                                                 \
   } while (0)
 
 TEST(LlamaCppTest, GreedyContinuationEqualsOurs) {
   REQUIRE_LLAMACPP();
   const std::string prompt = "It is a truth universally acknowledged, that";
   std::string lc, ours;
-  ASSERT_EQ(Shell("node " + kRunner + " greedy --model " + TIERKV_DEFAULT_MODEL + " --prompt '" + prompt +
+  ASSERT_EQ(Shell(kRunner + " greedy --model " + TIERKV_DEFAULT_MODEL + " --prompt '" + prompt +
                     "' --max-tokens 24",
                 &lc),
             0)
@@ -57,7 +58,7 @@ TEST(LlamaCppTest, BenchEnginePutsLlamaCppsPrefillBesideOurs) {
   REQUIRE_LLAMACPP();
   const std::string dir = testing::MakeTempDir("llamacpp_prefill");
   std::string out;
-  ASSERT_EQ(Shell("node " + kRunner + " prefill --model " + TIERKV_DEFAULT_MODEL + " --tokens 64,128 --repeats 1 --out " +
+  ASSERT_EQ(Shell(kRunner + " prefill --model " + TIERKV_DEFAULT_MODEL + " --tokens 64,128 --repeats 1 --out " +
                       dir + "/lc.json 2>&1",
                   &out),
             0)
@@ -97,7 +98,7 @@ TEST(LlamaCppTest, BenchResultsGoIntoTheReport) {
                     TIERKV_SHARED_DIR + " > " + dir + "/piqa.jsonl",
                 &out),
             0);
-  ASSERT_EQ(Shell("node " + kRunner + " bench --model " + TIERKV_DEFAULT_MODEL + " --workload " + dir +
+  ASSERT_EQ(Shell(kRunner + " bench --model " + TIERKV_DEFAULT_MODEL + " --workload " + dir +
                     "/piqa.jsonl --out " + dir + "/lc.json 2>&1",
                 &out),
             0)

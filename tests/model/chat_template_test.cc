@@ -4,7 +4,7 @@
 // the text each renders must be what Python's jinja2 renders from the
 // template itself (tests/testing/render_chat_template.py, as transformers
 // renders), errors where it raises; the tokens must be what llama.cpp's
-// tokenizer makes of that text (tools/llamacpp/runner.mjs tokenize), except
+// tokenizer makes of that text (tools/llamacpp/runner.py tokenize), except
 // that a message's content never becomes a control token.
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/llamacpp.h"
 #include "testing/shared.h"
 #include "testing/shell.h"
 #include "tierkv/chat.h"
@@ -149,9 +150,7 @@ TEST_F(ChatTemplateTest, RendersTheTextJinja2RendersFromTheTemplate) {
 
 // The whole prompt's ids against llama.cpp's tokenizer on the rendered text.
 TEST_F(ChatTemplateTest, TokensAreLlamaCppsForTheRenderedText) {
-  if (!std::filesystem::exists(std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/node_modules/node-llama-cpp")) {
-    GTEST_SKIP() << "needs node-llama-cpp: run tools/llamacpp/setup.sh (CI does)";
-  }
+  if (const std::string why = testing::LlamaCppMissing(); !why.empty()) GTEST_SKIP() << why;
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.name);
     auto tok = LoadGgufTokenizer(Tokenizers() + c.vocab);
@@ -176,7 +175,7 @@ TEST_F(ChatTemplateTest, TokensAreLlamaCppsForTheRenderedText) {
     const std::string in = ::testing::TempDir() + "/chat_template_texts.json";
     std::ofstream(in) << texts.dump();
     std::string out;
-    ASSERT_EQ(Shell("node " + std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/runner.mjs tokenize --model " +
+    ASSERT_EQ(Shell(testing::LlamaCppRunner() + " tokenize --model " +
                         Tokenizers() + c.vocab + " --texts-file " + in + " 2>/dev/null",
                     &out),
               0)

@@ -1,12 +1,12 @@
 // Our default model quantized to every tensor type tierkv reads, checked
-// against llama.cpp (node-llama-cpp's prebuilt llama.cpp through
-// tools/llamacpp/runner.mjs oracle) on the same file: the same token ids,
+// against llama.cpp (built from llama-cpp-python's PyPI source, through
+// tools/llamacpp/runner.py oracle) on the same file: the same token ids,
 // mean NLL on a slice of tools/train's validation text within 0.5%, and
 // greedy continuations of five prompts equal up to the first near-tie
 // (llama.cpp computes with 8-bit activations against quantized weights:
-// docs/models.md). Skips with a message where
-// node-llama-cpp (tools/llamacpp/setup.sh; CI installs it), python3 or
-// ../shared is missing.
+// docs/models.md). Skips with a message where llama.cpp
+// (tools/llamacpp/setup.sh; CI installs it), python3 or ../shared is
+// missing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +20,7 @@
 #include "model/gguf.h"
 #include "model/quant.h"
 #include "model/quant_pack.h"
+#include "testing/llamacpp.h"
 #include "testing/random_model.h"
 #include "testing/shared.h"
 #include "testing/shell.h"
@@ -50,8 +51,8 @@ const char* const kPrompts[] = {
 class QuantOracleTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!std::filesystem::exists(std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/oracle/node_modules/node-llama-cpp")) {
-      skip_ = "needs node-llama-cpp and its oracle copy: run tools/llamacpp/setup.sh (CI does)";
+    if (std::string why = testing::LlamaCppMissing(); !why.empty()) {
+      skip_ = why;
       return;
     }
     if (!testing::SharedExists("data/wikitext2/valid.txt")) {
@@ -74,7 +75,7 @@ class QuantOracleTest : public ::testing::Test {
     text.resize(text.rfind(' '));  // whole words
     std::ofstream(dir_ + "/text.txt") << text;
     // For the random models (150k-token vocabularies: every position's
-    // probabilities cross from llama.cpp to node).
+    // logits cross from llama.cpp to Python).
     std::ofstream(dir_ + "/short.txt") << text.substr(0, text.rfind(' ', 400));
     std::ofstream prompts(dir_ + "/prompts.txt");
     for (const char* p : kPrompts) prompts << p << "\n";
@@ -86,14 +87,11 @@ class QuantOracleTest : public ::testing::Test {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
   }
 
-  // tools/llamacpp/oracle (setup.sh): node-llama-cpp without llama.cpp's
-  // Sapphire Rapids CPU build, whose AMX tiles round quantized products
-  // otherwise than its AVX builds on a CPU with AMX (docs/models.md); run
-  // from there (symlinks kept, so that its node_modules is the one found).
-  static std::string OracleRunner() {
-    const std::string oracle = std::string(TIERKV_SOURCE_DIR) + "/tools/llamacpp/oracle/runner.mjs";
-    return "node --preserve-symlinks --preserve-symlinks-main " + oracle;
-  }
+  // The oracle's llama.cpp is built for AVX2 alone (tools/llamacpp/setup.sh):
+  // a native build would take AVX-512 or AMX paths on some CPUs, whose
+  // quantized products round otherwise (docs/models.md), so the oracle
+  // computes the same on every machine.
+  static std::string OracleRunner() { return testing::LlamaCppRunner(); }
 
   // llama.cpp's oracle on `file`: the ids and NLL of dir_/`text`, the
   // greedy continuations of the prompts.
@@ -231,8 +229,8 @@ class QuantOracleTest : public ::testing::Test {
     return path;
   }
 
-  // The random model against llama.cpp: same token ids (BOS, then the
-  // text), mean NLL and the last position's 20 likeliest probabilities
+  // The random model against llama.cpp: same token ids (BOS where the
+  // vocabulary adds one, then the text), mean NLL and the last position's 20 likeliest probabilities
   // within 1e-3 relative, greedy continuations equal.
   static void CheckRandom(const std::string& file) {
     auto m = Model::Load(file);
@@ -241,9 +239,9 @@ class QuantOracleTest : public ::testing::Test {
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     nlohmann::json lc;
     ASSERT_NO_FATAL_FAILURE(RunOracle(file, "short.txt", 8, &lc));
-    auto ids = (*tok)->Encode(ReadText("short.txt"), false);
+    // BOS first where the vocabulary adds one, as the runner starts a sequence.
+    auto ids = (*tok)->Encode(ReadText("short.txt"), true);
     ASSERT_TRUE(ids.ok());
-    ids->insert(ids->begin(), (*tok)->bos_id());  // the runner starts every sequence with BOS
     ASSERT_EQ(*ids, lc["tokens"].get<std::vector<int32_t>>()) << file << ": llama.cpp tokenizes the text otherwise";
     const double ours = OurNll(**m, *ids), theirs = lc["nll_mean"].get<double>();
     EXPECT_LT(std::fabs(ours - theirs) / theirs, 1e-3) << file << ": mean NLL " << ours << " against " << theirs;
@@ -261,10 +259,9 @@ class QuantOracleTest : public ::testing::Test {
     EXPECT_LT(worst, 1e-3) << file << ": next-token probabilities differ by " << worst << " relative";
     int equal = 0;
     for (const nlohmann::json& g : lc["greedy"]) {
-      auto prompt = (*tok)->Encode(g["prompt"].get<std::string>(), false);
+      auto prompt = (*tok)->Encode(g["prompt"].get<std::string>(), true);
       ASSERT_TRUE(prompt.ok());
       std::vector<int32_t> t = *prompt, got;
-      t.insert(t.begin(), (*tok)->bos_id());
       const auto want = g["tokens"].get<std::vector<int32_t>>();
       for (size_t i = 0; i < want.size(); ++i) {
         auto r = (*m)->Prefill(t, PrefillOptions{});

@@ -1,7 +1,8 @@
 // Black-box tests of `tierkv serve` against what a hostile client, a
 // browser page or an operator's mistake does (issue 34): the real binary on
 // a loopback port, raw sockets for framings an HTTP library will not send,
-// and the official OpenAI Node client (tools/openai; skipped without it)
+// and the official OpenAI Python client (tools/openai/client.py, installed
+// by tools/llamacpp/setup.sh; skipped without it)
 // where a client's view matters.
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "testing/llamacpp.h"
 #include "testing/serve_process.h"
 #include "tierkv/elapsed.h"
 #include "tierkv/tokenizer.h"
@@ -349,22 +351,20 @@ TEST(HostileClientTest, BrowserPagesCannotDriveTheServer) {
   EXPECT_EQ(open.Stop(), 0);
 }
 
-// Runs the OpenAI Node client (tools/openai/client.mjs); its one JSON line.
+// Runs the official OpenAI Python client (tools/openai/client.py); its one JSON line.
 json OpenAiClient(int port, const std::string& key, const std::string& command, const json& req) {
-  const std::string cmd = "node " + std::string(TIERKV_SOURCE_DIR) + "/tools/openai/client.mjs http://127.0.0.1:" +
+  const std::string cmd = testing::ProjectPython() + " " + std::string(TIERKV_SOURCE_DIR) + "/tools/openai/client.py http://127.0.0.1:" +
                           std::to_string(port) + "/v1 " + key + " " + command + " '" + req.dump() + "'";
   std::string out;
   RunCommand(cmd, &out);
   return json::parse(out, nullptr, false);
 }
 
-bool HaveOpenAiClient() {
-  return std::filesystem::exists(std::string(TIERKV_SOURCE_DIR) + "/tools/openai/node_modules/openai");
-}
+bool HaveOpenAiClient() { return testing::LlamaCppMissing().empty(); }
 
 #define REQUIRE_OPENAI_CLIENT()                                                                  \
   do {                                                                                           \
-    if (!HaveOpenAiClient()) GTEST_SKIP() << "needs the OpenAI client: bash tools/openai/setup.sh"; \
+    if (!HaveOpenAiClient()) GTEST_SKIP() << testing::LlamaCppMissing(); \
   } while (0)
 
 // `n` streams of the OpenAI client at once, request i from `req(i)`, each
@@ -440,6 +440,32 @@ TEST(HostileClientTest, ShortStreamsFinishWithinTheGracePeriod) {
     EXPECT_EQ(r["result"].value("finish_reason", ""), "length") << r.dump();
   }
   EXPECT_EQ(srv.Wait(), 0);
+}
+
+// The official client's view of keys and reuse: a wrong key is its
+// AuthenticationError (401), the right one is served, and a second chat
+// request on the same long prefix reports the reused prompt tokens in
+// usage.prompt_tokens_details.cached_tokens, the field the client types.
+TEST(HostileClientTest, TheClientSeesKeysAndCachedTokens) {
+  REQUIRE_OPENAI_CLIENT();
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--api-key", "key-carol"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  const json req = {{"model", "tierkv"},
+                    {"messages", {{{"role", "system"}, {"content", kPrefix}}, {{"role", "user"}, {"content", "Go on."}}}},
+                    {"max_tokens", 4}};
+  const json wrong = OpenAiClient(srv.port(), "key-mallory", "chat", req);
+  EXPECT_FALSE(wrong.value("ok", true)) << wrong.dump();
+  EXPECT_EQ(wrong.value("kind", ""), "AuthenticationError") << wrong.dump();
+  EXPECT_EQ(wrong.value("status", 0), 401) << wrong.dump();
+  const json first = OpenAiClient(srv.port(), "key-carol", "chat", req);
+  ASSERT_TRUE(first.value("ok", false)) << first.dump();
+  const json second = OpenAiClient(srv.port(), "key-carol", "chat", req);
+  ASSERT_TRUE(second.value("ok", false)) << second.dump();
+  const json& usage = second["result"]["usage"];
+  EXPECT_GT(usage["prompt_tokens_details"].value("cached_tokens", 0), 0) << second.dump();
+  EXPECT_LT(usage["prompt_tokens_details"].value("cached_tokens", 0), usage.value("prompt_tokens", 0));
+  EXPECT_EQ(srv.Stop(), 0);
 }
 
 TEST(HostileClientTest, ASmallerFaultsListIsAnsweredCleanly) {

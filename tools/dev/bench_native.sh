@@ -12,16 +12,16 @@
 #
 #   tools/dev/bench_native.sh MODEL.gguf [ROUNDS=3] [TIERKV=build/release/apps/tierkv]
 #
-# llama-bench comes from tools/llamacpp/build_llama_bench.sh
+# llama-bench comes from tools/llamacpp/setup.sh --native
 # (LLAMA_BENCH=path overrides). Batch sizes: BATCHES="1 16 64 512 2048".
 set -euo pipefail
 model=${1:?usage: bench_native.sh MODEL.gguf [ROUNDS] [TIERKV]}
 rounds=${2:-3}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 tierkv=${3:-$repo/build/release/apps/tierkv}
-lb=${LLAMA_BENCH:-$repo/build/llamacpp-native/build/bin/llama-bench}
+lb=${LLAMA_BENCH:-$("$repo/tools/llamacpp/llamacpp" bin llama-bench 2>/dev/null || echo "llama-bench")}
 batches=${BATCHES:-1 16 64 512 2048}
-[ -x "$lb" ] || { echo "bench_native: $lb missing: run tools/llamacpp/build_llama_bench.sh" >&2; exit 1; }
+[ -x "$lb" ] || { echo "bench_native: $lb missing: run bash tools/llamacpp/setup.sh --native" >&2; exit 1; }
 [ -x "$tierkv" ] || { echo "bench_native: $tierkv missing: make build" >&2; exit 1; }
 [ -f "$model" ] || { echo "bench_native: $model missing" >&2; exit 1; }
 # As many threads as llama-bench's -t 2 (tierkv takes every core otherwise).

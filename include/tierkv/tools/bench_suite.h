@@ -71,7 +71,7 @@ Result<nlohmann::json> ReadUnfinishedResults(const std::string& dir);
 // workload file's stem is one path component.
 std::string RunDirName(std::string_view tag);
 
-// Reads a result of tools/llamacpp/runner.mjs bench; InvalidArgument naming
+// Reads a result of tools/llamacpp/runner.py bench; InvalidArgument naming
 // the missing or mistyped field.
 Result<nlohmann::json> ReadLlamaCppResults(const std::string& path);
 // Files it under suite["llamacpp"][the workload's stem]: the report compares

@@ -51,7 +51,7 @@ struct KernelPoint {
   double fraction_of_peak = 0;
 };
 
-// llama.cpp's prefill on the same file (tools/llamacpp/runner.mjs prefill):
+// llama.cpp's prefill on the same file (tools/llamacpp/runner.py prefill):
 // its throughput per batch size and its process's resident size.
 struct LlamaCppPrefill {
   std::string tool;
