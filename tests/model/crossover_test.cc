@@ -65,7 +65,7 @@ TEST_F(CrossoverTest, ParseNamesTheBadLineAndField) {
       {"tierkv-crossover 1\nkernels avx2\n", "line 2: field cpu missing"},
       {"tierkv-crossover 1\ncpu \nkernels avx2\n", "line 2: field cpu missing"},
       {"tierkv-crossover 1\ncpu x\n", "line 3: field kernels missing"},
-      {head + "Q4_1 16\n", "line 4: type Q4_1 has no in-type kernel"},
+      {head + "Q5_0 16\n", "line 4: type Q5_0 has no in-type kernel"},
       {head + "F32 16\n", "line 4: type F32 has no in-type kernel"},
       {head + "Q9_9 16\n", "line 4: type Q9_9 has no in-type kernel"},
       {head + "Q8_0 16\nQ4_K 8\nq8_0 4\n", "line 6: type q8_0 named twice"},
@@ -134,7 +134,7 @@ TEST_F(CrossoverTest, UseChangesTheLimitProductsFollowAndEmptyRestoresTheTable) 
     EXPECT_EQ(InTypeMaxRows(t), BuiltInMaxRows(t));
     EXPECT_GT(BuiltInMaxRows(t), 0);
   }
-  EXPECT_EQ(InTypeMaxRows(GgmlType::kQ4_1), 0);
+  EXPECT_EQ(InTypeMaxRows(GgmlType::kQ5_0), 0);
 
   // A matrix's parts report the limit its products take.
   std::vector<float> row(256, 0.25f);
@@ -142,29 +142,35 @@ TEST_F(CrossoverTest, UseChangesTheLimitProductsFollowAndEmptyRestoresTheTable) 
   for (int r = 0; r < 8; ++r) QuantizeRow(GgmlType::kQ8_0, row.data(), 256, &bytes);
   WeightMatrix w;
   ASSERT_TRUE(w.AppendInPlace(GgmlType::kQ8_0, reinterpret_cast<const uint8_t*>(bytes.data()), 8, 256).ok());
-  // Packed rows run in type at any length.
-  const int want_at_3 = HasPacked(GgmlType::kQ8_0) ? std::numeric_limits<int>::max() : 3;
-  const int want_built_in =
-      HasPacked(GgmlType::kQ8_0) ? std::numeric_limits<int>::max() : BuiltInMaxRows(GgmlType::kQ8_0);
+  // A matrix of file rows follows the limit; packed rows (where the CPU has
+  // AVX-512 VNNI) run in type at any length, whatever the limit.
+  WeightMatrix packed;
+  ASSERT_TRUE(packed.AppendInPlace(GgmlType::kQ8_0, reinterpret_cast<const uint8_t*>(bytes.data()), 8, 256).ok());
+  packed.PackForProducts();
+  ASSERT_EQ(packed.parts()[0].packed_rows, HasPacked(GgmlType::kQ8_0) ? 8 : 0);
+  const int packed_limit = HasPacked(GgmlType::kQ8_0) ? std::numeric_limits<int>::max() : -1;
+  auto expect_limits = [&](int file_rows) {
+    EXPECT_EQ(w.parts()[0].max_rows_in_type, file_rows);
+    EXPECT_EQ(packed.parts()[0].max_rows_in_type, packed_limit < 0 ? file_rows : packed_limit);
+  };
 
   UseCrossover(Here({{GgmlType::kQ8_0, 3}, {GgmlType::kF16, 0}}));
   EXPECT_EQ(InTypeMaxRows(GgmlType::kQ8_0), 3);
   EXPECT_EQ(InTypeMaxRows(GgmlType::kF16), 0);
   EXPECT_EQ(InTypeMaxRows(GgmlType::kQ4_K), BuiltInMaxRows(GgmlType::kQ4_K));  // not named: the table's
-  EXPECT_EQ(InTypeMaxRows(GgmlType::kQ4_1), 0);
-  EXPECT_EQ(w.parts()[0].max_rows_in_type, want_at_3);
+  EXPECT_EQ(InTypeMaxRows(GgmlType::kQ5_0), 0);
+  expect_limits(3);
 
   UseCrossover(Crossover{});
   EXPECT_EQ(InTypeMaxRows(GgmlType::kQ8_0), BuiltInMaxRows(GgmlType::kQ8_0));
   EXPECT_EQ(InTypeMaxRows(GgmlType::kF16), BuiltInMaxRows(GgmlType::kF16));
-  EXPECT_EQ(w.parts()[0].max_rows_in_type, want_built_in);
+  expect_limits(BuiltInMaxRows(GgmlType::kQ8_0));
 }
 
 // The products follow the limit: at M rows above a limit of 1 the Q8_0
 // product takes fp32 activations (sgemm), at or below it 8-bit ones, so the
 // two give different sums for activations that 8 bits round.
 TEST_F(CrossoverTest, ProductsTakeThePathTheLimitSays) {
-  if (HasPacked(GgmlType::kQ8_0)) GTEST_SKIP() << "packed Q8_0 rows run in type at any length on this CPU";
   const int K = 256, N = 4;
   std::vector<float> row(K);
   for (int k = 0; k < K; ++k) row[k] = 0.01f * static_cast<float>((k * 37) % 23 - 11);
