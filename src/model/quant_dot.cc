@@ -15,6 +15,7 @@ namespace tierkv::model {
 namespace {
 
 constexpr size_t kQ8_0Bytes = 2 + kQK;                // f16 d, 32 × int8
+constexpr size_t kQ8_1Bytes = 4 + kQK;                // f16 d, f16 s, 32 × int8
 constexpr size_t kQ8_KBytes = 4 + kQKK + 2 * 16;      // float d, 256 × int8, 16 × int16
 
 // ggml's nearest_int: round half to even through the float's mantissa.
@@ -51,6 +52,28 @@ void QuantizeQ8_0(const float* x, int cols, uint8_t* out) {
     // Ties to even, as ggml's AVX2 quantizer rounds (its portable one
     // rounds them away from zero).
     for (int j = 0; j < kQK; ++j) q[j] = static_cast<int8_t>(NearestInt(x[j] * sc.inverse));
+  }
+}
+
+// Q8_0's bytes after a 2-byte s = fp16(d · Σq) per block, d the fp32
+// scale before it was stored (ggml's quantize_row_q8_1); NaN for a block
+// holding a NaN or an infinity.
+void QuantizeQ8_1(const float* x, int cols, uint8_t* out) {
+  for (int b = 0; b < cols / kQK; ++b, x += kQK, out += kQ8_1Bytes) {
+    uint8_t q8_0[kQ8_0Bytes];
+    QuantizeQ8_0(x, kQK, q8_0);
+    std::memcpy(out, q8_0, 2);
+    std::memcpy(out + 4, q8_0 + 2, kQK);
+    float s = std::numeric_limits<float>::quiet_NaN();
+    if (AllFinite(x, kQK)) {
+      float amax = 0;
+      for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+      int sum = 0;
+      for (int j = 0; j < kQK; ++j) sum += static_cast<int8_t>(q8_0[2 + j]);
+      s = static_cast<float>(sum) * Q8_0ScaleOf(amax).d;
+    }
+    const uint16_t h = kernels::FloatToHalf(s);
+    std::memcpy(out + 2, &h, 2);
   }
 }
 
@@ -104,6 +127,18 @@ float DotQ4_0(const uint8_t* w, const uint8_t* a, int cols) {
       s += ((w[2 + j] & 0x0F) - 8) * y[j] + ((w[2 + j] >> 4) - 8) * y[j + kQK / 2];
     }
     sum += static_cast<float>(s) * (F16(w) * F16(a));
+  }
+  return sum;
+}
+
+// Q4_1 {f16 d, m; u8 qs[16]} against Q8_1: d·dy·Σ q·y + m·s per block.
+float DotQ4_1(const uint8_t* w, const uint8_t* a, int cols) {
+  float sum = 0;
+  for (int b = 0; b < cols / kQK; ++b, w += 20, a += kQ8_1Bytes) {
+    const auto* y = reinterpret_cast<const int8_t*>(a + 4);
+    int s = 0;
+    for (int j = 0; j < kQK / 2; ++j) s += (w[4 + j] & 0x0F) * y[j] + (w[4 + j] >> 4) * y[j + kQK / 2];
+    sum += static_cast<float>(s) * (F16(w) * F16(a)) + F16(w + 2) * F16(a + 2);
   }
   return sum;
 }
@@ -194,6 +229,7 @@ float DotQ5_K(const uint8_t* w, const uint8_t* a, int cols) { return DotQ45_K(w,
 DotFn DotPortable(GgmlType t) {
   switch (t) {
     case GgmlType::kQ4_0: return DotQ4_0;
+    case GgmlType::kQ4_1: return DotQ4_1;
     case GgmlType::kQ8_0: return DotQ8_0;
     case GgmlType::kQ4_K: return DotQ4_K;
     case GgmlType::kQ5_K: return DotQ5_K;
@@ -234,6 +270,7 @@ ActFormat ActivationFormat(GgmlType t) {
   switch (t) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ8_0: return ActFormat::kQ8_0;
+    case GgmlType::kQ4_1: return ActFormat::kQ8_1;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K: return ActFormat::kQ8_K;
@@ -247,6 +284,7 @@ size_t ActRowBytes(ActFormat f, int cols) {
   switch (f) {
     case ActFormat::kF32: return static_cast<size_t>(cols) * sizeof(float);
     case ActFormat::kQ8_0: return static_cast<size_t>(cols / kQK) * kQ8_0Bytes;
+    case ActFormat::kQ8_1: return static_cast<size_t>(cols / kQK) * kQ8_1Bytes;
     case ActFormat::kQ8_K: return static_cast<size_t>(cols / kQKK) * kQ8_KBytes;
     case ActFormat::kNone: break;
   }
@@ -257,6 +295,7 @@ void QuantizeActivationsPortable(ActFormat f, const float* x, int cols, uint8_t*
   switch (f) {
     case ActFormat::kF32: std::memcpy(out, x, static_cast<size_t>(cols) * sizeof(float)); break;
     case ActFormat::kQ8_0: QuantizeQ8_0(x, cols, out); break;
+    case ActFormat::kQ8_1: QuantizeQ8_1(x, cols, out); break;
     case ActFormat::kQ8_K: QuantizeQ8_K(x, cols, out); break;
     case ActFormat::kNone: break;
   }
@@ -265,6 +304,7 @@ void QuantizeActivationsPortable(ActFormat f, const float* x, int cols, uint8_t*
 void QuantizeActivations(ActFormat f, const float* x, int cols, uint8_t* out) {
   if (HasAvx2()) {
     if (f == ActFormat::kQ8_0) return QuantizeQ8_0Avx2(x, cols, out);
+    if (f == ActFormat::kQ8_1) return QuantizeQ8_1Avx2(x, cols, out);
     if (f == ActFormat::kQ8_K) return QuantizeQ8_KAvx2(x, cols, out);
   }
   QuantizeActivationsPortable(f, x, cols, out);
@@ -282,12 +322,12 @@ void DotRows(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, int rows,
 }
 
 // "r2": Q8_0/Q4_0 four blocks a step; "r3": Q4_K/Q5_K fold a sub-block
-// pair by unpacking (both 2026-11-29). The revision moves when
+// pair by unpacking (both 2026-11-29); "r4": Q4_1 in type (2026-12-07). The revision moves when
 // a kernel's speed changes enough to move a crossover, so that a crossover
 // file measured with the older kernels is refused (model/crossover.h).
 const char* DotKernelName() {
   if (!HasAvx2()) return "portable";
-  return HasPackedKernels() ? "avx2 r3, Q4_K and Q8_0 packed for avx512-vnni" : "avx2 r3";
+  return HasPackedKernels() ? "avx2 r4, Q4_K and Q8_0 packed for avx512-vnni" : "avx2 r4";
 }
 
 }  // namespace tierkv::model

@@ -33,11 +33,14 @@ enum class ActFormat : uint8_t {
   kNone,  // no in-type product: dequantize and sgemm
   kF32,   // fp32 as given (F16, BF16 weights)
   kQ8_0,  // 32-element blocks {f16 d; int8 q[32]} (ggml's block_q8_0)
+  kQ8_1,  // 32-element blocks {f16 d; f16 s = d · Σq; int8 q[32]} (ggml's block_q8_1, beside Q4_1)
   kQ8_K,  // 256-element blocks {float d; int8 q[256]; int16 bsums[16]} (block_q8_K)
 };
+// How many ActFormat values there are: arrays indexed by format size by it.
+inline constexpr size_t kActFormats = static_cast<size_t>(ActFormat::kQ8_K) + 1;
 
 // The activation format weights of type t multiply against; kNone for a
-// type without an in-type kernel (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, F32).
+// type without an in-type kernel (Q5_0, Q5_1, Q2_K, Q3_K, F32).
 ActFormat ActivationFormat(GgmlType t);
 
 // How many activation rows a product runs in type before sgemm takes over:
@@ -52,6 +55,8 @@ size_t ActRowBytes(ActFormat f, int cols);
 // -max / 127 for the value of largest magnitude, kept as fp32. A block
 // holding a NaN or an infinity gets a NaN scale, so the products carry it
 // as fp32 activations would (ggml's would round it away), and zeros.
+// Q8_1 is Q8_0 with s = d · Σq, d in fp32 before it is stored, s stored as
+// fp16 (ggml's quantize_row_q8_1): Q4_1's minimum times the block's sum.
 // Values round to the nearest step, ties to even (ggml's x86 rounding),
 // and lie in [-127, 127], never -128: the AVX2 kernels that give y the
 // sign of a weight (Q8_0, Q4_0, Q6_K) rely on it (under the default
@@ -81,6 +86,7 @@ inline float Q8_KInverseOf(float max) {
 // The AVX2 quantizers of one row (model/quant_dot_avx2.cc); the caller
 // checks HasAvx2().
 void QuantizeQ8_0Avx2(const float* x, int cols, uint8_t* out);
+void QuantizeQ8_1Avx2(const float* x, int cols, uint8_t* out);
 void QuantizeQ8_KAvx2(const float* x, int cols, uint8_t* out);
 
 // C[m·ldc + r] = Σ_k W[r][k] · A[m][k] + beta · C[m·ldc + r] for rows
@@ -94,7 +100,7 @@ void DotRowsPortable(GgmlType t, int cols, const uint8_t* w, size_t row_bytes, i
                      const uint8_t* act, size_t act_stride, int M, float beta, float* C, size_t ldc);
 
 // The kernels in use on this CPU, with their revision: "portable",
-// "avx2 r3", or "avx2 r3, Q4_K and Q8_0 packed for avx512-vnni"
+// "avx2 r4", or "avx2 r4, Q4_K and Q8_0 packed for avx512-vnni"
 // (model/quant_pack.h).
 const char* DotKernelName();
 

@@ -78,13 +78,14 @@ TIERKV_AVX2 inline float Hsum128(__m128 v) {
   return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
 }
 
-// Blocks of 32 weights (Q8_0, Q4_0) against Q8_0 activations: each block
-// decoded once to 32 signed bytes (Decode), its fp16 scale at the block's
-// start; |x| against y with x's sign, so maddubs sees an unsigned operand
-// (y is never -128, whose negation would wrap: QuantizeActivations).
+// Blocks of 32 weights (Q8_0, Q4_0, Q4_1) against Q8_0 (Q8_1) activations:
+// each block decoded once to 32 bytes (Decode), its fp16 scale at the
+// block's start; |x| against y with x's sign, so maddubs sees an unsigned
+// operand (y is never -128, whose negation would wrap:
+// QuantizeActivations). `am` points at the activation block's int8 values.
 // Returns the block's 32 products as 8 int32 pair sums.
-TIERKV_AVX2 inline __m256i BlockSums(__m256i x, __m256i ax, const uint8_t* am) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(Load(am + 2), x)), _mm256_set1_epi16(1));
+TIERKV_AVX2 inline __m256i BlockSums(__m256i x, __m256i ax, const uint8_t* q) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(Load(q), x)), _mm256_set1_epi16(1));
 }
 
 // The fp16 scales at p, p + kBytes, p + 2 kBytes, p + 3 kBytes as 4 floats.
@@ -98,6 +99,14 @@ TIERKV_AVX2 inline __m128 Scales4(const uint8_t* p) {
   return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(u)));
 }
 
+// Activation blocks of kA bytes: Q8_0 (34: d, q) or Q8_1 (36: d, s, q).
+// With Q8_1 the weights carry a minimum m after their scale (Q4_1), and
+// each block adds m · s to the scaled integer sum, as ggml's Q4_1 · Q8_1.
+template <size_t kA>
+constexpr size_t kActQ = kA - 32;  // the int8 values' offset in a block
+template <size_t kA>
+constexpr bool kHasMin = kA == 36;
+
 // Four blocks a step: each block's 32 products with a row summed to one
 // int32 (exact: at most 32 x 128 x 127), the four sums side by side in one
 // register and scaled by the four blocks' scale products at once. One
@@ -109,12 +118,12 @@ TIERKV_AVX2 inline __m128 Scales4(const uint8_t* p) {
 // Each block's dw · da is the fp32 product the block-at-a-time loop forms;
 // its integer sum is converted once, whole, so the rounding is no worse.
 // Writes the sums over the first 4 ⌊blocks / 4⌋ blocks to out[0..MR).
-template <int MR, size_t kBytes, __m256i (*Decode)(const uint8_t*)>
+template <int MR, size_t kBytes, __m256i (*Decode)(const uint8_t*), size_t kA>
 TIERKV_AVX2 void Blocks32By4(const uint8_t* w, const uint8_t* a, size_t stride, int blocks, float* out) {
   __m128 acc[MR];
   #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) acc[m] = _mm_setzero_ps();
-  for (int b = 0; b + 4 <= blocks; b += 4, w += 4 * kBytes, a += 4 * 34) {
+  for (int b = 0; b + 4 <= blocks; b += 4, w += 4 * kBytes, a += 4 * kA) {
     __m256i x[4], ax[4];
     #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
@@ -129,11 +138,12 @@ TIERKV_AVX2 void Blocks32By4(const uint8_t* w, const uint8_t* a, size_t stride, 
       __m128i q[4];
       #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
-        const __m256i p = BlockSums(x[j], ax[j], am + 34 * j);
+        const __m256i p = BlockSums(x[j], ax[j], am + kA * j + kActQ<kA>);
         q[j] = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
       }
       const __m128i sums = _mm_hadd_epi32(_mm_hadd_epi32(q[0], q[1]), _mm_hadd_epi32(q[2], q[3]));
-      acc[m] = _mm_fmadd_ps(_mm_mul_ps(dw, Scales4<34>(am)), _mm_cvtepi32_ps(sums), acc[m]);
+      acc[m] = _mm_fmadd_ps(_mm_mul_ps(dw, Scales4<kA>(am)), _mm_cvtepi32_ps(sums), acc[m]);
+      if constexpr (kHasMin<kA>) acc[m] = _mm_fmadd_ps(Scales4<kBytes>(w + 2), Scales4<kA>(am + 2), acc[m]);
     }
   }
   #pragma GCC unroll 8
@@ -142,32 +152,41 @@ TIERKV_AVX2 void Blocks32By4(const uint8_t* w, const uint8_t* a, size_t stride, 
 
 // MR rows: four blocks a step (above), then the last blocks one at a time,
 // each row's eight pair sums scaled and added to its eight lanes.
-template <int MR, size_t kBytes, __m256i (*Decode)(const uint8_t*)>
+template <int MR, size_t kBytes, __m256i (*Decode)(const uint8_t*), size_t kA = 34>
 TIERKV_AVX2 void Blocks32(const uint8_t* w, const uint8_t* a, size_t stride, int cols, float* out) {
   int b = cols / 32 / 4 * 4;
-  float head[MR];
-  Blocks32By4<MR, kBytes, Decode>(w, a, stride, b, head);
+  float head[MR], mins[MR] = {};
+  Blocks32By4<MR, kBytes, Decode, kA>(w, a, stride, b, head);
   w += b * kBytes;
-  a += b * 34;
+  a += b * kA;
   __m256 acc[MR];
   #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
-  for (; b < cols / 32; ++b, w += kBytes, a += 34) {
+  for (; b < cols / 32; ++b, w += kBytes, a += kA) {
     const __m256i x = Decode(w);
     const __m256i ax = _mm256_sign_epi8(x, x);
     const float dw = H(w);
     #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       const uint8_t* am = a + m * stride;
-      const __m256i s = BlockSums(x, ax, am);
+      const __m256i s = BlockSums(x, ax, am + kActQ<kA>);
       acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * H(am)), _mm256_cvtepi32_ps(s), acc[m]);
+      if constexpr (kHasMin<kA>) mins[m] += H(w + 2) * H(am + 2);
     }
   }
   #pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) out[m] = head[m] + Hsum(acc[m]);
+  for (int m = 0; m < MR; ++m) out[m] = head[m] + Hsum(acc[m]) + mins[m];
 }
 
 TIERKV_AVX2 inline __m256i DecodeQ8_0(const uint8_t* w) { return Load(w + 2); }
+
+// Q4_1's nibbles as they are (0-15): low nibbles are elements 0-15, high
+// ones 16-31, after the fp16 scale and minimum.
+TIERKV_AVX2 inline __m256i DecodeQ4_1(const uint8_t* w) {
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m128i v = Load128(w + 4);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+}
 
 // Nibble - 8: low nibbles are elements 0-15, high ones 16-31.
 TIERKV_AVX2 inline __m256i DecodeQ4_0(const uint8_t* w) {
@@ -468,6 +487,7 @@ constexpr MultiDot kTable = {F<1>::Run, F<2>::Run, F<4>::Run};
 
 template <int MR> struct Q8_0K { static constexpr auto Run = Blocks32<MR, 34, DecodeQ8_0>; };
 template <int MR> struct Q4_0K { static constexpr auto Run = Blocks32<MR, 18, DecodeQ4_0>; };
+template <int MR> struct Q4_1K { static constexpr auto Run = Blocks32<MR, 20, DecodeQ4_1, 36>; };
 template <int MR> struct Q4_KK { static constexpr auto Run = Q45_K<false, MR>; };
 template <int MR> struct Q5_KK { static constexpr auto Run = Q45_K<true, MR>; };
 template <int MR> struct Q6_KK { static constexpr auto Run = Q6_K<MR>; };
@@ -483,6 +503,7 @@ constexpr MultiDot kQ5_KHalves = {Q45_KHalves<true>, Q45_K<true, 2>, Q45_K<true,
 const MultiDot* DotAvx2(GgmlType t, bool halves) {
   switch (t) {
     case GgmlType::kQ4_0: return &kTable<Q4_0K>;
+    case GgmlType::kQ4_1: return &kTable<Q4_1K>;
     case GgmlType::kQ8_0: return &kTable<Q8_0K>;
     case GgmlType::kQ4_K: return halves ? &kQ4_KHalves : &kTable<Q4_KK>;
     case GgmlType::kQ5_K: return halves ? &kQ5_KHalves : &kTable<Q5_KK>;
@@ -552,6 +573,30 @@ TIERKV_AVX2 void QuantizeQ8_0Avx2(const float* x, int cols, uint8_t* out) {
     std::memcpy(out, &h, 2);
     __m256i ints[4];
     Round32(x, _mm256_set1_ps(sc.inverse), q, ints);
+  }
+}
+
+// Q8_0's rounding (above) with s = fp16(d · Σq) after d (ggml's block_q8_1).
+TIERKV_AVX2 void QuantizeQ8_1Avx2(const float* x, int cols, uint8_t* out) {
+  constexpr int kBlock = 32;
+  for (int b = 0; b < cols / kBlock; ++b, x += kBlock, out += 4 + kBlock) {
+    auto* q = reinterpret_cast<int8_t*>(out + 4);
+    float amax;
+    if (!FiniteAmax(x, kBlock, &amax)) {
+      const uint16_t h = kernels::FloatToHalf(std::numeric_limits<float>::quiet_NaN());
+      std::memcpy(out, &h, 2);
+      std::memcpy(out + 2, &h, 2);
+      std::memset(q, 0, kBlock);
+      continue;
+    }
+    const Q8_0Scale sc = Q8_0ScaleOf(amax);
+    const uint16_t h = kernels::FloatToHalf(sc.d);
+    std::memcpy(out, &h, 2);
+    __m256i ints[4];
+    Round32(x, _mm256_set1_ps(sc.inverse), q, ints);
+    const int sum = Hsum(_mm256_add_epi32(_mm256_add_epi32(ints[0], ints[1]), _mm256_add_epi32(ints[2], ints[3])));
+    const uint16_t s = kernels::FloatToHalf(static_cast<float>(sum) * sc.d);
+    std::memcpy(out + 2, &s, 2);
   }
 }
 

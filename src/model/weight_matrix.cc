@@ -191,9 +191,9 @@ constexpr int kInTypePartsPerThread = 8;
 // token once warm); pool threads only read them while the caller waits in
 // ParallelFor.
 struct WeightMatrix::Activations {
-  const uint8_t* data[4] = {};  // by ActFormat; null: not needed
-  size_t stride[4] = {};
-  const uint32_t* side[4] = {};  // PackedSide of data, where a packed part reads it
+  const uint8_t* data[kActFormats] = {};  // by ActFormat; null: not needed
+  size_t stride[kActFormats] = {};
+  const uint32_t* side[kActFormats] = {};  // PackedSide of data, where a packed part reads it
   // Per part, InType's answer, taken once per product: the crossover may
   // change meanwhile (UseCrossover), and a part multiplied in type must have
   // had its activations prepared.
@@ -267,8 +267,8 @@ void WeightMatrix::MatMulRange(const Activations& acts, int M, const float* A, s
 void WeightMatrix::MatMulBy(Path path, ThreadPool* pool, int M, const float* A, size_t lda, int r0, int n,
                             float beta, float* C, size_t ldc) const {
   if (M == 0 || n == 0) return;
-  thread_local std::vector<uint8_t> buffers[4];
-  thread_local std::vector<uint32_t> sides[4];
+  thread_local std::vector<uint8_t> buffers[kActFormats];
+  thread_local std::vector<uint32_t> sides[kActFormats];
   thread_local std::vector<uint8_t> decided;
   decided.assign(parts_.size(), 0);
   Activations acts;

@@ -23,8 +23,8 @@
 namespace tierkv::model {
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                           GgmlType::kQ6_K, GgmlType::kF16,  GgmlType::kBF16};
+const GgmlType kTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
+                           GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF16,  GgmlType::kBF16};
 
 std::vector<float> Normal(size_t n, std::mt19937* rng, float scale = 1.f) {
   std::normal_distribution<float> d(0.f, scale);
@@ -40,6 +40,17 @@ std::vector<float> DequantizedActivations(ActFormat f, const uint8_t* q, int col
     std::memcpy(out.data(), q, cols * sizeof(float));
   } else if (f == ActFormat::kQ8_0) {
     DequantizeRow(GgmlType::kQ8_0, q, out.data(), cols);  // the same block layout
+  } else if (f == ActFormat::kQ8_1) {
+    for (int b = 0; b < cols / 32; ++b, q += 36) {
+      const float d = kernels::HalfToFloat(static_cast<uint16_t>(q[0] | q[1] << 8));
+      const float s = kernels::HalfToFloat(static_cast<uint16_t>(q[2] | q[3] << 8));
+      const auto* v = reinterpret_cast<const int8_t*>(q + 4);
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) sum += v[j];
+      // s is d · Σq rounded to fp16 (d before its own rounding to fp16).
+      EXPECT_NEAR(s, d * sum, std::fabs(d * sum) * 2e-3f + 1e-6f) << "Q8_1 block " << b;
+      for (int j = 0; j < 32; ++j) out[32 * b + j] = d * v[j];
+    }
   } else {
     for (int b = 0; b < cols / 256; ++b, q += 292) {
       float d;
@@ -85,6 +96,25 @@ Case Make(GgmlType t, int rows, int M, int cols, std::mt19937* rng) {
   return c;
 }
 
+// Q4_1 · Q8_1 multiplies each block's minimum by the activations' sum as
+// Q8_1 stores it (s, fp16 of d · Σq: ggml's format), not by the sum of the
+// dequantized activations; the difference, Σ over blocks of m · (s − Σa),
+// is part of the format's value. 0 for other types.
+double MinTermCorrection(GgmlType t, const Case& c, int r, int m, int cols) {
+  if (t != GgmlType::kQ4_1) return 0;
+  const auto* w = reinterpret_cast<const uint8_t*>(c.weights.data()) + size_t(r) * c.row_bytes;
+  const uint8_t* a = c.acts.data() + size_t(m) * c.act_bytes;
+  double corr = 0;
+  for (int b = 0; b < cols / 32; ++b, w += 20, a += 36) {
+    const float mw = kernels::HalfToFloat(static_cast<uint16_t>(w[2] | w[3] << 8));
+    const float s = kernels::HalfToFloat(static_cast<uint16_t>(a[2] | a[3] << 8));
+    double sum = 0;
+    for (int j = 0; j < 32; ++j) sum += c.a_values[size_t(m) * cols + 32 * b + j];
+    corr += double(mw) * (double(s) - sum);
+  }
+  return corr;
+}
+
 TEST(QuantDotTest, ProductsEqualTheDequantizedValuesProducts) {
   std::mt19937 rng(3);
   const int rows = 37, M = 5, cols = 1024;
@@ -104,7 +134,7 @@ TEST(QuantDotTest, ProductsEqualTheDequantizedValuesProducts) {
         double worst = 0;
         for (int m = 0; m < M; ++m) {
           for (int r = 0; r < rows; ++r) {
-            double want = beta;
+            double want = beta + MinTermCorrection(t, c, r, m, cols);
             for (int k = 0; k < cols; ++k) {
               want += double(c.w_values[size_t(r) * cols + k]) * c.a_values[size_t(m) * cols + k];
             }
@@ -155,7 +185,9 @@ TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
         const size_t at = t == GgmlType::kQ6_K ? b + 208 : b;
         // fp16 scales below 1, normal or not: sign and top exponent bit cleared.
         w[at + 1] = static_cast<char>(w[at + 1] & 0x3B);
-        if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) w[at + 3] = static_cast<char>(w[at + 3] & 0x3B);
+        if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ4_1) {
+          w[at + 3] = static_cast<char>(w[at + 3] & 0x3B);
+        }
       }
     }
     // 7 activation rows: the kernels' 4-, 2- and 1-row forms all run; rows
@@ -191,7 +223,8 @@ TEST(QuantDotTest, VectorKernelsAgreeWithThePortableOnesOnArbitraryBytes) {
 TEST(QuantDotTest, LargestValuesOfOneSignDoNotOverflowTheIntegerSums) {
   if (!HasAvx2()) GTEST_SKIP() << "no AVX2 on this CPU: DotRows runs the portable loops only";
   const int cols = 512, M = 7;
-  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                     GgmlType::kQ6_K}) {
     const GgmlTypeInfo info = *TypeInfo(static_cast<uint32_t>(t));
     // Every value byte at the type's extreme: 0x00 for Q4_0 (nibbles 0, values
     // -8), -127 for Q8_0, 0xFF for the k-quants (nibbles 15, fifth and sixth
@@ -203,7 +236,7 @@ TEST(QuantDotTest, LargestValuesOfOneSignDoNotOverflowTheIntegerSums) {
       const size_t at = t == GgmlType::kQ6_K ? b + 208 : b;
       w[at] = 0x00;
       w[at + 1] = 0x3C;
-      if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) {
+      if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ4_1) {  // dmin, or Q4_1's minimum
         w[at + 2] = 0x00;
         w[at + 3] = 0x3C;
       }
@@ -231,7 +264,7 @@ TEST(QuantDotTest, LargestValuesOfOneSignDoNotOverflowTheIntegerSums) {
 // fp32 activations would, instead of rounding to a finite value.
 TEST(QuantDotTest, NonFiniteActivationsStayNonFinite) {
   std::mt19937 rng(17);
-  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K}) {
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K}) {
     // 7 blocks of 32 (four a step, then three one at a time) or 2 of 256.
     const int cols = t == GgmlType::kQ4_K ? 512 : 224;
     for (const int at : {cols / 3, cols - 10}) {
@@ -350,13 +383,14 @@ TEST(QuantDotTest, VectorQuantizersWriteThePortableBytes) {
     }
     if (kind == 4) x[rng() % cols] = std::numeric_limits<float>::quiet_NaN();
     if (kind == 5) x[rng() % cols] = (rng() & 1) ? INFINITY : -INFINITY;
-    for (ActFormat f : {ActFormat::kQ8_0, ActFormat::kQ8_K}) {
+    for (ActFormat f : {ActFormat::kQ8_0, ActFormat::kQ8_1, ActFormat::kQ8_K}) {
       std::vector<uint8_t> want(ActRowBytes(f, cols)), got(want.size());
       QuantizeActivationsPortable(f, x.data(), cols, want.data());
       if (f == ActFormat::kQ8_0) QuantizeQ8_0Avx2(x.data(), cols, got.data());
+      else if (f == ActFormat::kQ8_1) QuantizeQ8_1Avx2(x.data(), cols, got.data());
       else QuantizeQ8_KAvx2(x.data(), cols, got.data());
       const size_t at = std::mismatch(want.begin(), want.end(), got.begin()).first - want.begin();
-      ASSERT_EQ(at, want.size()) << (f == ActFormat::kQ8_0 ? "Q8_0" : "Q8_K") << " trial " << trial
+      ASSERT_EQ(at, want.size()) << (f == ActFormat::kQ8_0 ? "Q8_0" : f == ActFormat::kQ8_1 ? "Q8_1" : "Q8_K") << " trial " << trial
                                  << ": first different byte " << at;
       // What MatMul calls dispatches to them.
       QuantizeActivations(f, x.data(), cols, got.data());
@@ -381,9 +415,9 @@ TEST(QuantDotTest, ActivationsNeverTakeMinus128) {
         const int k = static_cast<int>(rng() % 4);
         x[j] = k == 0 ? max : k == 1 ? -max : k == 2 ? std::nextafter(max, 0.f) : -std::nextafter(max, 0.f);
       }
-      for (ActFormat f : {ActFormat::kQ8_0, ActFormat::kQ8_K}) {
-        // Each block: its scale (fp16 or fp32), then the n int8 values.
-        const size_t n = f == ActFormat::kQ8_0 ? 32 : 256, head = f == ActFormat::kQ8_0 ? 2 : 4;
+      for (ActFormat f : {ActFormat::kQ8_0, ActFormat::kQ8_1, ActFormat::kQ8_K}) {
+        // Each block: its scale (fp16 or fp32; Q8_1's sum after it), then the n int8 values.
+        const size_t n = f == ActFormat::kQ8_K ? 256 : 32, head = f == ActFormat::kQ8_0 ? 2 : 4;
         const size_t block = ActRowBytes(f, static_cast<int>(n));
         std::vector<uint8_t> q(ActRowBytes(f, cols));
         for (int pass = 0; pass < 2; ++pass) {
@@ -433,7 +467,9 @@ TEST(QuantDotTest, ActivationsRoundToTheNearestStep) {
   }
   EXPECT_EQ(ActRowBytes(ActFormat::kQ8_K, 512), 2u * 292);
   EXPECT_EQ(ActRowBytes(ActFormat::kQ8_0, 512), 16u * 34);
-  EXPECT_EQ(ActivationFormat(GgmlType::kQ4_1), ActFormat::kNone);
+  EXPECT_EQ(ActRowBytes(ActFormat::kQ8_1, 512), 16u * 36);
+  EXPECT_EQ(ActivationFormat(GgmlType::kQ4_1), ActFormat::kQ8_1);
+  EXPECT_EQ(ActivationFormat(GgmlType::kQ5_0), ActFormat::kNone);
   EXPECT_EQ(ActivationFormat(GgmlType::kF32), ActFormat::kNone);
 }
 
