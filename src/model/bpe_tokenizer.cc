@@ -22,16 +22,20 @@ struct PreTokenizer {
   const char* names[4];
   const char* regex;
   bool ignore_merges;  // a word that is itself a token is not merged (Llama 3)
+  bool digits_first;   // llama.cpp's "\p{N}" pass first: every digit a word of its own (SmolLM)
 };
 
 constexpr const char* kContractions = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])";
 
 const PreTokenizer kPreTokenizers[] = {
     {{"llama-bpe", "llama3", "llama-v3", nullptr},
-     "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", true},
+     "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", true, false},
     {{"qwen2", nullptr, nullptr, nullptr},
-     "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", false},
-    {{"gpt2", nullptr, nullptr, nullptr}, nullptr, false},  // GPT-2's own expression, below
+     "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", false, false},
+    {{"gpt2", nullptr, nullptr, nullptr}, nullptr, false, false},  // GPT-2's own expression, below
+    // SmolLM's (and Codeshell's, EXAONE's, Minerva's): digits split one by
+    // one, then GPT-2's expression within each piece between them.
+    {{"smollm", "codeshell", "exaone", "minerva-7b"}, nullptr, false, true},
 };
 constexpr const char* kGpt2Regex = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
@@ -82,8 +86,13 @@ struct MatchDataDeleter {
 
 class ByteBpeTokenizer final : public Tokenizer {
  public:
-  ByteBpeTokenizer(Vocab v, std::unique_ptr<pcre2_code, RegexDeleter> re, bool ignore_merges)
-      : v_(std::move(v)), controls_(VocabControlTokens(v_)), re_(std::move(re)), ignore_merges_(ignore_merges) {
+  ByteBpeTokenizer(Vocab v, std::unique_ptr<pcre2_code, RegexDeleter> re,
+                   std::unique_ptr<pcre2_code, RegexDeleter> digits, bool ignore_merges)
+      : v_(std::move(v)),
+        controls_(VocabControlTokens(v_)),
+        re_(std::move(re)),
+        digits_(std::move(digits)),
+        ignore_merges_(ignore_merges) {
     const std::array<uint32_t, 256> cp = ByteAlphabet();
     for (int b = 0; b < 256; ++b) {
       AppendUtf8(cp[b], &byte_char_[b]);
@@ -145,8 +154,29 @@ class ByteBpeTokenizer final : public Tokenizer {
   }
 
  private:
-  // Splits by the pre-tokenizer and appends each word's tokens.
+  // Splits by the pre-tokenizer and appends each word's tokens: first
+  // every digit alone where the pre-tokenizer says so, then the word
+  // expression within each piece between digits (llama.cpp applies its
+  // expressions in turn, each within the pieces of the one before).
   Status EncodeText(std::string_view text, std::vector<int32_t>* out) const {
+    if (!digits_) return EncodeWords(text, out);
+    std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(pcre2_match_data_create_from_pattern(digits_.get(), nullptr));
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t at = 0;
+    while (at < text.size()) {
+      const int rc = pcre2_match(digits_.get(), subject, text.size(), at, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) return Status::ResourceExhausted("digit split failed (PCRE2 error " + std::to_string(rc) + ")");
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
+      RETURN_IF_ERROR(EncodeWords(text.substr(at, ov[0] - at), out));
+      EncodeWord(text.substr(ov[0], ov[1] - ov[0]), out);  // one digit: never empty (\p{N} is one character)
+      at = ov[1];
+    }
+    return EncodeWords(text.substr(at), out);
+  }
+
+  // Splits `text` by the word expression and appends each word's tokens.
+  Status EncodeWords(std::string_view text, std::vector<int32_t>* out) const {
     std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(pcre2_match_data_create_from_pattern(re_.get(), nullptr));
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t at = 0;
@@ -249,6 +279,7 @@ class ByteBpeTokenizer final : public Tokenizer {
   Vocab v_;
   std::vector<std::pair<std::string, int32_t>> controls_;
   std::unique_ptr<pcre2_code, RegexDeleter> re_;  // read-only after construction: shared by threads
+  std::unique_ptr<pcre2_code, RegexDeleter> digits_;  // "\p{N}", or null: read-only, shared as re_
   bool ignore_merges_;
   std::unordered_map<std::string, int32_t> index_;
   std::unordered_map<std::string, int> ranks_;  // "left right" -> rank
@@ -257,13 +288,31 @@ class ByteBpeTokenizer final : public Tokenizer {
   std::unordered_map<uint32_t, uint8_t> char_byte_;
 };
 
+// A pre-tokenizer's expression, compiled for UTF-8 with Unicode classes
+// (JIT where PCRE2 has it: optional, without it PCRE2 interprets).
+Result<std::unique_ptr<pcre2_code, RegexDeleter>> CompileRegex(const std::string& pre, const std::string& regex) {
+  int err = 0;
+  PCRE2_SIZE err_at = 0;
+  std::unique_ptr<pcre2_code, RegexDeleter> re(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.c_str()),
+                                                             PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+                                                             &err_at, nullptr));
+  if (!re) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    return Status::InvalidArgument("pre-tokenizer '" + pre + "': " + reinterpret_cast<const char*>(msg));
+  }
+  pcre2_jit_compile(re.get(), PCRE2_JIT_COMPLETE);
+  return re;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> NewByteBpeTokenizer(Vocab vocab) {
   const PreTokenizer* pre = FindPreTokenizer(vocab.pre);
   if (pre == nullptr) {
     return Status::InvalidArgument("tokenizer.ggml.pre '" + vocab.pre +
-                                   "' is not a pre-tokenizer this build knows (llama-bpe, llama3, llama-v3, qwen2, gpt2)");
+                                   "' is not a pre-tokenizer this build knows (llama-bpe, llama3, llama-v3, qwen2, gpt2, "
+                                   "smollm, codeshell, exaone, minerva-7b)");
   }
   const size_t n = vocab.pieces.size();
   if (n == 0) return Status::InvalidArgument("empty vocabulary");
@@ -276,19 +325,13 @@ Result<std::unique_ptr<Tokenizer>> NewByteBpeTokenizer(Vocab vocab) {
     }
   }
   const std::string regex = pre->regex ? std::string(kContractions) + pre->regex : kGpt2Regex;
-  int err = 0;
-  PCRE2_SIZE err_at = 0;
-  std::unique_ptr<pcre2_code, RegexDeleter> re(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.c_str()),
-                                                             PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
-                                                             &err_at, nullptr));
-  if (!re) {
-    PCRE2_UCHAR msg[256];
-    pcre2_get_error_message(err, msg, sizeof msg);
-    return Status::InvalidArgument("pre-tokenizer '" + vocab.pre + "': " + reinterpret_cast<const char*>(msg));
+  ASSIGN_OR_RETURN(auto re, CompileRegex(vocab.pre, regex));
+  std::unique_ptr<pcre2_code, RegexDeleter> digits;
+  if (pre->digits_first) {
+    ASSIGN_OR_RETURN(digits, CompileRegex(vocab.pre, "\\p{N}"));
   }
-  pcre2_jit_compile(re.get(), PCRE2_JIT_COMPLETE);  // optional: without JIT it interprets
   const bool ignore = pre->ignore_merges;
-  return std::unique_ptr<Tokenizer>(new ByteBpeTokenizer(std::move(vocab), std::move(re), ignore));
+  return std::unique_ptr<Tokenizer>(new ByteBpeTokenizer(std::move(vocab), std::move(re), std::move(digits), ignore));
 }
 
 }  // namespace tierkv::model
