@@ -31,6 +31,7 @@ void AddCompare(CLI::App& app, Action* run);
 void AddServe(CLI::App& app, Action* run);
 void AddBenchServe(CLI::App& app, Action* run);
 void AddBench(CLI::App& app, Action* run);
+void AddPull(CLI::App& app, Action* run);
 
 // Prints "tierkv: error: <message>" to stderr and returns the exit code 1.
 int Fail(const std::string& message);
@@ -38,8 +39,9 @@ int Fail(const std::string& message);
 // The model to use when --model is not given: $TIERKV_MODEL, else the
 // project's own default model (models/tierkv-default.gguf in the source tree).
 std::string DefaultModelPath();
-// `flag` if set, else DefaultModelPath(); fails with a clear message if the
-// default is missing.
+// `flag` if set, else DefaultModelPath(), a pulled model's name resolved
+// to its file (tierkv/model_packages.h); fails with a clear message if the
+// default is missing or a named model is not pulled.
 Result<std::string> ModelPathOrDefault(const std::string& flag);
 
 // The flags of how a model's weights are held and multiplied.

