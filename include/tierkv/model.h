@@ -174,8 +174,11 @@ Result<ModelFileInfo> DescribeModelFile(const std::string& path, FileSystem* fs 
 //           in type, long ones dequantize a tile of rows at a time for
 //           sgemm, except packed rows on AVX-512 VNNI CPUs, which multiply
 //           in type at every length (docs/models.md).
-//  kAuto:   kFp32 when the matrices in fp32 take at most kAutoFp32Bytes,
-//           kMapped above (measurements: docs/models.md).
+//  kAuto:   kMapped when every matrix products read is in a quantized
+//           type with an in-type kernel (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K,
+//           Q6_K: a quantized model runs on its own bytes, as llama.cpp
+//           runs it), or when the matrices in fp32 would take more than
+//           kAutoFp32Bytes; else kFp32 (measurements: docs/models.md).
 //  llama2.c checkpoints are always fp32.
 enum class WeightStorage { kAuto, kFp32, kMapped };
 inline constexpr uint64_t kAutoFp32Bytes = uint64_t{1} << 30;

@@ -8,6 +8,7 @@
 
 #include "model/gguf.h"
 #include "model/gguf_vocab.h"
+#include "model/quant_dot.h"
 #include "model/weights.h"
 #include "tierkv/logging.h"
 #include "tierkv/tokenizer.h"
@@ -110,6 +111,21 @@ uint64_t Fp32Bytes(const ModelWeights& w) {
   return b;
 }
 
+// Whether every matrix products read is held in a quantized type with an
+// in-type kernel (8-bit activations: Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K):
+// then auto keeps the file's bytes, as llama.cpp does, at any size. An
+// untied embedding table is only looked up and does not count.
+bool AllQuantizedInType(const ModelWeights& w) {
+  for (const auto& [tensor, m] : w.Matrices()) {
+    if (m == &w.tok_embd && !w.output.empty()) continue;
+    for (const WeightMatrix::PartInfo& p : m->parts()) {
+      const ActFormat f = ActivationFormat(p.type);
+      if (f == ActFormat::kNone || f == ActFormat::kF32) return false;
+    }
+  }
+  return true;
+}
+
 // Tensors of blocks past block_count mean the count and the file disagree.
 Status CheckBlocks(const GgufFile& f, const std::string& name, const std::string& arch, int n_layers) {
   for (const std::string& t : f.TensorNames()) {
@@ -159,7 +175,8 @@ Result<LoadedModel> ParseGgufModel(const std::string& name, std::shared_ptr<cons
     ASSIGN_OR_RETURN(m.vocab, ReadGgufVocab(f, name));
   }
   if (storage == WeightStorage::kAuto) {
-    storage = Fp32Bytes(m.weights) <= kAutoFp32Bytes ? WeightStorage::kFp32 : WeightStorage::kMapped;
+    storage = Fp32Bytes(m.weights) <= kAutoFp32Bytes && !AllQuantizedInType(m.weights) ? WeightStorage::kFp32
+                                                                                       : WeightStorage::kMapped;
   }
   // Converted first, so that fp32 weights are checked in place rather than
   // dequantized twice; mapped ones are dequantized tile by tile to check.
