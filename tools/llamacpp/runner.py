@@ -121,6 +121,8 @@ def parse_args(argv):
     p.add_argument("--tokens", type=token_list, default=[64, 256, 512, 1024, 2048])
     p.add_argument("--window", type=context_size, default=512, help="positions: tokens per window")
     p.add_argument("--max-windows", type=positive_int, default=1 << 30, help="positions: at most this many windows")
+    p.add_argument("--flash-attn", choices=["on", "off"], default="on",
+                   help="bench, prefill, greedy: flash attention (oracle and positions: always off, fp32 K/V)")
     a = p.parse_args(argv)
     need = {"bench": ["workload"], "greedy": ["prompt"], "oracle": ["text_file", "prompts_file"],
             "tokenize": ["texts_file"], "prefill": [], "positions": ["text_file"]}[a.mode]
@@ -188,12 +190,12 @@ def rss_bytes():
 class Model:
     """One llama.cpp model and context (sequence 0), with the evaluation the
     modes share. `fp32_kv`: an F32 K/V cache without flash attention (the
-    oracle's); otherwise llama.cpp's defaults (F16 K/V, flash attention as
-    the library decides)."""
+    oracle's); otherwise llama.cpp as users run it at its best: F16 K/V,
+    flash attention as `flash_attn` says (on by default, --flash-attn)."""
 
-    def __init__(self, path, n_ctx, threads, fp32_kv=False, logits_all=False):
+    def __init__(self, path, n_ctx, threads, fp32_kv=False, logits_all=False, flash_attn=True):
         kw = dict(model_path=path, n_ctx=n_ctx, n_batch=min(n_ctx, 2048), n_ubatch=512, n_threads=threads,
-                  n_threads_batch=threads, logits_all=logits_all, verbose=False)
+                  n_threads_batch=threads, logits_all=logits_all, verbose=False, flash_attn=flash_attn)
         if fp32_kv:
             kw.update(type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32, flash_attn=False)
         try:
@@ -290,6 +292,7 @@ def bench(a, m):
         "workload": a.workload,
         "requests": len(reqs),
         "threads": a.threads,
+        "flash_attn": a.flash_attn,
         "full_prefill_ttft_ms": summary(full),
         "restore_ttft_ms": summary(restore),
         "prefill_tokens_per_s_mean": sum(prefill_tps) / len(prefill_tps),
@@ -402,7 +405,7 @@ def main():
     resident = {"before_model": rss_bytes()}
     oracle_kv = a.mode in ("oracle", "positions")
     n_ctx = max(a.ctx, a.window) if a.mode == "positions" else a.ctx
-    m = Model(a.model, n_ctx, a.threads, fp32_kv=oracle_kv, logits_all=oracle_kv)
+    m = Model(a.model, n_ctx, a.threads, fp32_kv=oracle_kv, logits_all=oracle_kv, flash_attn=a.flash_attn == "on")
     resident["after_load"] = resident["after_context"] = rss_bytes()  # the binding loads both at once
     if a.mode == "bench":
         result = bench(a, m)
