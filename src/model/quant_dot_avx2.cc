@@ -557,45 +557,40 @@ TIERKV_AVX2 inline int Hsum(__m256i v) {
 
 }  // namespace
 
-TIERKV_AVX2 void QuantizeQ8_0Avx2(const float* x, int cols, uint8_t* out) {
+namespace {
+
+// One block of 32 as Q8_0 and Q8_1 hold it: the fp16 scale at d, the
+// values at q. Returns the values' sum as an fp16 of d · Σq (Q8_1's s),
+// NaN for a block holding a NaN or an infinity (then d is NaN too, the
+// values zeros).
+TIERKV_AVX2 inline uint16_t Block8(const float* x, uint8_t* d, int8_t* q) {
   constexpr int kBlock = 32;
-  for (int b = 0; b < cols / kBlock; ++b, x += kBlock, out += 2 + kBlock) {
-    auto* q = reinterpret_cast<int8_t*>(out + 2);
-    float amax;
-    if (!FiniteAmax(x, kBlock, &amax)) {
-      const uint16_t h = kernels::FloatToHalf(std::numeric_limits<float>::quiet_NaN());
-      std::memcpy(out, &h, 2);
-      std::memset(q, 0, kBlock);
-      continue;
-    }
-    const Q8_0Scale sc = Q8_0ScaleOf(amax);
-    const uint16_t h = kernels::FloatToHalf(sc.d);
-    std::memcpy(out, &h, 2);
-    __m256i ints[4];
-    Round32(x, _mm256_set1_ps(sc.inverse), q, ints);
+  float amax;
+  if (!FiniteAmax(x, kBlock, &amax)) {
+    const uint16_t h = kernels::FloatToHalf(std::numeric_limits<float>::quiet_NaN());
+    std::memcpy(d, &h, 2);
+    std::memset(q, 0, kBlock);
+    return h;
   }
+  const Q8_0Scale sc = Q8_0ScaleOf(amax);
+  const uint16_t h = kernels::FloatToHalf(sc.d);
+  std::memcpy(d, &h, 2);
+  __m256i ints[4];
+  Round32(x, _mm256_set1_ps(sc.inverse), q, ints);
+  const int sum = Hsum(_mm256_add_epi32(_mm256_add_epi32(ints[0], ints[1]), _mm256_add_epi32(ints[2], ints[3])));
+  return kernels::FloatToHalf(static_cast<float>(sum) * sc.d);
 }
 
-// Q8_0's rounding (above) with s = fp16(d · Σq) after d (ggml's block_q8_1).
+}  // namespace
+
+TIERKV_AVX2 void QuantizeQ8_0Avx2(const float* x, int cols, uint8_t* out) {
+  for (int b = 0; b < cols / 32; ++b, x += 32, out += 2 + 32) Block8(x, out, reinterpret_cast<int8_t*>(out + 2));
+}
+
+// Q8_0's rounding with s = fp16(d · Σq) after d (ggml's block_q8_1).
 TIERKV_AVX2 void QuantizeQ8_1Avx2(const float* x, int cols, uint8_t* out) {
-  constexpr int kBlock = 32;
-  for (int b = 0; b < cols / kBlock; ++b, x += kBlock, out += 4 + kBlock) {
-    auto* q = reinterpret_cast<int8_t*>(out + 4);
-    float amax;
-    if (!FiniteAmax(x, kBlock, &amax)) {
-      const uint16_t h = kernels::FloatToHalf(std::numeric_limits<float>::quiet_NaN());
-      std::memcpy(out, &h, 2);
-      std::memcpy(out + 2, &h, 2);
-      std::memset(q, 0, kBlock);
-      continue;
-    }
-    const Q8_0Scale sc = Q8_0ScaleOf(amax);
-    const uint16_t h = kernels::FloatToHalf(sc.d);
-    std::memcpy(out, &h, 2);
-    __m256i ints[4];
-    Round32(x, _mm256_set1_ps(sc.inverse), q, ints);
-    const int sum = Hsum(_mm256_add_epi32(_mm256_add_epi32(ints[0], ints[1]), _mm256_add_epi32(ints[2], ints[3])));
-    const uint16_t s = kernels::FloatToHalf(static_cast<float>(sum) * sc.d);
+  for (int b = 0; b < cols / 32; ++b, x += 32, out += 4 + 32) {
+    const uint16_t s = Block8(x, out, reinterpret_cast<int8_t*>(out + 4));
     std::memcpy(out + 2, &s, 2);
   }
 }
