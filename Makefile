@@ -78,7 +78,7 @@ bench-quick: build
 	$(BUILD)/apps/tierkv bench --suite quick $(call BENCH_WORKLOADS,quick) --out build/bench-quick
 
 # llama.cpp runs first on the same workloads when tools/llamacpp is set up
-# (tools/llamacpp/setup.sh); the report puts it beside our systems.
+# natively (tools/llamacpp/setup.sh --native); the report puts it beside our systems.
 # Resumable: run it again after a stop and it goes on from docs/results/
 # results.json (workload files rewritten only when their bytes change;
 # llama.cpp's results kept while their workload is unchanged).
