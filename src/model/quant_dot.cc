@@ -33,47 +33,43 @@ bool AllFinite(const float* x, int n) {
   return true;
 }
 
+// One block of 32 as Q8_0 and Q8_1 hold it: the fp16 scale at d, the
+// values at q. Returns Q8_1's s, fp16 of d · Σq with d the fp32 scale
+// before it was stored (ggml's quantize_row_q8_1). A NaN or infinity stays
+// one in the products (as fp32 activations would carry it), instead of
+// rounding to zeros: d and s NaN, the values zeros.
+uint16_t QuantizeBlock8(const float* x, uint8_t* d, int8_t* q) {
+  if (!AllFinite(x, kQK)) {
+    const uint16_t h = kernels::FloatToHalf(std::numeric_limits<float>::quiet_NaN());
+    std::memcpy(d, &h, 2);
+    std::memset(q, 0, kQK);
+    return h;
+  }
+  float amax = 0;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const Q8_0Scale sc = Q8_0ScaleOf(amax);
+  const uint16_t h = kernels::FloatToHalf(sc.d);
+  std::memcpy(d, &h, 2);
+  // Ties to even, as ggml's AVX2 quantizer rounds (its portable one
+  // rounds them away from zero).
+  int sum = 0;
+  for (int j = 0; j < kQK; ++j) {
+    q[j] = static_cast<int8_t>(NearestInt(x[j] * sc.inverse));
+    sum += q[j];
+  }
+  return kernels::FloatToHalf(static_cast<float>(sum) * sc.d);
+}
+
 void QuantizeQ8_0(const float* x, int cols, uint8_t* out) {
   for (int b = 0; b < cols / kQK; ++b, x += kQK, out += kQ8_0Bytes) {
-    auto* q = reinterpret_cast<int8_t*>(out + 2);
-    // A NaN or infinity stays one in the products (as fp32 activations
-    // would carry it), instead of rounding to zeros.
-    if (!AllFinite(x, kQK)) {
-      const uint16_t h = kernels::FloatToHalf(std::numeric_limits<float>::quiet_NaN());
-      std::memcpy(out, &h, 2);
-      std::memset(q, 0, kQK);
-      continue;
-    }
-    float amax = 0;
-    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const Q8_0Scale sc = Q8_0ScaleOf(amax);
-    const uint16_t h = kernels::FloatToHalf(sc.d);
-    std::memcpy(out, &h, 2);
-    // Ties to even, as ggml's AVX2 quantizer rounds (its portable one
-    // rounds them away from zero).
-    for (int j = 0; j < kQK; ++j) q[j] = static_cast<int8_t>(NearestInt(x[j] * sc.inverse));
+    QuantizeBlock8(x, out, reinterpret_cast<int8_t*>(out + 2));
   }
 }
 
-// Q8_0's bytes after a 2-byte s = fp16(d · Σq) per block, d the fp32
-// scale before it was stored (ggml's quantize_row_q8_1); NaN for a block
-// holding a NaN or an infinity.
 void QuantizeQ8_1(const float* x, int cols, uint8_t* out) {
   for (int b = 0; b < cols / kQK; ++b, x += kQK, out += kQ8_1Bytes) {
-    uint8_t q8_0[kQ8_0Bytes];
-    QuantizeQ8_0(x, kQK, q8_0);
-    std::memcpy(out, q8_0, 2);
-    std::memcpy(out + 4, q8_0 + 2, kQK);
-    float s = std::numeric_limits<float>::quiet_NaN();
-    if (AllFinite(x, kQK)) {
-      float amax = 0;
-      for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-      int sum = 0;
-      for (int j = 0; j < kQK; ++j) sum += static_cast<int8_t>(q8_0[2 + j]);
-      s = static_cast<float>(sum) * Q8_0ScaleOf(amax).d;
-    }
-    const uint16_t h = kernels::FloatToHalf(s);
-    std::memcpy(out + 2, &h, 2);
+    const uint16_t s = QuantizeBlock8(x, out, reinterpret_cast<int8_t*>(out + 4));
+    std::memcpy(out + 2, &s, 2);
   }
 }
 
