@@ -51,14 +51,7 @@ const char* const kPrompts[] = {
 class QuantOracleTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (std::string why = testing::LlamaCppMissing(); !why.empty()) {
-      skip_ = why;
-      return;
-    }
-    if (!testing::SharedExists("data/wikitext2/valid.txt")) {
-      skip_ = "needs ../shared/data (CI has it; a fresh clone without ../shared skips this test)";
-      return;
-    }
+    if (skip_ = testing::OracleMissing("data/wikitext2/valid.txt"); !skip_.empty()) return;
     dir_ = testing::MakeTempDir("quant_oracle");
     std::string log;
     // tools/train's validation text (documents held out of training).

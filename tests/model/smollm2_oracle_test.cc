@@ -61,14 +61,7 @@ std::string ReadFile(const std::string& path) {
 class SmolLM2OracleTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (std::string why = testing::LlamaCppMissing(); !why.empty()) {
-      skip_ = why;
-      return;
-    }
-    if (!testing::SharedExists("data/wikitext2/test.txt")) {
-      skip_ = "needs ../shared/data (CI has it; a fresh clone without ../shared skips this test)";
-      return;
-    }
+    if (skip_ = testing::OracleMissing("data/wikitext2/test.txt"); !skip_.empty()) return;
     auto path = ResolveModelFlag("smollm2");
     if (!path.ok()) {
       skip_ = path.status().message() + " (CI does: make models)";
