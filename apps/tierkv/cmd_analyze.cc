@@ -51,7 +51,7 @@ void AddAnalyze(CLI::App& app, Action* run) {
       "Where attention goes: top-10% mass, cross-head and cross-layer Jaccard of top-k key sets, "
       "probe heads vs all heads (IMPRESS Fig. 8, SPEC Obs. III)");
   sub->add_option("--model", a->model,
-                  "Model file (default: $TIERKV_MODEL, else " +
+                  "Model file or a pulled model's name (default: $TIERKV_MODEL, else " +
                       DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the model's own)");
   AddWeightsFlag(sub, &a->weights);

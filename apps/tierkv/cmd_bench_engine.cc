@@ -30,7 +30,7 @@ void AddBenchEngine(CLI::App& app, Action* run) {
       "that peak, and the resident size before and after loading; with --llamacpp, llama.cpp's "
       "prefill and resident size beside ours; with --decode, decode and short batches instead");
   sub->add_option("--model", a->model,
-                  "Model file; without it, random weights of --shape are used");
+                  "Model file or a pulled model's name; without it, random weights of --shape are used");
   sub->add_option("--shape", a->shape,
                   "Random-weight shape when no --model: 'default' (dim 256, 8 layers, 16 MHA "
                   "heads, vocab 4096: the default model's shape) or 'large' (dim 1024, 16 heads)")

@@ -22,7 +22,7 @@ void AddEval(CLI::App& app, Action* run) {
   CLI::App* sub = eval->add_subcommand(
       "ppl", "Perplexity on a text file: consecutive windows, each predicting its own tokens");
   sub->add_option("--model", a->model,
-                  "Model file: GGUF (llama, qwen2, mistral; F32/F16/BF16 or quantized) or llama2.c checkpoint (default: $TIERKV_MODEL, else " +
+                  "Model file (GGUF or llama2.c) or a pulled model's name (default: $TIERKV_MODEL, else " +
                       DefaultModelPath() + ")");
   sub->add_option("--tokenizer", a->tokenizer,
                   "SentencePiece .model, a GGUF file's tokenizer or llama2.c tokenizer.bin (default: the model's own)");

@@ -122,7 +122,7 @@ void AddInfo(CLI::App& app, Action* run) {
   CLI::App* sub = app.add_subcommand(
       "info", "What a model file is as tierkv reads it: architecture, shapes, tensor types, tokenizer, KV bytes per "
               "token, the store fingerprint, and the resident size once loaded");
-  sub->add_option("--model", a->model, "GGUF or llama2.c model (default: the project's own)");
+  sub->add_option("--model", a->model, "GGUF or llama2.c model, or a pulled model's name (default: the project's own)");
   sub->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the model's own)");
   AddWeightsFlag(sub, &a->weights);
   sub->add_option("--chunk-tokens", a->chunk_tokens, "Chunk size the fingerprint is for")

@@ -88,7 +88,7 @@ namespace {
 
 void AddModelFlags(CLI::App* sub, EngineFlags* f) {
   sub->add_option("--model", f->model,
-                  "Model file: GGUF (llama, qwen2, mistral; F32/F16/BF16 or quantized) or llama2.c checkpoint "
+                  "Model file (GGUF llama/qwen2/mistral, or llama2.c) or a pulled model's name (tierkv pull) "
                   "(default: $TIERKV_MODEL, else " +
                       DefaultModelPath() + ")");
   sub->add_option("--tokenizer", f->tokenizer,
