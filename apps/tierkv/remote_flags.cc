@@ -35,8 +35,14 @@ void AddRemoteFlags(CLI::App* sub, RemoteOptions* r) {
                   "--remote rediss://: the PEM private key of --remote-tls-cert (default: read from "
                   "--remote-tls-cert's file)")
       ->check(CLI::ExistingFile);
+  sub->add_option("--remote-key-file", r->key_file,
+                  "--remote: the servers' shared key(s), one per line (the first seals values, all open them: "
+                  "rotation), mode 0600; default: $TIERKV_REMOTE_KEY. Required: values without this key's "
+                  "seal are never served (docs/remote.md)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--remote-timeout-ms", r->timeout_ms,
-                  "--remote: the bound on every connect, send and reply (a slower server is a miss)")
+                  "--remote: the bound on one whole exchange with Redis (connect, login, every reply of a "
+                  "pipeline); a slower server is a miss")
       ->capture_default_str()
       ->check(CLI::Range(1, 60000));
   sub->add_option_function<std::string>(

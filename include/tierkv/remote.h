@@ -45,7 +45,13 @@ struct RemoteOptions {
   // servers that ask for one (mutual TLS; empty: none; key empty: in the
   // certificate's file).
   std::string tls_ca_file, tls_cert_file, tls_key_file;
-  // Bound on every connect, send and reply; a slower server is a miss.
+  // The file holding the servers' shared key(s) that seal and open values
+  // (src/remote/seal.h; one per line, the first seals; mode 0600); empty:
+  // $TIERKV_REMOTE_KEY. A remote tier without a key does not open: a value
+  // anyone who can write to Redis could have made is never served.
+  std::string key_file;
+  // Bound on one whole pipeline (connect, login, sends, every reply); a
+  // slower server is a miss.
   uint32_t timeout_ms = 250;
   RemoteAdmit admit = RemoteAdmit::kReused;
   // Chunks waiting to go up; a write that finds the queue full is dropped
@@ -66,15 +72,19 @@ struct RemoteStats {
   uint64_t lookups = 0;            // requests that looked past their local match
   uint64_t hits = 0;               // chunks fetched, verified and admitted locally
   uint64_t misses = 0;             // lookups that found no (further) chunk
-  uint64_t corrupt = 0;            // values failing their checksum or identity (never served)
+  uint64_t corrupt = 0;            // values failing any check: seal, checksum, identity (never served)
+  uint64_t rejected = 0;           // of those, values whose seal does not match (forged, copied from another
+                                   // key, or damaged): also in corrupt
+  uint64_t unsealed = 0;           // values without a seal of a key this server holds (another deployment's,
+                                   // or an older tierkv's): a miss, not corrupt
   uint64_t bytes_down = 0, bytes_up = 0;
   uint64_t uploads = 0;            // chunks Redis accepted: "OK" to the SET of every layer
   uint64_t upload_refusals = 0;    // chunks Redis answered with an error (OOM, NOAUTH, READONLY, a refused
                                    // login...): not stored; neither is counted when no answer came (errors)
   uint64_t dropped_writes = 0;     // chunks not queued (queue full)
   uint64_t queued = 0;             // chunks waiting now
-  // Failed operations by kind: connect, timeout, closed, oom, reply, auth.
-  std::array<uint64_t, 6> errors{};
+  // Failed operations by kind: connect, timeout, closed, oom, reply, auth, protocol.
+  std::array<uint64_t, 7> errors{};
   uint64_t redirects = 0;          // cluster MOVED and ASK followed
   double fetch_ms_total = 0;       // time spent in lookups and fetches
   // RemoteRead::kImportant: chunks read in part, the bytes that took (also in
@@ -86,8 +96,8 @@ struct RemoteStats {
   uint64_t errors_total() const;
 };
 // The names of RemoteStats::errors' kinds, in order.
-inline constexpr std::array<std::string_view, 6> kRemoteErrorKinds = {"connect", "timeout", "closed", "oom",
-                                                                       "reply",   "auth"};
+inline constexpr std::array<std::string_view, 7> kRemoteErrorKinds = {"connect", "timeout", "closed", "oom",
+                                                                       "reply",   "auth",    "protocol"};
 
 // What a remote tier holds for one model (tierkv inspect --remote).
 struct RemoteInventory {

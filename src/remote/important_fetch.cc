@@ -2,9 +2,11 @@
 // sparsified far tier, read as a prefix of one copy). Per chunk layer one
 // pipeline entry or two: GETRANGE of the header block and the pages holding
 // the first `keep` K rows (adjacent, so one range), and GETRANGE of the
-// pages holding the first `keep` V rows. Every page is checked against the
-// header's checksums; a value overwritten between the two ranges fails them
-// and is a miss like any damaged one.
+// pages holding the first `keep` V rows, then GETRANGE of its seal (after
+// the record: seal.h). The header and the seal are checked with the MAC,
+// every page against the seal's digest and the header's checksum; a value
+// overwritten between the ranges fails them and is a miss like any damaged
+// one.
 #include <algorithm>
 #include <cstring>
 
@@ -68,13 +70,18 @@ bool RemoteTier::FetchImportantGroup(std::span<const int32_t> tokens, size_t sta
   const uint32_t C = geo_.chunk_tokens;
   std::vector<std::vector<ByteRange>> ranges(geo_.layers);
   for (uint16_t l = 0; l < geo_.layers; ++l) ranges[l] = ImportantRanges(std::min(keep[l], C), C, geo_.row_bytes);
+  // The seal follows the record (of a whole chunk layer: its size is known).
+  const uint32_t pages = ValuePages();
+  const uint64_t seal_first = store::kBlockSize * (1ull + pages);
+  const uint64_t seal_last = seal_first + Sealer::SealBytes(pages) - 1;
   std::vector<Command> cmds;
   for (size_t i = first; i < last; ++i) {
     for (uint16_t l = 0; l < geo_.layers; ++l) {
+      const std::string key = ChunkKey(geo_.fingerprint, hashes[i], l);
       for (const ByteRange& r : ranges[l]) {
-        cmds.push_back({"GETRANGE", ChunkKey(geo_.fingerprint, hashes[i], l), std::to_string(r.first),
-                        std::to_string(r.last)});
+        cmds.push_back({"GETRANGE", key, std::to_string(r.first), std::to_string(r.last)});
       }
+      cmds.push_back({"GETRANGE", key, std::to_string(seal_first), std::to_string(seal_last)});
     }
   }
   std::vector<Reply> replies;
@@ -94,7 +101,7 @@ bool RemoteTier::FetchImportantGroup(std::span<const int32_t> tokens, size_t sta
     chunk.v.resize(geo_.layers);
     size_t unordered = 0;
     for (uint16_t l = 0; l < geo_.layers && !stopped; ++l) {
-      const size_t n = ranges[l].size();
+      const size_t n = ranges[l].size() + 1;  // and the seal
       const ValueIdentity id{l, hashes[i], pos, C, tokens.subspan(pos, C)};
       const Take t = TakeImportant(id, ranges[l], std::span(replies).subspan(j, n), std::span(errors).subspan(j, n),
                                    std::min(keep[l], C), &chunk);
@@ -132,6 +139,7 @@ RemoteTier::Take RemoteTier::TakeImportant(const ValueIdentity& id, std::span<co
   const uint32_t C = geo_.chunk_tokens;
   const size_t rb = geo_.row_bytes;
   const uint16_t l = id.layer;
+  const uint32_t pages = ValuePages();
   for (size_t q = 0; q < replies.size(); ++q) {
     if (errors[q] != ErrorKind::kNone) return Take::kFail;  // counted by RunCounted
     if (replies[q].is_error()) {
@@ -140,7 +148,21 @@ RemoteTier::Take RemoteTier::TakeImportant(const ValueIdentity& id, std::span<co
     }
     if (replies[q].type != Reply::Type::kString || replies[q].str.empty()) return Take::kFail;  // absent: a miss
   }
-  auto h = CheckOrderedHeader(checker_, id, std::string_view(replies[0].str).substr(0, store::kBlockSize));
+  const std::string_view block0 = std::string_view(replies[0].str).substr(0, store::kBlockSize);
+  const std::string_view seal = replies.back().str;
+  std::string why;
+  if (seal.size() != Sealer::SealBytes(pages)) {
+    // No seal where a sealed value has it: an unsealed record (shorter) or a damaged value.
+    CountSeal(id.prefix_hash, l, replies[0].str.size() >= store::kBlockSize ? SealCheck::kUnsealed : SealCheck::kForged,
+              "no seal");
+    return Take::kFail;
+  }
+  if (const SealCheck s = sealer_.CheckHeader(ChunkKey(geo_.fingerprint, id.prefix_hash, l), block0, seal, &why);
+      s != SealCheck::kOk) {
+    CountSeal(id.prefix_hash, l, s, why);
+    return Take::kFail;
+  }
+  auto h = CheckOrderedHeader(checker_, id, block0);
   if (!h.ok()) {
     if (h.status().code() == StatusCode::kNotFound) return Take::kTokenOrder;
     CountCorrupt(id.prefix_hash, l, h.status());
@@ -148,7 +170,7 @@ RemoteTier::Take RemoteTier::TakeImportant(const ValueIdentity& id, std::span<co
   }
   // Every fetched page against the header.
   std::vector<const std::string*> data;
-  for (size_t q = 0; q < ranges.size(); ++q) {
+  for (size_t q = 0; q < ranges.size(); ++q) {  // the data ranges (the seal's is last)
     const ByteRange& r = ranges[q];
     const std::string& got = replies[q].str;
     const uint64_t skip = q == 0 ? store::kBlockSize : 0;  // the first range starts with the header
@@ -158,6 +180,10 @@ RemoteTier::Take RemoteTier::TakeImportant(const ValueIdentity& id, std::span<co
     }
     for (uint64_t off = skip; off < got.size(); off += store::kBlockSize) {
       const uint32_t page = r.first_page + static_cast<uint32_t>((off - skip) / store::kBlockSize);
+      if (!Sealer::PageOk(seal, page, std::string_view(got).substr(off, store::kBlockSize))) {
+        CountSeal(id.prefix_hash, l, SealCheck::kForged, "payload page " + std::to_string(page) + " does not match its sealed digest");
+        return Take::kFail;
+      }
       if (!store::PageChecksumOk(*h, page, std::span(got.data() + off, store::kBlockSize))) {
         CountCorrupt(id.prefix_hash, l, Status::Corruption("payload page " + std::to_string(page) + " fails its checksum"));
         return Take::kFail;
@@ -194,13 +220,9 @@ size_t RemoteTier::FetchWholeLayers(std::span<const int32_t> tokens, size_t star
     const uint32_t pos = static_cast<uint32_t>(start + (first + c) * C);
     const ValueIdentity id{l, hashes[first + c], pos, C, tokens.subspan(pos, C)};
     Reply& r = replies[q];
-    Status s = errors[q] != ErrorKind::kNone ? Status::Unavailable("remote error")
-               : r.is_error()                 ? Status::Unavailable("remote error reply")
-               : r.type != Reply::Type::kString ? Status::NotFound("absent")
-                                                : TakeWholeValue(checker_, id, &r.str);
     if (r.is_error()) CountErrorReply(r);
-    if (s.code() == StatusCode::kCorruption) CountCorrupt(id.prefix_hash, l, s);
-    if (!s.ok()) {
+    // An error, an absent value, or one failing its seal or checks (counted): the run ends before it.
+    if (errors[q] != ErrorKind::kNone || r.type != Reply::Type::kString || !TakeWhole(id, &r.str)) {
       good = c;
       break;
     }

@@ -1,55 +1,70 @@
 #include "remote/redis_conn.h"
 
 #include <hiredis/hiredis.h>
-#include <sys/time.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <memory>
 
 namespace tierkv::remote {
 namespace {
 
-timeval ToTimeval(std::chrono::milliseconds ms) {
-  timeval tv;
-  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
-  return tv;
+// hiredis's object factory, building Reply objects in place (a child in its
+// parent's elements), so that a reply is held once. It refuses an array
+// past the pipeline's element budget before anything of it is allocated
+// (hiredis's own factory callocs the announced count: 16 GiB for
+// "*2147483647"); the reader then fails, and the connection with it.
+struct Budget {
+  uint64_t elements_left = 0;
+  std::string refused;  // why the factory refused, for the error
+};
+
+Reply* Place(const redisReadTask* t) {
+  if (t->parent == nullptr) return new Reply();
+  Reply* parent = static_cast<Reply*>(t->parent->obj);
+  return &parent->elements[static_cast<size_t>(t->idx)];
 }
 
-Reply Copy(const redisReply* r) {
-  Reply out;
-  switch (r->type) {
-    case REDIS_REPLY_STRING: out.type = Reply::Type::kString; break;
-    case REDIS_REPLY_STATUS: out.type = Reply::Type::kStatus; break;
-    case REDIS_REPLY_ERROR: out.type = Reply::Type::kError; break;
-    case REDIS_REPLY_INTEGER: out.type = Reply::Type::kInteger; break;
-    case REDIS_REPLY_ARRAY: out.type = Reply::Type::kArray; break;
-    default: out.type = Reply::Type::kNil; break;
-  }
-  if (r->str != nullptr) out.str.assign(r->str, r->len);
-  out.integer = r->integer;
-  if (r->type == REDIS_REPLY_ARRAY) {
-    out.elements.reserve(r->elements);
-    for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(Copy(r->element[i]));
-  }
-  return out;
+void* CreateString(const redisReadTask* t, char* str, size_t len) {
+  Reply* r = Place(t);
+  r->type = t->type == REDIS_REPLY_ERROR    ? Reply::Type::kError
+            : t->type == REDIS_REPLY_STATUS ? Reply::Type::kStatus
+                                            : Reply::Type::kString;
+  r->str.assign(str, len);
+  return r;
 }
 
-// hiredis reports a read timeout as an I/O error with EAGAIN's message.
-ErrorKind KindOfContextError(const redisContext* c) {
-  if (c->err == REDIS_ERR_EOF) return ErrorKind::kClosed;
-  if (c->err == REDIS_ERR_IO) {
-    const std::string s = c->errstr;
-    if (s.find("temporarily unavailable") != std::string::npos ||
-        s.find("timed out") != std::string::npos) {
-      return ErrorKind::kTimeout;
-    }
-    if (s.find("reset") != std::string::npos || s.find("Broken pipe") != std::string::npos) {
-      return ErrorKind::kClosed;
-    }
+void* CreateArray(const redisReadTask* t, int elements) {
+  auto* budget = static_cast<Budget*>(t->privdata);
+  const uint64_t n = static_cast<uint64_t>(std::max(elements, 0));
+  if (budget == nullptr || n > budget->elements_left) {
+    if (budget != nullptr) budget->refused = "an array of " + std::to_string(n) + " elements (past the limit)";
+    return nullptr;
   }
-  return ErrorKind::kConnect;
+  budget->elements_left -= n;
+  Reply* r = Place(t);
+  r->type = Reply::Type::kArray;
+  r->elements.resize(n);
+  return r;
 }
+
+void* CreateInteger(const redisReadTask* t, long long v) {
+  Reply* r = Place(t);
+  r->type = Reply::Type::kInteger;
+  r->integer = v;
+  return r;
+}
+
+void* CreateNil(const redisReadTask* t) {
+  Reply* r = Place(t);
+  r->type = Reply::Type::kNil;
+  return r;
+}
+
+// hiredis frees only roots (children live in them).
+void FreeObject(void* o) { delete static_cast<Reply*>(o); }
+
+redisReplyObjectFunctions kFactory = {CreateString, CreateArray, CreateInteger, CreateNil, FreeObject};
 
 // hiredis's argv form of `c` (views into it).
 void ArgvOf(const Command& c, std::vector<const char*>* argv, std::vector<size_t>* lens) {
@@ -72,6 +87,7 @@ std::string_view ErrorKindName(ErrorKind k) {
     case ErrorKind::kOom: return "oom";
     case ErrorKind::kReply: return "reply";
     case ErrorKind::kAuth: return "auth";
+    case ErrorKind::kProtocol: return "protocol";
     case ErrorKind::kCount: break;
   }
   return "?";
@@ -89,19 +105,14 @@ Login Login::Of(const RedisUrl& url, TlsFiles tls_files) {
   return Login{url.user, url.password, url.cluster ? 0 : url.db, url.tls, url.tls ? std::move(tls_files) : TlsFiles{}};
 }
 
-RedisConn::RedisConn(Endpoint endpoint, std::chrono::milliseconds timeout, Login login)
-    : endpoint_(std::move(endpoint)), timeout_(timeout), login_(std::move(login)) {}
+RedisConn::RedisConn(Endpoint endpoint, std::chrono::milliseconds timeout, Login login, ReplyLimits limits)
+    : endpoint_(std::move(endpoint)), timeout_(timeout), login_(std::move(login)), limits_(limits) {}
 
 RedisConn::~RedisConn() {
-  if (ctx_ != nullptr) redisFree(ctx_);
   if (reader_ != nullptr) redisReaderFree(reader_);
 }
 
 Status RedisConn::Fail(ErrorKind kind, const std::string& what, ErrorKind* out) {
-  if (ctx_ != nullptr) {
-    redisFree(ctx_);
-    ctx_ = nullptr;
-  }
   link_.Close();
   if (reader_ != nullptr) {
     redisReaderFree(reader_);
@@ -111,32 +122,25 @@ Status RedisConn::Fail(ErrorKind kind, const std::string& what, ErrorKind* out) 
   retry_at_ = std::chrono::steady_clock::now() + backoff_;
   // A refused login or database does not heal by waiting: calls during its
   // backoff fail with its kind; after a transport failure, with kConnect.
-  backoff_kind_ = kind == ErrorKind::kTimeout || kind == ErrorKind::kClosed ? ErrorKind::kConnect : kind;
+  backoff_kind_ = kind == ErrorKind::kTimeout || kind == ErrorKind::kClosed || kind == ErrorKind::kProtocol
+                      ? ErrorKind::kConnect
+                      : kind;
   last_failure_ = what;
   *out = kind;
   return Status::Unavailable("redis " + endpoint_.ToString() + ": " + what);
 }
 
 Status RedisConn::Open(ErrorKind* kind) {
-  if (login_.tls) {
-    LinkError e;
-    const Status s = link_.Connect(endpoint_.host, endpoint_.port, login_.tls_files, timeout_, &e);
-    // A slow connect or handshake is a failed connect, as on the hiredis path.
-    if (!s.ok()) return Fail(ErrorKind::kConnect, s.message(), kind);
-    reader_ = redisReaderCreate();
-    if (reader_ == nullptr) return Fail(ErrorKind::kConnect, "cannot allocate a reply reader", kind);
-    return Status::Ok();
-  }
-  ctx_ = redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, ToTimeval(timeout_));
-  if (ctx_ == nullptr) return Fail(ErrorKind::kConnect, "cannot allocate a context", kind);
-  if (ctx_->err != 0) return Fail(ErrorKind::kConnect, ctx_->errstr, kind);
-  if (redisSetTimeout(ctx_, ToTimeval(timeout_)) != REDIS_OK) {
-    return Fail(ErrorKind::kConnect, "cannot set the timeout", kind);
-  }
+  LinkError e;
+  const Status s = link_.Connect(endpoint_.host, endpoint_.port, login_.tls, login_.tls_files, timeout_, &e);
+  // A slow connect or handshake is a failed connect.
+  if (!s.ok()) return Fail(ErrorKind::kConnect, s.message(), kind);
+  reader_ = redisReaderCreateWithFunctions(&kFactory);
+  if (reader_ == nullptr) return Fail(ErrorKind::kConnect, "cannot allocate a reply reader", kind);
   return Status::Ok();
 }
 
-Status RedisConn::Connect(ErrorKind* kind) {
+Status RedisConn::Connect(Deadline deadline, ErrorKind* kind) {
   if (std::chrono::steady_clock::now() < retry_at_) {
     backed_off_ = true;
     *kind = backoff_kind_;
@@ -157,7 +161,7 @@ Status RedisConn::Connect(ErrorKind* kind) {
   if (login_.db != 0) login.push_back({"SELECT", std::to_string(login_.db)});
   std::vector<Reply> r;
   const std::chrono::milliseconds saved = backoff_;  // a failed login doubles the backoff as a failed connect does
-  RETURN_IF_ERROR(Pipeline(login, &r, kind));
+  RETURN_IF_ERROR(Exchange(login, deadline, &r, kind));
   backoff_ = saved;
   if (!login_.password.empty() && r[0].is_error()) {
     return Fail(ErrorKind::kAuth,
@@ -183,34 +187,15 @@ Status RedisConn::Pipeline(std::span<const Command> commands, std::vector<Reply>
   *kind = ErrorKind::kNone;
   replies->clear();
   backed_off_ = false;
-  if (!connected()) RETURN_IF_ERROR(Connect(kind));
-  if (login_.tls) return PipelineTls(commands, replies, kind);
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const Command& c : commands) {
-    ArgvOf(c, &argv, &lens);
-    if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
-      return Fail(KindOfContextError(ctx_), ctx_->errstr, kind);
-    }
-  }
-  replies->reserve(commands.size());
-  for (size_t i = 0; i < commands.size(); ++i) {
-    void* raw = nullptr;
-    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
-      const ErrorKind k = KindOfContextError(ctx_);
-      if (k == ErrorKind::kTimeout) {
-        return Fail(k, "no reply within " + std::to_string(timeout_.count()) + " ms (" + ctx_->errstr + ")", kind);
-      }
-      return Fail(k, ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply", kind);
-    }
-    replies->push_back(Copy(static_cast<redisReply*>(raw)));
-    freeReplyObject(raw);
-  }
+  const Deadline deadline = std::chrono::steady_clock::now() + timeout_;
+  if (!connected()) RETURN_IF_ERROR(Connect(deadline, kind));
+  RETURN_IF_ERROR(Exchange(commands, deadline, replies, kind));
   backoff_ = std::chrono::milliseconds(0);
   return Status::Ok();
 }
 
-Status RedisConn::PipelineTls(std::span<const Command> commands, std::vector<Reply>* replies, ErrorKind* kind) {
+Status RedisConn::Exchange(std::span<const Command> commands, Deadline deadline, std::vector<Reply>* replies,
+                           ErrorKind* kind) {
   std::string out;  // every command, formatted by hiredis, sent in one write
   std::vector<const char*> argv;
   std::vector<size_t> lens;
@@ -223,27 +208,41 @@ Status RedisConn::PipelineTls(std::span<const Command> commands, std::vector<Rep
     redisFreeCommand(cmd);
   }
   const auto kind_of = [](LinkError e) { return e == LinkError::kTimeout ? ErrorKind::kTimeout : ErrorKind::kClosed; };
+  const std::string in_time = " (the whole reply within " + std::to_string(timeout_.count()) + " ms)";
   LinkError e;
-  if (Status s = link_.Write(out, &e); !s.ok()) return Fail(kind_of(e), s.message(), kind);
+  if (Status s = link_.Write(out, deadline, &e); !s.ok()) return Fail(kind_of(e), s.message() + in_time, kind);
+  Budget budget{limits_.elements, {}};
+  reader_->privdata = &budget;
+  const uint64_t cap = commands.size() * limits_.bytes_per_command + (64u << 10);
+  uint64_t fed = 0;
   replies->reserve(commands.size());
   char buf[64 * 1024];
   while (replies->size() < commands.size()) {
     void* raw = nullptr;
     if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
-      return Fail(ErrorKind::kClosed, std::string("protocol error: ") + reader_->errstr, kind);
+      const std::string why = budget.refused.empty() ? std::string(reader_->errstr) : budget.refused;
+      return Fail(ErrorKind::kProtocol, "protocol error: " + why, kind);
     }
     if (raw != nullptr) {
-      replies->push_back(Copy(static_cast<redisReply*>(raw)));
-      freeReplyObject(raw);
+      std::unique_ptr<Reply> r(static_cast<Reply*>(raw));
+      replies->push_back(std::move(*r));
       continue;
     }
     size_t n = 0;
-    if (Status s = link_.Read(buf, sizeof buf, &n, &e); !s.ok()) return Fail(kind_of(e), s.message(), kind);
+    if (Status s = link_.Read(buf, sizeof buf, &n, deadline, &e); !s.ok()) {
+      return Fail(kind_of(e), s.message() + in_time, kind);
+    }
+    fed += n;
+    if (fed > cap) {
+      return Fail(ErrorKind::kProtocol,
+                  "protocol error: replies past " + std::to_string(cap) + " bytes for " +
+                      std::to_string(commands.size()) + " commands",
+                  kind);
+    }
     if (redisReaderFeed(reader_, buf, n) != REDIS_OK) {
-      return Fail(ErrorKind::kClosed, std::string("protocol error: ") + reader_->errstr, kind);
+      return Fail(ErrorKind::kProtocol, std::string("protocol error: ") + reader_->errstr, kind);
     }
   }
-  backoff_ = std::chrono::milliseconds(0);
   return Status::Ok();
 }
 

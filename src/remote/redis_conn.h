@@ -1,8 +1,11 @@
-// One connection to one Redis server through hiredis: pipelined commands
-// with a bounded time for every connect, send and reply, and a backoff after
-// a failure so that a dead server costs callers nothing but a miss. Over TLS
-// (rediss://: Login::tls) hiredis only formats commands and parses replies;
-// a TlsLink (OpenSSL) carries them, with the same semantics.
+// One connection to one Redis server: pipelined commands with a deadline
+// for the whole pipeline (every connect, send and reply of it), replies
+// bounded in bytes and array elements before they are held, and a backoff
+// after a failure, so that a dead, slow or hostile server costs callers a
+// miss and at most the timeout, never memory. hiredis formats the commands
+// and parses the replies (into Reply objects directly, through its object
+// factory, which refuses oversized arrays); a Link carries the bytes, plain
+// or TLS (rediss://: Login::tls, OpenSSL).
 //
 // Thread safety: none; one owner at a time (RemoteTier gives the request
 // path and the upload thread a connection each).
@@ -15,10 +18,9 @@
 #include <vector>
 
 #include "remote/redis_url.h"
-#include "remote/tls_link.h"
+#include "remote/link.h"
 #include "tierkv/status.h"
 
-struct redisContext;
 struct redisReader;
 
 namespace tierkv::remote {
@@ -33,6 +35,7 @@ enum class ErrorKind : uint8_t {
   kReply,     // any other error reply (CLUSTERDOWN, TRYAGAIN, LOADING, READONLY, a SELECT refused, ...)
   kAuth,      // the server refused the login (AUTH: WRONGPASS) or a command for want of one (NOAUTH,
               // NOPERM); a connection whose AUTH failed backs off as kAuth, not kConnect
+  kProtocol,  // not Redis's protocol, or a reply larger than ReplyLimits allow (a lying or hostile server)
   kCount
 };
 std::string_view ErrorKindName(ErrorKind k);  // "connect", "timeout", ...
@@ -57,11 +60,19 @@ struct Login {
   std::string user;      // empty: the default user
   std::string password;  // non-empty: AUTH [user] password
   int db = 0;            // non-zero: SELECT db
-  bool tls = false;      // connect over TLS (TlsLink): the server verified before the login is sent
+  bool tls = false;      // connect over TLS (Link): the server verified before the login is sent
   TlsFiles tls_files;    // tls only: the CA file (empty: the system's), the client certificate and key
   // Builds one from a URL (its user, password, database, TLS; database 0
   // for a cluster) and the TLS files (used when the URL is rediss).
   static Login Of(const RedisUrl& url, TlsFiles tls_files = {});
+};
+
+// What one pipeline's replies may hold at most. A server that announces or
+// sends more is cut off (kProtocol) with at most these bytes held: a reply
+// of the announced length is never allocated ahead of its bytes.
+struct ReplyLimits {
+  uint64_t bytes_per_command = 64ull << 20;  // the replies: commands x this, plus 64 KiB
+  uint64_t elements = 1u << 16;              // array elements in all (nested ones included)
 };
 
 // Every (re)connect logs in before the first command, in one round trip
@@ -72,14 +83,16 @@ struct Login {
 // password), then SELECT when db != 0 (a refusal fails it as kReply).
 class RedisConn {
  public:
-  RedisConn(Endpoint endpoint, std::chrono::milliseconds timeout, Login login = {});
+  // `timeout` bounds a whole Pipeline call: the connect and login when
+  // needed, every send, every reply.
+  RedisConn(Endpoint endpoint, std::chrono::milliseconds timeout, Login login = {}, ReplyLimits limits = {});
   ~RedisConn();
   RedisConn(const RedisConn&) = delete;
   RedisConn& operator=(const RedisConn&) = delete;
 
   // Sends `commands` in one pipeline and reads their replies (in order) into
   // *replies. Error replies are replies (the caller decides); a transport
-  // failure fails the whole call with Unavailable, sets *kind, closes the
+  // failure, a reply past the deadline or past the limits fails the whole call with Unavailable, sets *kind, closes the
   // connection and starts a backoff (50 ms doubling to 2 s) during which
   // calls fail at once with kConnect (kAuth after a refused login). The
   // Unavailable's message names the server and says why: the transport's
@@ -92,17 +105,18 @@ class RedisConn {
   bool backed_off() const { return backed_off_; }
 
  private:
-  Status Connect(ErrorKind* kind);
-  Status Open(ErrorKind* kind);  // the transport only: hiredis's, or TLS
-  bool connected() const { return ctx_ != nullptr || link_.open(); }
-  Status PipelineTls(std::span<const Command> commands, std::vector<Reply>* replies, ErrorKind* kind);
+  Status Connect(Deadline deadline, ErrorKind* kind);
+  Status Open(ErrorKind* kind);  // the transport and the reader
+  bool connected() const { return link_.open(); }
+  Status Exchange(std::span<const Command> commands, Deadline deadline, std::vector<Reply>* replies,
+                  ErrorKind* kind);
   Status Fail(ErrorKind kind, const std::string& what, ErrorKind* out);
 
   const Endpoint endpoint_;
   const std::chrono::milliseconds timeout_;
   const Login login_;
-  redisContext* ctx_ = nullptr;  // redis://
-  TlsLink link_;                  // rediss://, with reader_ parsing its replies
+  const ReplyLimits limits_;
+  Link link_;                      // plain or TLS, with reader_ parsing its replies
   redisReader* reader_ = nullptr;
   std::chrono::steady_clock::time_point retry_at_{};
   std::chrono::milliseconds backoff_{0};

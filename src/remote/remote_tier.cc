@@ -76,13 +76,35 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::Open(const RemoteOptions& option
                                                      store::ChunkStore* store) {
   RETURN_IF_ERROR(options.Validate());
   ASSIGN_OR_RETURN(RedisUrl url, ResolveRedisUrl(options.url, options.password));
-  return std::unique_ptr<RemoteTier>(new RemoteTier(options, geometry, std::move(url), store));
+  ASSIGN_OR_RETURN(Sealer sealer, Sealer::Load(options.key_file));
+  if (!url.tls && !url.password.empty()) {
+    TIERKV_LOG(kWarn) << "remote tier " << url.ToString()
+                      << ": the password goes to the server in clear text (redis://): a process that binds the "
+                         "port while Redis is down receives it; rediss:// verifies the server first. The values "
+                         "stay sealed either way: the password lets no one inject K/V";
+  }
+  return std::unique_ptr<RemoteTier>(new RemoteTier(options, geometry, std::move(url), std::move(sealer), store));
 }
 
-RemoteTier::RemoteTier(const RemoteOptions& o, RemoteGeometry g, RedisUrl url, store::ChunkStore* store)
+namespace {
+
+// What one reply may hold: a whole sealed value of `g` (GET), with room
+// for the protocol's framing. A server announcing more is cut off.
+ReplyLimits LimitsFor(const RemoteGeometry& g) {
+  const uint32_t pages = store::PagesFor(2ull * g.chunk_tokens * g.row_bytes);
+  return ReplyLimits{store::kBlockSize * (1ull + pages) + Sealer::SealBytes(pages) + 1024, 1u << 16};
+}
+
+}  // namespace
+
+RemoteTier::RemoteTier(const RemoteOptions& o, RemoteGeometry g, RedisUrl url, Sealer sealer,
+                       store::ChunkStore* store)
     : opts_(o), geo_(g), url_(std::move(url)), store_(store), checker_(g.fingerprint, g.row_bytes, g.dtype, g.chunk_tokens),
-      fetch_router_(url_, std::chrono::milliseconds(o.timeout_ms), TlsFiles{o.tls_ca_file, o.tls_cert_file, o.tls_key_file}),
-      up_router_(url_, std::chrono::milliseconds(o.timeout_ms), TlsFiles{o.tls_ca_file, o.tls_cert_file, o.tls_key_file}) {
+      sealer_(std::move(sealer)),
+      fetch_router_(url_, std::chrono::milliseconds(o.timeout_ms), TlsFiles{o.tls_ca_file, o.tls_cert_file, o.tls_key_file},
+                    LimitsFor(g)),
+      up_router_(url_, std::chrono::milliseconds(o.timeout_ms), TlsFiles{o.tls_ca_file, o.tls_cert_file, o.tls_key_file},
+                 LimitsFor(g)) {
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "tierkv-remote-up");
     UploadLoop();
@@ -131,6 +153,34 @@ void RemoteTier::CountCorrupt(uint64_t prefix_hash, uint16_t layer, const Status
   ++stats_.corrupt;
   TIERKV_LOG(kWarn) << "remote tier: the value of " << ChunkKey(geo_.fingerprint, prefix_hash, layer)
                     << " fails its checks (" << why.ToString() << "): a miss";
+}
+
+void RemoteTier::CountSeal(uint64_t prefix_hash, uint16_t layer, SealCheck s, const std::string& why) {
+  MutexLock l(&mu_);
+  if (s == SealCheck::kUnsealed) {
+    ++stats_.unsealed;
+    return;  // another deployment's values: expected where a Redis is shared, not worth a line each
+  }
+  ++stats_.corrupt;
+  ++stats_.rejected;
+  TIERKV_LOG(kWarn) << "remote tier: the value of " << ChunkKey(geo_.fingerprint, prefix_hash, layer)
+                    << " is rejected: " << why << "; a miss (" << stats_.rejected << " rejected so far)";
+}
+
+uint32_t RemoteTier::ValuePages() const { return store::PagesFor(2ull * geo_.chunk_tokens * geo_.row_bytes); }
+
+bool RemoteTier::TakeWhole(const ValueIdentity& id, std::string* value) {
+  std::string why;
+  const SealCheck s = sealer_.OpenWhole(ChunkKey(geo_.fingerprint, id.prefix_hash, id.layer), ValuePages(), value, &why);
+  if (s != SealCheck::kOk) {
+    CountSeal(id.prefix_hash, id.layer, s, why);
+    return false;
+  }
+  if (Status st = TakeWholeValue(checker_, id, value); !st.ok()) {
+    CountCorrupt(id.prefix_hash, id.layer, st);
+    return false;
+  }
+  return true;
 }
 
 void RemoteTier::CountErrors(const std::vector<Failure>& failures) {
@@ -193,10 +243,7 @@ std::vector<std::vector<std::string>> RemoteTier::FetchRun(std::span<const int32
         if (r.type != Reply::Type::kString) return out;  // evicted since EXISTS: a miss
         *bytes += r.str.size();
         const ValueIdentity id{layer, hashes[i], pos, C, tokens.subspan(pos, C)};
-        if (Status s = TakeWholeValue(checker_, id, &r.str); !s.ok()) {
-          CountCorrupt(hashes[i], layer, s);
-          return out;
-        }
+        if (!TakeWhole(id, &r.str)) return out;
         layers[layer] = std::move(r.str);
       }
       out.push_back(std::move(layers));
@@ -391,7 +438,9 @@ void RemoteTier::WriteChunks(const Upload& u) {
       std::string record;
       EncodeValue(std::move(h), payloads[layer],
                   layer < order.size() ? std::span<const uint16_t>(order[layer]) : std::span<const uint16_t>(), &record);
-      cmds.push_back({"SET", ChunkKey(geo_.fingerprint, m.prefix_hashes[i], layer), std::move(record)});
+      std::string name = ChunkKey(geo_.fingerprint, m.prefix_hashes[i], layer);
+      sealer_.Seal(name, &record);
+      cmds.push_back({"SET", std::move(name), std::move(record)});
     }
     std::vector<Reply> replies;
     std::vector<ErrorKind> errors;

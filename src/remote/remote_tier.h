@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "remote/router.h"
+#include "remote/seal.h"
 #include "remote/value.h"
 #include "store/chunk_store.h"
 #include "store/record_check.h"
@@ -83,8 +84,9 @@ struct FillResult {
 
 class RemoteTier {
  public:
-  // InvalidArgument for a bad URL or option; never for an unreachable
-  // server (that is a miss per request). `store` must outlive the tier.
+  // InvalidArgument for a bad URL or option, or without a key (Sealer::Load);
+  // never for an unreachable server (that is a miss per request). `store`
+  // must outlive the tier.
   static Result<std::unique_ptr<RemoteTier>> Open(const RemoteOptions& options, RemoteGeometry geometry,
                                                   store::ChunkStore* store);
   ~RemoteTier();  // stops the upload thread (what is queued is dropped)
@@ -140,7 +142,13 @@ class RemoteTier {
     std::vector<uint32_t> chunks;  // chunk indices of `tokens` to write
     uint64_t ns = 0;               // the prompt's namespace
   };
-  RemoteTier(const RemoteOptions& o, RemoteGeometry g, RedisUrl url, store::ChunkStore* store);
+  RemoteTier(const RemoteOptions& o, RemoteGeometry g, RedisUrl url, Sealer sealer, store::ChunkStore* store);
+  // Payload pages of one value (every value is a whole chunk layer).
+  uint32_t ValuePages() const;
+  // A fetched whole value of `id`: its seal opened and the record checked
+  // (TakeWholeValue); a failure counted (unsealed: a miss; forged or
+  // damaged: corrupt, and rejected when the seal failed).
+  bool TakeWhole(const ValueIdentity& id, std::string* value);
   void Enqueue(std::span<const int32_t> tokens, std::vector<uint32_t> chunks,
                const std::vector<uint64_t>& hashes, uint64_t ns) TIERKV_EXCLUDES(mu_);
   void EnqueueLocked(std::span<const int32_t> tokens, std::vector<uint32_t> chunks,
@@ -159,6 +167,8 @@ class RemoteTier {
   std::vector<std::vector<std::string>> FetchRun(std::span<const int32_t> tokens, size_t start,
                                                  std::span<const uint64_t> hashes, uint64_t* bytes) TIERKV_REQUIRES(fetch_mu_);
   void CountCorrupt(uint64_t prefix_hash, uint16_t layer, const Status& why) TIERKV_EXCLUDES(mu_);
+  // A value whose seal failed (`s`: kUnsealed or kForged), with why.
+  void CountSeal(uint64_t prefix_hash, uint16_t layer, SealCheck s, const std::string& why) TIERKV_EXCLUDES(mu_);
   // One chunk layer's ranges (`replies`) of an ordered value: checked page by
   // page, its first `keep` rows into chunk->*[id.layer]. kTokenOrder: a
   // valid value in token order (to fetch whole); kFail: absent, an error, or
@@ -195,6 +205,7 @@ class RemoteTier {
   const RedisUrl url_;
   store::ChunkStore* const store_;
   const store::RecordChecker checker_;
+  const Sealer sealer_;
 
   Mutex fetch_mu_;  // the request path's connections
   Router fetch_router_ TIERKV_GUARDED_BY(fetch_mu_);

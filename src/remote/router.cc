@@ -44,8 +44,8 @@ uint16_t KeySlot(std::string_view key) {
   return Crc16(key) % kClusterSlots;
 }
 
-Router::Router(RedisUrl url, std::chrono::milliseconds timeout, TlsFiles tls)
-    : url_(std::move(url)), timeout_(timeout), tls_(std::move(tls)) {
+Router::Router(RedisUrl url, std::chrono::milliseconds timeout, TlsFiles tls, ReplyLimits limits)
+    : url_(std::move(url)), timeout_(timeout), tls_(std::move(tls)), limits_(limits) {
   slots_.fill(-1);
 }
 
@@ -53,7 +53,7 @@ Router::~Router() = default;
 
 RedisConn* Router::Conn(const Endpoint& e) {
   auto& c = conns_[e.ToString()];
-  if (!c) c = std::make_unique<RedisConn>(e, timeout_, Login::Of(url_, tls_));
+  if (!c) c = std::make_unique<RedisConn>(e, timeout_, Login::Of(url_, tls_), limits_);
   return c.get();
 }
 

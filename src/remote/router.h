@@ -46,8 +46,9 @@ struct RouterCounters {
 
 class Router {
  public:
-  // `tls`: the CA, certificate and key files of every connection (a TLS URL only).
-  Router(RedisUrl url, std::chrono::milliseconds timeout, TlsFiles tls = {});
+  // `tls`: the CA, certificate and key files of every connection (a TLS URL
+  // only); `limits`: what one pipeline's replies may hold (RedisConn).
+  Router(RedisUrl url, std::chrono::milliseconds timeout, TlsFiles tls = {}, ReplyLimits limits = {});
   ~Router();
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -82,6 +83,7 @@ class Router {
   const RedisUrl url_;
   const std::chrono::milliseconds timeout_;
   const TlsFiles tls_;
+  const ReplyLimits limits_;
   std::map<std::string, std::unique_ptr<RedisConn>> conns_;  // by "host:port"
   std::vector<Endpoint> nodes_;                 // the slot map's servers
   std::array<int16_t, kClusterSlots> slots_{};  // index into nodes_, -1: unknown

@@ -20,6 +20,7 @@
 #include "remote/redis_conn.h"
 #include "remote/redis_url.h"
 #include "remote/remote_tier.h"
+#include "remote/seal.h"
 #include "remote/value.h"
 #include "store/chunk_store.h"
 #include "store/format.h"
@@ -191,6 +192,13 @@ class RemoteEngineTest : public DefaultModelTest {
   }
 };
 
+// A value's bytes in Redis: the record and its seal (src/remote/seal.h).
+uint64_t SealedBytes(uint64_t record) { return record + remote::Sealer::SealBytes(record / store::kBlockSize - 1); }
+
+// The tests' shared key (testing::kTestRemoteKey), for values a test writes
+// as a server of the same deployment would.
+remote::Sealer TestSealer() { return *remote::Sealer::FromKeys({testing::kTestRemoteKey}); }
+
 TEST_F(RemoteEngineTest, APrefixOneEngineComputedIsServedToAnotherThroughRedisWithTheSameLogits) {
   TIERKV_SKIP_WITHOUT_REDIS();
   testing::RedisServer redis;
@@ -202,7 +210,7 @@ TEST_F(RemoteEngineTest, APrefixOneEngineComputedIsServedToAnotherThroughRedisWi
   EXPECT_EQ(up.errors_total(), 0u);
   EXPECT_EQ(up.dropped_writes, 0u);
   const uint64_t record = writer->TEST_store()->record_bytes(64);
-  EXPECT_EQ(up.bytes_up, 4 * 8 * record);
+  EXPECT_EQ(up.bytes_up, 4 * 8 * SealedBytes(record));
 
   ASSERT_OK_AND_ASSIGN(auto reader, Engine::Open(*model_, Options(db.path(), redis.url())));
   // The reader has stored a prompt of its own sharing B's first 10 tokens
@@ -214,7 +222,7 @@ TEST_F(RemoteEngineTest, APrefixOneEngineComputedIsServedToAnotherThroughRedisWi
   ASSERT_OK_AND_ASSIGN(ServeResult got, reader->Serve(B(), FromP()));
   EXPECT_EQ(got.stats.remote_chunks, 4u);
   EXPECT_EQ(got.stats.reused_tokens, kP);
-  EXPECT_EQ(got.stats.remote_bytes, 4 * 8 * record);
+  EXPECT_EQ(got.stats.remote_bytes, 4 * 8 * SealedBytes(record));
   EXPECT_EQ(got.stats.disk_bytes_read, 0u);  // what came down went into the pools too
   EXPECT_EQ(MaxDiff(got.logits, want), 0.0);  // bit for bit
   const RemoteStats down = reader->RemoteStatistics();
@@ -287,6 +295,7 @@ TEST_F(RemoteEngineTest, ADamagedValueOrAnotherModelsValueIsAMissNeverServed) {
   EXPECT_EQ(got.stats.remote_chunks, 2u);  // chunks 0 and 1; 2 fails, so 3 is no use
   EXPECT_EQ(got.stats.reused_tokens, 128u);
   EXPECT_EQ(reader->RemoteStatistics().corrupt, 1u);
+  EXPECT_EQ(reader->RemoteStatistics().rejected, 1u);  // its seal's page digest caught it first
   // The same answer as the writer gives reusing the same 128 rows of its
   // own store (the same rows, the same computation: bit for bit).
   ServeOptions at128;
@@ -297,7 +306,9 @@ TEST_F(RemoteEngineTest, ADamagedValueOrAnotherModelsValueIsAMissNeverServed) {
   const std::vector<float> tail(ref.logits.end() - static_cast<std::ptrdiff_t>(kQ * V), ref.logits.end());
   EXPECT_EQ(MaxDiff(got.logits, tail), 0.0);
 
-  // Another model's record under chunk 0's key: right key, wrong fingerprint.
+  // Another model's record under chunk 0's key: right key, wrong
+  // fingerprint, sealed with the shared key (a server of the same
+  // deployment serving another model): the seal holds, the identity fails.
   const std::string k0 = remote::ChunkKey(fingerprint, m.prefix_hashes[0], 0);
   const std::vector<remote::Command> get0 = {{"GET", k0}};
   ASSERT_TRUE(conn.Pipeline(get0, &r, &kind).ok());
@@ -306,6 +317,7 @@ TEST_F(RemoteEngineTest, ADamagedValueOrAnotherModelsValueIsAMissNeverServed) {
   h.fingerprint ^= 1;
   std::string foreign;
   store::EncodeRecord(h, std::span(r[0].str).subspan(store::kBlockSize, h.payload_bytes), &foreign);
+  TestSealer().Seal(k0, &foreign);
   set = {{"SET", k0, foreign}};
   ASSERT_TRUE(conn.Pipeline(set, &r, &kind).ok());
   ASSERT_OK_AND_ASSIGN(auto third, Engine::Open(*model_, Options(dc.path(), redis.url())));
@@ -313,6 +325,7 @@ TEST_F(RemoteEngineTest, ADamagedValueOrAnotherModelsValueIsAMissNeverServed) {
   EXPECT_EQ(none.stats.remote_chunks, 0u);
   EXPECT_EQ(none.stats.reused_tokens, 0u);
   EXPECT_EQ(third->RemoteStatistics().corrupt, 1u);
+  EXPECT_EQ(third->RemoteStatistics().rejected, 0u);
   EXPECT_EQ(MaxDiff(none.logits, Computed()), 0.0);
 }
 
@@ -444,11 +457,15 @@ TEST_F(RemoteEngineTest, AnImportantReaderTakesValuesWithoutAnOrderWhole) {
     const std::vector<int32_t> a = A();
     const remote::ValueIdentity id{3, m.prefix_hashes[1], 64, 64, std::span(a).subspan(64, 64)};
     const store::RecordChecker check(headers[1][3].fingerprint, headers[1][3].row_bytes, store::KvDtype::kF16, 64);
+    std::string why;
+    const uint32_t pages = static_cast<uint32_t>(headers[1][3].page_checksums.size());
+    ASSERT_EQ(TestSealer().OpenWhole(key, pages, &value, &why), remote::SealCheck::kOk) << why;
     ASSERT_OK(remote::TakeWholeValue(check, id, &value));
     store::RecordHeader h = headers[1][3];
     h.tokens = id.token_ids.empty() ? h.tokens : std::vector<int32_t>(id.token_ids.begin(), id.token_ids.end());
     std::string plain;
     remote::EncodeValue(h, std::span(value).subspan(store::kBlockSize, h.payload_bytes), {}, &plain);
+    TestSealer().Seal(key, &plain);
     const std::vector<remote::Command> set = {{"SET", key, plain}};
     ASSERT_TRUE(conn.Pipeline(set, &r, &kind).ok());
   }
@@ -484,7 +501,7 @@ TEST_F(RemoteEngineTest, ALookupRunAheadAdmitsThePrefixBeforeTheRequestStarts) {
   EXPECT_EQ(got.stats.remote_chunks, 0u);  // local already
   EXPECT_EQ(got.stats.reused_tokens, kP);
   EXPECT_EQ(MaxDiff(got.logits, want), 0.0);
-  EXPECT_EQ(reader->RemoteStatistics().bytes_down, 4 * 8 * record);
+  EXPECT_EQ(reader->RemoteStatistics().bytes_down, 4 * 8 * SealedBytes(record));
 
   // The request right behind its fetch ahead: one of them fetches, once.
   ASSERT_OK_AND_ASSIGN(auto third, Engine::Open(*model_, Options(dc.path(), redis.url())));
@@ -493,7 +510,7 @@ TEST_F(RemoteEngineTest, ALookupRunAheadAdmitsThePrefixBeforeTheRequestStarts) {
   third->DrainRemote();
   rs = third->RemoteStatistics();
   EXPECT_EQ(rs.hits, 4u);
-  EXPECT_EQ(rs.bytes_down, 4 * 8 * record);
+  EXPECT_EQ(rs.bytes_down, 4 * 8 * SealedBytes(record));
   EXPECT_EQ(both.stats.reused_tokens, kP);
   EXPECT_EQ(MaxDiff(both.logits, want), 0.0);
 }

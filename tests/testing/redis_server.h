@@ -99,11 +99,20 @@ class TlsCerts {
   bool ok_ = false;
 };
 
+// The servers' shared key of the tests' remote tiers (src/remote/seal.h): a
+// remote tier opens only with one. Set in the environment (not overriding
+// one given) when a RedisServer starts, so that engines and the tierkv
+// processes the tests start share it; a test of a missing or another key
+// sets its own.
+inline constexpr const char* kTestRemoteKey = "tierkv-tests-shared-key-0123456789abcdef";
+inline void EnsureTestRemoteKey() { ::setenv("TIERKV_REMOTE_KEY", kTestRemoteKey, /*overwrite=*/0); }
+
 // One redis-server process; killed when this goes away.
 class RedisServer {
  public:
   // `extra`: more arguments, e.g. {"--cluster-enabled", "yes"}.
   explicit RedisServer(std::vector<std::string> extra = {}, int port = 0) : extra_(std::move(extra)) {
+    EnsureTestRemoteKey();
     port_ = port != 0 ? port : FreePort();
     char tmpl[] = "/tmp/tierkv-redis-XXXXXX";
     dir_ = ::mkdtemp(tmpl);
@@ -115,6 +124,7 @@ class RedisServer {
   // TLS: the caller skips, quoting log().
   RedisServer(const TlsCerts& certs, std::vector<std::string> extra = {})
       : extra_(std::move(extra)), tls_ca_(certs.ca()) {
+    EnsureTestRemoteKey();
     port_ = FreePort();
     char tmpl[] = "/tmp/tierkv-redis-XXXXXX";
     dir_ = ::mkdtemp(tmpl);

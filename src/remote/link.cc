@@ -1,4 +1,4 @@
-#include "remote/tls_link.h"
+#include "remote/link.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -114,9 +114,9 @@ SSL_CTX* MakeContext(const TlsFiles& files, std::string* why) {
 
 }  // namespace
 
-TlsLink::~TlsLink() { Close(); }
+Link::~Link() { Close(); }
 
-void TlsLink::Close() {
+void Link::Close() {
   if (ssl_ != nullptr) SSL_free(ssl_);  // no close_notify: the peer may be gone, and closing is enough
   if (ctx_ != nullptr) SSL_CTX_free(ctx_);
   if (fd_ >= 0) ::close(fd_);
@@ -125,7 +125,7 @@ void TlsLink::Close() {
   fd_ = -1;
 }
 
-bool TlsLink::Wait(bool want_read, std::chrono::steady_clock::time_point deadline) const {
+bool Link::Wait(bool want_read, Deadline deadline) const {
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
@@ -136,7 +136,7 @@ bool TlsLink::Wait(bool want_read, std::chrono::steady_clock::time_point deadlin
   }
 }
 
-Status TlsLink::TcpConnect(const std::string& host, int port, LinkError* err) {
+Status Link::TcpConnect(const std::string& host, int port, LinkError* err) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -180,7 +180,7 @@ Status TlsLink::TcpConnect(const std::string& host, int port, LinkError* err) {
   return Status::Unavailable("TCP connect: " + why);
 }
 
-Status TlsLink::Handshake(const std::string& host, const TlsFiles& files, LinkError* err) {
+Status Link::Handshake(const std::string& host, const TlsFiles& files, LinkError* err) {
   *err = LinkError::kConnect;
   std::string why;
   ctx_ = MakeContext(files, &why);
@@ -214,18 +214,60 @@ Status TlsLink::Handshake(const std::string& host, const TlsFiles& files, LinkEr
   return Status::Ok();
 }
 
-Status TlsLink::Connect(const std::string& host, int port, const TlsFiles& files, std::chrono::milliseconds timeout,
-                        LinkError* err) {
+Status Link::Connect(const std::string& host, int port, bool tls, const TlsFiles& files,
+                     std::chrono::milliseconds timeout, LinkError* err) {
   Close();
   timeout_ = timeout;
   Status s = TcpConnect(host, port, err);
-  if (s.ok()) s = Handshake(host, files, err);
+  if (s.ok() && tls) s = Handshake(host, files, err);
   if (!s.ok()) Close();
   return s;
 }
 
-Status TlsLink::Write(std::string_view data, LinkError* err) {
+Status Link::PlainWrite(std::string_view data, Deadline deadline, LinkError* err) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (Wait(false, deadline)) continue;
+      *err = LinkError::kTimeout;
+      return Status::Unavailable("cannot send in time");
+    }
+    *err = LinkError::kClosed;
+    return Status::Unavailable(std::string("send: ") + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+Status Link::PlainRead(char* buf, size_t cap, size_t* n, Deadline deadline, LinkError* err) {
+  for (;;) {
+    const ssize_t r = ::recv(fd_, buf, cap, 0);
+    if (r > 0) {
+      *n = static_cast<size_t>(r);
+      return Status::Ok();
+    }
+    if (r == 0) {
+      *err = LinkError::kClosed;
+      return Status::Unavailable("the server closed the connection");
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (Wait(true, deadline)) continue;
+      *err = LinkError::kTimeout;
+      return Status::Unavailable("no whole reply in time");
+    }
+    *err = LinkError::kClosed;
+    return Status::Unavailable(std::string("recv: ") + std::strerror(errno));
+  }
+}
+
+Status Link::Write(std::string_view data, Deadline deadline, LinkError* err) {
   *err = LinkError::kNone;
+  if (ssl_ == nullptr) return PlainWrite(data, deadline, err);
   const NoSigpipe no_sigpipe;
   while (!data.empty()) {
     ERR_clear_error();
@@ -236,9 +278,9 @@ Status TlsLink::Write(std::string_view data, LinkError* err) {
     }
     const int e = SSL_get_error(ssl_, n);
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-      if (Wait(e == SSL_ERROR_WANT_READ, std::chrono::steady_clock::now() + timeout_)) continue;
+      if (Wait(e == SSL_ERROR_WANT_READ, deadline)) continue;
       *err = LinkError::kTimeout;
-      return Status::Unavailable("cannot send within " + std::to_string(timeout_.count()) + " ms");
+      return Status::Unavailable("cannot send in time");
     }
     *err = LinkError::kClosed;
     return Status::Unavailable("TLS write: " + OpenSslReason(errno != 0 ? std::strerror(errno) : "connection closed"));
@@ -246,9 +288,9 @@ Status TlsLink::Write(std::string_view data, LinkError* err) {
   return Status::Ok();
 }
 
-Status TlsLink::Read(char* buf, size_t cap, size_t* n, LinkError* err) {
+Status Link::Read(char* buf, size_t cap, size_t* n, Deadline deadline, LinkError* err) {
   *err = LinkError::kNone;
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  if (ssl_ == nullptr) return PlainRead(buf, cap, n, deadline, err);
   const NoSigpipe no_sigpipe;  // a read may write (a TLS 1.3 key update's answer)
   for (;;) {
     ERR_clear_error();
@@ -264,7 +306,7 @@ Status TlsLink::Read(char* buf, size_t cap, size_t* n, LinkError* err) {
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
       if (Wait(e == SSL_ERROR_WANT_READ, deadline)) continue;
       *err = LinkError::kTimeout;
-      return Status::Unavailable("no reply within " + std::to_string(timeout_.count()) + " ms");
+      return Status::Unavailable("no whole reply in time");
     }
     *err = LinkError::kClosed;
     if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0)) {
