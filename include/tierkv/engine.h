@@ -20,6 +20,7 @@
 // its buffers and who owns them: docs/architecture.md.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -303,7 +304,15 @@ struct ServeOptions {
   // prefix stored under one namespace is never found under another, in the
   // disk tier, the pools or the remote tier (index/radix_tree.h).
   uint64_t cache_namespace = 0;
+  // Ask the remote tier (--remote) during the request's lookup; false: the
+  // local store only, for a caller whose remote lookups ran ahead
+  // (Engine::FetchAhead) so that its thread never waits on Redis.
+  bool remote_lookup = true;
 };
+
+// Set once an Engine::FetchAhead has run (or was dropped): the request may
+// start and find locally what the remote tier had.
+using AheadDone = std::shared_ptr<const std::atomic<bool>>;
 
 // Where a prompt's stored prefix is, as a scheduler sees it (CaR III-B1's
 // classes, in their order of priority): kPools, the reads a request starts
@@ -376,8 +385,10 @@ class Engine {
   // the remote tier's ahead thread; returns at once. For a request that
   // will start later (a server's queue): its own lookup then finds the
   // chunks local, or waits for this fetch rather than fetching again. A
-  // no-op without --remote and for a reader of important parts.
-  void FetchAhead(std::span<const int32_t> tokens, uint64_t cache_namespace = 0);
+  // no-op without --remote and for a reader of important parts. Returns
+  // what turns true when the fetch is over (done, failed or dropped), or
+  // null when nothing was queued (the request's own lookup asks Redis).
+  AheadDone FetchAhead(std::span<const int32_t> tokens, uint64_t cache_namespace = 0);
   // The score event for the entries `where` named (car policy; a no-op for
   // other policies).
   void OnSchedulerEvent(const PrefixLocation& where, SchedulerEvent event);

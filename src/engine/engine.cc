@@ -264,12 +264,12 @@ remote::RemoteTier::AdmittedFn Engine::Impl::AdmitFetched() {
   };
 }
 
-void Engine::FetchAhead(std::span<const int32_t> tokens, uint64_t cache_namespace) {
+AheadDone Engine::FetchAhead(std::span<const int32_t> tokens, uint64_t cache_namespace) {
   Impl& im = *impl_;
-  if (!im.tiers || !im.row.reuses() || tokens.size() < 2) return;
+  if (!im.tiers || !im.row.reuses() || tokens.size() < 2) return nullptr;
   // A reader of important parts fetches per request (nothing is kept).
-  if (im.ReadsImportant(im.opts.retention)) return;
-  im.tiers->FetchAhead(tokens, tokens.size() - 1, cache_namespace);
+  if (im.ReadsImportant(im.opts.retention)) return nullptr;
+  return im.tiers->FetchAhead(tokens, tokens.size() - 1, cache_namespace);
 }
 
 std::vector<uint64_t> Engine::Impl::ScoreKeys(const store::LookupResult& m, size_t R) const {
@@ -339,7 +339,8 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   remote::TierMatch found;
   const uint64_t ns = so.cache_namespace;
   if (row.reuses()) {
-    found = LookupPrefix(tokens, ns, cap, attempt == 1, ImportantKeep(retention, layer_retention), &st);
+    found = LookupPrefix(tokens, ns, cap, attempt == 1 && so.remote_lookup, ImportantKeep(retention, layer_retention),
+                         &st);
   }
   const store::LookupResult& m = found.local;
   const size_t R = found.reusable;

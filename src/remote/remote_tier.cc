@@ -477,14 +477,18 @@ void RemoteTier::WriteChunks(const Upload& u) {
   }
 }
 
-void RemoteTier::FetchAhead(std::span<const int32_t> tokens, size_t limit, AdmittedFn admitted, uint64_t ns) {
+std::shared_ptr<const std::atomic<bool>> RemoteTier::FetchAhead(std::span<const int32_t> tokens, size_t limit,
+                                                                AdmittedFn admitted, uint64_t ns) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
   MutexLock l(&mu_);
-  if (ahead_.size() >= opts_.ahead_prompts) {
+  if (ahead_.size() >= opts_.ahead_prompts || stop_) {
     ++stats_.ahead_dropped;
-    return;
+    done->store(true);
+    return done;
   }
-  ahead_.push_back(Ahead{std::vector<int32_t>(tokens.begin(), tokens.end()), limit, std::move(admitted), ns});
+  ahead_.push_back(Ahead{std::vector<int32_t>(tokens.begin(), tokens.end()), limit, std::move(admitted), ns, done});
   cv_.SignalAll();
+  return done;
 }
 
 void RemoteTier::AheadLoop() {
@@ -493,12 +497,16 @@ void RemoteTier::AheadLoop() {
     {
       MutexLock l(&mu_);
       while (ahead_.empty() && !stop_) cv_.Wait(&mu_);
-      if (stop_) return;
+      if (stop_) {
+        for (Ahead& left : ahead_) left.done->store(true);  // nobody waits for a fetch that will not run
+        return;
+      }
       a = std::move(ahead_.front());
       ahead_.pop_front();
       ahead_busy_ = true;
     }
     const FillResult f = Fill(a.tokens, a.limit, a.admitted, a.ns);
+    a.done->store(true);
     MutexLock l(&mu_);
     ahead_busy_ = false;
     ++stats_.ahead_fetches;

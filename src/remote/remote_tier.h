@@ -19,6 +19,7 @@
 // A failure of any kind is a miss; no call here fails a request.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -109,9 +110,11 @@ class RemoteTier {
   // Fill on the `tierkv-remote-ah` thread, returning at once: for a
   // request that will start later (a server's queue). At most
   // RemoteOptions::ahead_prompts wait; more are dropped (counted).
-  // `admitted` must stay callable until the tier is destroyed.
-  void FetchAhead(std::span<const int32_t> tokens, size_t limit, AdmittedFn admitted, uint64_t ns = 0)
-      TIERKV_EXCLUDES(mu_);
+  // `admitted` must stay callable until the tier is destroyed. The flag
+  // returned turns true once the fill is over (done or failed) or was
+  // dropped (also at once, and when the tier stops before it ran).
+  std::shared_ptr<const std::atomic<bool>> FetchAhead(std::span<const int32_t> tokens, size_t limit,
+                                                      AdmittedFn admitted, uint64_t ns = 0) TIERKV_EXCLUDES(mu_);
 
   // Past `start` (a chunk boundary whose chain hash is `parent_hash`: the
   // namespace at 0), up
@@ -160,6 +163,7 @@ class RemoteTier {
     size_t limit = 0;
     AdmittedFn admitted;
     uint64_t ns = 0;
+    std::shared_ptr<std::atomic<bool>> done;  // set when the fill is over
   };
   void WriteChunks(const Upload& u);
   // The verified records of `hashes`' chunks (in order) that are present,

@@ -71,8 +71,9 @@ Result<store::PutResult> StoreTiers::Put(std::span<const int32_t> tokens, const 
   return put;
 }
 
-void StoreTiers::FetchAhead(std::span<const int32_t> tokens, size_t limit, uint64_t ns) {
-  if (remote_) remote_->FetchAhead(tokens, limit, admitted_, ns);
+std::shared_ptr<const std::atomic<bool>> StoreTiers::FetchAhead(std::span<const int32_t> tokens, size_t limit,
+                                                                uint64_t ns) {
+  return remote_ ? remote_->FetchAhead(tokens, limit, admitted_, ns) : nullptr;
 }
 
 void StoreTiers::Drain() {

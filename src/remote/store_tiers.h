@@ -11,6 +11,7 @@
 // borrow the store, which must outlive them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -70,8 +71,9 @@ class StoreTiers {
   // microseconds), so a caller timing Put times it too.
   Result<store::PutResult> Put(std::span<const int32_t> tokens, const store::KvInput& in);
   // Whole-chunk fetches for a prompt that will start later (a server's
-  // queue), on the remote tier's ahead thread; nothing without one.
-  void FetchAhead(std::span<const int32_t> tokens, size_t limit, uint64_t ns);
+  // queue), on the remote tier's ahead thread; null without one (else
+  // RemoteTier::FetchAhead's flag).
+  std::shared_ptr<const std::atomic<bool>> FetchAhead(std::span<const int32_t> tokens, size_t limit, uint64_t ns);
 
   bool has_remote() const { return remote_ != nullptr; }
   // Waits for the remote tier's queues (tests, benchmarks); at once without one.

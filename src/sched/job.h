@@ -81,6 +81,11 @@ class Job {
   bool cancelled() const { return cancelled_; }
 
   // ---- the scheduler's side
+  // Its remote lookups ran ahead while it was queued (Engine::FetchAhead):
+  // its prefill asks the local store only. Set before the scheduler thread
+  // takes the job from the queue (under the scheduler's lock).
+  void set_fetched_ahead(bool v) { fetched_ahead_ = v; }
+  bool fetched_ahead() const { return fetched_ahead_; }
   void Emit(std::string_view text) TIERKV_EXCLUDES(mu_);
   // Ends the job; `o.text` is ignored (the emitted text is kept).
   void End(Outcome o) TIERKV_EXCLUDES(mu_);
@@ -93,6 +98,7 @@ class Job {
   bool WaitUntil(Clock::time_point until) TIERKV_REQUIRES(mu_);
 
   std::atomic<bool> cancelled_{false};
+  bool fetched_ahead_ = false;
   mutable Mutex mu_;
   CondVar cv_;
   std::string text_ TIERKV_GUARDED_BY(mu_);  // emitted so far

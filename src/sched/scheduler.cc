@@ -56,19 +56,18 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, engine::Eng
 Scheduler::~Scheduler() { Shutdown(std::chrono::milliseconds(0)); }
 
 Status Scheduler::Submit(std::shared_ptr<Job> job) {
-  const std::shared_ptr<Job> queued = job;
-  {
-    MutexLock l(&mu_);
-    if (draining_) return Status::Unavailable("the server is shutting down");
-    if (queue_.size() + waiting_count_ >= opts_.max_queue) {
-      return Status::ResourceExhausted("the queue is full (" + std::to_string(opts_.max_queue) +
-                                       " requests waiting)");
-    }
-    queue_.push_back(std::move(job));
-    cv_.SignalAll();
+  MutexLock l(&mu_);
+  if (draining_) return Status::Unavailable("the server is shutting down");
+  if (queue_.size() + waiting_count_ >= opts_.max_queue) {
+    return Status::ResourceExhausted("the queue is full (" + std::to_string(opts_.max_queue) +
+                                     " requests waiting)");
   }
-  // Its remote lookups run while it waits (a no-op without a remote tier).
-  engine_->FetchAhead(queued->params().prompt, queued->params().cache_namespace);
+  // Its remote lookups run while it waits (null without a remote tier).
+  // Under mu_ (then the remote tier's queue lock: never the other way).
+  engine::AheadDone ahead = engine_->FetchAhead(job->params().prompt, job->params().cache_namespace);
+  job->set_fetched_ahead(ahead != nullptr);
+  queue_.push_back(Queued{std::move(job), std::move(ahead)});
+  cv_.SignalAll();
   return Status::Ok();
 }
 
@@ -100,12 +99,20 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
+bool Scheduler::AnyReady() const {
+  return std::any_of(queue_.begin(), queue_.end(), [](const Queued& q) { return q.ready(); });
+}
+
 std::vector<std::shared_ptr<Job>> Scheduler::TakeArrivals(bool past_deadline) {
   std::vector<std::shared_ptr<Job>> out;
   const size_t room = policy_->Room(running_.size(), opts_.max_running);
-  while (!queue_.empty() && (past_deadline || out.size() < room)) {
-    out.push_back(std::move(queue_.front()));
-    queue_.pop_front();
+  for (auto it = queue_.begin(); it != queue_.end() && (past_deadline || out.size() < room);) {
+    if (!past_deadline && !it->ready()) {
+      ++it;
+      continue;
+    }
+    out.push_back(std::move(it->job));
+    it = queue_.erase(it);
     // Under mu_: queued() + running() never drops a job between them.
     ++(policy_->keeps_waiting() ? waiting_count_ : running_count_);
   }
@@ -118,7 +125,16 @@ void Scheduler::Loop() {
     bool past_deadline = false;
     {
       MutexLock l(&mu_);
-      while (queue_.empty() && policy_->size() == 0 && running_.empty() && !draining_) cv_.Wait(&mu_);
+      while (!AnyReady() && policy_->size() == 0 && running_.empty()) {
+        if (draining_ && (queue_.empty() || Clock::now() >= deadline_)) break;
+        // Jobs still fetching ahead: looked at again shortly (the remote
+        // tier's thread does not signal this one).
+        if (queue_.empty()) {
+          cv_.Wait(&mu_);
+        } else {
+          cv_.WaitFor(&mu_, std::chrono::milliseconds(2));
+        }
+      }
       if (draining_ && queue_.empty() && policy_->size() == 0 && running_.empty()) return;
       past_deadline = draining_ && Clock::now() >= deadline_;
       arrived = TakeArrivals(past_deadline);
@@ -184,6 +200,7 @@ void Scheduler::Start(Release rel) {
   so.scheduler_events = r->events;
   so.retention = p.retention;
   so.cache_namespace = p.cache_namespace;
+  so.remote_lookup = !r->job->fetched_ahead();
   if (r->events) engine_->OnSchedulerEvent(r->where, engine::SchedulerEvent::kStart);
   r->served = true;
   auto served = engine_->Serve(p.prompt, so);

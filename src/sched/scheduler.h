@@ -10,6 +10,15 @@
 // car); the scheduler raises CaR's start and end score events for the jobs
 // a policy located.
 //
+// Redis is never asked on the scheduler thread where it can be avoided: a
+// job's remote lookups run ahead (Engine::FetchAhead, the remote tier's
+// `tierkv-remote-ah` thread) while it is queued, and the job is taken from
+// the queue only once they are over, its prefill then reading the local
+// store alone; queued jobs whose fetch is over overtake those still
+// fetching, so a slow Redis delays only the prompts that asked it. (A
+// reader of important parts, --remote-read important, still fetches them
+// in its prefill: each exchange bounded by --remote-timeout-ms.)
+//
 // Ownership: the scheduler thread alone owns the waiting policy and every
 // running job's K/V (a Sequence), freed when the job ends or is cancelled;
 // it (and its policy) call the engine's Serve, Locate and OnSchedulerEvent,
@@ -86,8 +95,12 @@ class Scheduler {
  private:
   struct Running;
   void Loop();
-  // Takes the jobs the policy has room for from the queue.
+  // Takes the jobs the policy has room for from the queue: those whose
+  // remote lookups are over, in arrival order (all of them past the
+  // deadline, to be cancelled).
   std::vector<std::shared_ptr<Job>> TakeArrivals(bool past_deadline) TIERKV_REQUIRES(mu_);
+  // A queued job whose remote lookups are over (or never ran).
+  bool AnyReady() const TIERKV_REQUIRES(mu_);
   // Hands the arrivals to the policy, starts what it releases, then tells
   // it when the first slot frees.
   void RunPolicy(std::vector<std::shared_ptr<Job>> arrived, bool past_deadline);
@@ -116,7 +129,12 @@ class Scheduler {
 
   mutable Mutex mu_;
   CondVar cv_;
-  std::deque<std::shared_ptr<Job>> queue_ TIERKV_GUARDED_BY(mu_);
+  struct Queued {
+    std::shared_ptr<Job> job;
+    engine::AheadDone ahead;  // null: none ran; else true once over
+    bool ready() const { return !ahead || ahead->load(); }
+  };
+  std::deque<Queued> queue_ TIERKV_GUARDED_BY(mu_);
   bool draining_ TIERKV_GUARDED_BY(mu_) = false;
   Clock::time_point deadline_ TIERKV_GUARDED_BY(mu_);  // cancel what is left after this (draining)
 
