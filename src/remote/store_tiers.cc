@@ -73,7 +73,14 @@ Result<store::PutResult> StoreTiers::Put(std::span<const int32_t> tokens, const 
 
 std::shared_ptr<const std::atomic<bool>> StoreTiers::FetchAhead(std::span<const int32_t> tokens, size_t limit,
                                                                 uint64_t ns) {
-  return remote_ ? remote_->FetchAhead(tokens, limit, admitted_, ns) : nullptr;
+  if (!remote_) return nullptr;
+  // Nothing the remote tier could add (no whole chunk past the local
+  // match's last whole one before `limit`): no fetch, so the request never
+  // queues behind others' fetches (a slow Redis delays only the prompts
+  // that ask it).
+  const size_t start = store_->Lookup(tokens, ns).matched_tokens / chunk_tokens_ * chunk_tokens_;
+  if (limit > tokens.size() || limit < start + chunk_tokens_) return nullptr;
+  return remote_->FetchAhead(tokens, limit, admitted_, ns);
 }
 
 void StoreTiers::Drain() {

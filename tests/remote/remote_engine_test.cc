@@ -6,10 +6,12 @@
 // killed, slow, restarted, out of memory) is a miss and a counter, never a
 // wrong answer or a failed request.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -327,6 +329,108 @@ TEST_F(RemoteEngineTest, ADamagedValueOrAnotherModelsValueIsAMissNeverServed) {
   EXPECT_EQ(third->RemoteStatistics().corrupt, 1u);
   EXPECT_EQ(third->RemoteStatistics().rejected, 0u);
   EXPECT_EQ(MaxDiff(none.logits, Computed()), 0.0);
+}
+
+// Issue 57 (2): anyone who can write to the Redis can take a value, change
+// its K/V (here: the sign of every fp16 element), recompute the record's
+// checksums (unkeyed XXH3 with a public seed) and write it back; or copy a
+// genuine value under another key. Neither has the shared key's seal: both
+// are rejected (counted), the run stops before them, and the answer is the
+// clean one. A value sealed with another deployment's key is a miss.
+TEST_F(RemoteEngineTest, AForgedOrCopiedValueIsRejectedAndAnotherDeploymentsIsAMiss) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::RedisServer redis;
+  TempDir da, db, dc, dd;  // readers admit `reused`: nothing of theirs goes up over the forgeries
+  ASSERT_OK_AND_ASSIGN(auto writer, Engine::Open(*model_, Options(da.path(), redis.url())));
+  WriteAndReuseLocally(writer.get());
+  const store::LookupResult m = writer->TEST_store()->Lookup(A());
+  ASSERT_GE(m.prefix_hashes.size(), 4u);
+  const uint64_t fp = FingerprintOf(redis);
+  remote::RedisConn conn({"127.0.0.1", redis.port()}, milliseconds(1000));
+  std::vector<remote::Reply> r;
+  remote::ErrorKind kind;
+  const auto get = [&](const std::string& key) {
+    const std::vector<remote::Command> c = {{"GET", key}};
+    EXPECT_TRUE(conn.Pipeline(c, &r, &kind).ok());
+    return r[0].str;
+  };
+  const auto set = [&](const std::string& key, const std::string& value) {
+    const std::vector<remote::Command> c = {{"SET", key, value}};
+    EXPECT_TRUE(conn.Pipeline(c, &r, &kind).ok());
+  };
+  // The answer reusing chunk 0 alone, from the writer's own store.
+  ServeOptions at64;
+  at64.logits_from = 64;
+  ASSERT_OK_AND_ASSIGN(ServeResult ref, writer->Serve(B(), at64));
+  ASSERT_EQ(ref.stats.reused_tokens, 64u);
+  const size_t V = static_cast<size_t>(model_->config().vocab_size);
+  const std::vector<float> clean(ref.logits.end() - static_cast<std::ptrdiff_t>(kQ * V), ref.logits.end());
+
+  // The sign-flip forgery of chunk 1, layer 2, checksums recomputed.
+  const std::string k12 = remote::ChunkKey(fp, m.prefix_hashes[1], 2);
+  const std::string genuine = get(k12);
+  std::span<const char, store::kBlockSize> block(genuine.data(), store::kBlockSize);
+  ASSERT_OK_AND_ASSIGN(store::RecordHeader h, store::DecodeHeader(block));
+  std::string payload = genuine.substr(store::kBlockSize, h.payload_bytes);
+  for (size_t i = 1; i < payload.size(); i += 2) payload[i] ^= static_cast<char>(0x80);
+  std::string forged;
+  store::EncodeRecord(h, payload, &forged);
+  const std::string seal = genuine.substr(forged.size());
+  ASSERT_EQ(seal.size(), remote::Sealer::SealBytes(static_cast<uint32_t>(h.page_checksums.size())));
+  set(k12, forged + seal);
+  ASSERT_OK_AND_ASSIGN(auto reader, Engine::Open(*model_, Options(db.path(), redis.url(), RemoteAdmit::kReused)));
+  ASSERT_OK_AND_ASSIGN(ServeResult got, reader->Serve(B(), FromP()));
+  EXPECT_EQ(got.stats.remote_chunks, 1u);
+  EXPECT_EQ(got.stats.reused_tokens, 64u);
+  EXPECT_EQ(reader->RemoteStatistics().rejected, 1u);
+  EXPECT_EQ(MaxDiff(got.logits, clean), 0.0);
+
+  // A genuine value copied under another key: chunk 1 layer 3's as layer 2's.
+  set(k12, get(remote::ChunkKey(fp, m.prefix_hashes[1], 3)));
+  ASSERT_OK_AND_ASSIGN(auto reader2, Engine::Open(*model_, Options(dc.path(), redis.url(), RemoteAdmit::kReused)));
+  ASSERT_OK_AND_ASSIGN(ServeResult copied, reader2->Serve(B(), FromP()));
+  EXPECT_EQ(copied.stats.reused_tokens, 64u);
+  EXPECT_EQ(reader2->RemoteStatistics().rejected, 1u);
+  EXPECT_EQ(MaxDiff(copied.logits, clean), 0.0);
+
+  // The forgery sealed with a key of the attacker's own (another
+  // deployment's): not ours, a miss, neither rejected nor corrupt.
+  std::string other = forged;
+  ASSERT_OK_AND_ASSIGN(remote::Sealer theirs, remote::Sealer::FromKeys({"another-deployment-key-0000000000"}));
+  theirs.Seal(k12, &other);
+  set(k12, other);
+  ASSERT_OK_AND_ASSIGN(auto reader3, Engine::Open(*model_, Options(dd.path(), redis.url(), RemoteAdmit::kReused)));
+  ASSERT_OK_AND_ASSIGN(ServeResult foreign, reader3->Serve(B(), FromP()));
+  EXPECT_EQ(foreign.stats.reused_tokens, 64u);
+  const RemoteStats rs3 = reader3->RemoteStatistics();
+  EXPECT_EQ(rs3.unsealed, 1u);
+  EXPECT_EQ(rs3.rejected, 0u);
+  EXPECT_EQ(rs3.corrupt, 0u);
+  EXPECT_EQ(MaxDiff(foreign.logits, clean), 0.0);
+}
+
+// A remote tier opens only with a key: without one the engine says how to
+// give it, and a key file others can read is refused.
+TEST_F(RemoteEngineTest, ARemoteTierWithoutAKeyDoesNotOpen) {
+  TIERKV_SKIP_WITHOUT_REDIS();
+  testing::RedisServer redis;
+  TempDir da, keys;
+  const std::string saved = std::getenv(remote::kRemoteKeyEnv);
+  ::unsetenv(remote::kRemoteKeyEnv);
+  auto none = Engine::Open(*model_, Options(da.path(), redis.url()));
+  ::setenv(remote::kRemoteKeyEnv, saved.c_str(), 1);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("--remote-key-file"), std::string::npos) << none.status().ToString();
+  const std::string file = keys.path() + "/key";
+  std::ofstream(file) << "# rotation: the first line seals\n" << testing::kTestRemoteKey << "\n";
+  ::chmod(file.c_str(), 0644);
+  EngineOptions o = Options(da.path(), redis.url());
+  o.remote.key_file = file;
+  auto open = Engine::Open(*model_, o);
+  ASSERT_FALSE(open.ok());
+  EXPECT_NE(open.status().message().find("chmod 600"), std::string::npos) << open.status().ToString();
+  ::chmod(file.c_str(), 0600);
+  EXPECT_TRUE(Engine::Open(*model_, o).ok());
 }
 
 // Must-show 4: values written in the writer's importance order; a reader at

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 #include <set>
 #include <string>
@@ -17,6 +18,7 @@
 #include "remote/redis_conn.h"
 #include "remote/redis_url.h"
 #include "remote/router.h"
+#include "testing/fake_redis.h"
 #include "testing/redis_server.h"
 #include "tierkv/remote.h"
 
@@ -224,6 +226,50 @@ TEST(RedisConnTest, LogsInWithAPasswordOrAUserAndSaysWhyALoginFails) {
 
   Reply noauth{Reply::Type::kError, "NOAUTH Authentication required."};
   EXPECT_EQ(KindOfErrorReply(noauth), ErrorKind::kAuth);
+}
+
+// The process's peak resident set (VmHWM), in KiB.
+long PeakRssKb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+// Issue 57 (1): a server that answers GET a byte every 100 ms, announces a
+// 1 GB string or an array of 2^31-1 elements, or never answers, costs one
+// pipeline its timeout at most (the whole reply's, not each read's) and no
+// memory: the announced size is never allocated, and what is held stops at
+// the limits (a lie is a protocol error, counted as such).
+TEST(RedisConnTest, AHostileServerCostsOnePipelineItsTimeoutAndNoMemory) {
+  using Mode = testing::FakeRedis::Mode;
+  const std::vector<std::pair<Mode, ErrorKind>> cases = {{Mode::kDrip, ErrorKind::kTimeout},
+                                                         {Mode::kHugeBulk, ErrorKind::kProtocol},
+                                                         {Mode::kHugeArray, ErrorKind::kProtocol},
+                                                         {Mode::kSilent, ErrorKind::kTimeout}};
+  for (const auto& [mode, want] : cases) {
+    testing::FakeRedis fake(mode);
+    RedisConn conn({"127.0.0.1", fake.port()}, milliseconds(250), {}, ReplyLimits{1u << 20, 1u << 16});
+    const std::vector<Command> cmds = {{"EXISTS", "k"}, {"GET", "k"}};
+    std::vector<Reply> r;
+    ErrorKind kind;
+    const long peak0 = PeakRssKb();
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status s = conn.Pipeline(cmds, &r, &kind);
+    const auto ms = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_FALSE(s.ok()) << static_cast<int>(mode);
+    EXPECT_EQ(kind, want) << static_cast<int>(mode) << ": " << s.ToString();
+    EXPECT_LT(ms, 250 + 250) << static_cast<int>(mode) << ": " << s.ToString();
+    EXPECT_LT(PeakRssKb() - peak0, 16 * 1024) << static_cast<int>(mode);
+    EXPECT_EQ(fake.hostile_replies(), 1);
+    // Backing off: the next call fails at once, without a connect.
+    const auto t1 = std::chrono::steady_clock::now();
+    EXPECT_FALSE(conn.Pipeline(cmds, &r, &kind).ok());
+    EXPECT_TRUE(conn.backed_off());
+    EXPECT_LT(std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t1).count(), 20);
+  }
 }
 
 #define TIERKV_SKIP_WITHOUT_TLS_REDIS(certs, redis)                                                    \
