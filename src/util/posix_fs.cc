@@ -13,6 +13,12 @@
 namespace tierkv {
 namespace {
 
+// Private by default (STYLE 30): what a process writes holds its users' data
+// (a cache directory's records list prompts' token ids). A umask can only
+// take bits away, so these are the widest modes whatever it is.
+constexpr mode_t kFileMode = 0600;
+constexpr mode_t kDirMode = 0700;
+
 Status PosixError(const std::string& context, int err) {
   std::string msg = context + ": " + std::strerror(err);
   if (err == ENOENT) return Status::NotFound(msg);
@@ -109,7 +115,7 @@ class PosixFileLock final : public FileLock {
 class PosixFileSystem final : public FileSystem {
  public:
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kFileMode);
     if (fd < 0) return PosixError(path, errno);
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
@@ -149,7 +155,7 @@ class PosixFileSystem final : public FileSystem {
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         bool truncate) override {
     int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND);
-    int fd = ::open(path.c_str(), flags, 0644);
+    int fd = ::open(path.c_str(), flags, kFileMode);
     if (fd < 0) return PosixError(path, errno);
     uint64_t size = 0;
     if (!truncate) {
@@ -165,13 +171,33 @@ class PosixFileSystem final : public FileSystem {
   }
 
   Status CreateDir(const std::string& path) override {
-    if (::mkdir(path.c_str(), 0755) == 0) return Status::Ok();
+    if (::mkdir(path.c_str(), kDirMode) == 0) return Status::Ok();
     if (errno == EEXIST) {
       struct stat st;
       if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::Ok();
       return Status::InvalidArgument(path + ": exists and is not a directory");
     }
     return PosixError(path + " (mkdir)", errno);
+  }
+
+  Result<uint32_t> MakeDirPrivate(const std::string& path) override {
+    // Through a descriptor, so that fchmod acts on the directory fstat saw (a
+    // symbolic link is followed: its target is what the caller uses).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return PosixError(path + " (open dir)", errno);
+    struct stat st;
+    Status s;
+    if (::fstat(fd, &st) != 0) {
+      s = PosixError(path + " (fstat)", errno);
+    } else if (st.st_uid != ::geteuid()) {
+      s = Status::InvalidArgument(path + " is owned by another user (uid " + std::to_string(st.st_uid) +
+                                  ", this process runs as " + std::to_string(::geteuid()) + ")");
+    } else if ((st.st_mode & 077) != 0 && ::fchmod(fd, st.st_mode & ~mode_t{077} & 07777) != 0) {
+      s = PosixError(path + " (chmod)", errno);
+    }
+    ::close(fd);
+    if (!s.ok()) return s;
+    return static_cast<uint32_t>(st.st_mode & 07777);
   }
 
   Status DeleteFile(const std::string& path) override {
