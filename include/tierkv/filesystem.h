@@ -50,6 +50,12 @@ class WritableFile {
 class FileLock {
  public:
   virtual ~FileLock() = default;
+  // OK while the path the lock was taken at still names the locked file.
+  // IOError once it does not (the file deleted, or its directory removed,
+  // moved or replaced): the lock then keeps no one out of that path, since
+  // another process locks the new file there. Cheap (two stat calls); files
+  // that are not OS files are always in place.
+  virtual Status CheckInPlace() const { return Status::Ok(); }
 };
 
 // Files and directories the file systems create are private to the

@@ -102,13 +102,30 @@ class PosixWritableFile final : public WritableFile {
 
 class PosixFileLock final : public FileLock {
  public:
-  explicit PosixFileLock(int fd) : fd_(fd) {}
+  PosixFileLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
   ~PosixFileLock() override {
     ::flock(fd_, LOCK_UN);
     ::close(fd_);
   }
 
+  // Two system calls: the locked file (fstat of the descriptor) against
+  // what the path names now (stat).
+  Status CheckInPlace() const override {
+    struct stat held, now;
+    if (::fstat(fd_, &held) != 0) return PosixError(path_ + " (fstat)", errno);
+    if (held.st_nlink == 0) return Status::IOError(path_ + " was deleted");
+    if (::stat(path_.c_str(), &now) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) return Status::IOError(path_ + " is gone (its directory moved)");
+      return PosixError(path_ + " (stat)", errno);
+    }
+    if (now.st_dev != held.st_dev || now.st_ino != held.st_ino) {
+      return Status::IOError(path_ + " now names another file (its directory was replaced)");
+    }
+    return Status::Ok();
+  }
+
  private:
+  std::string path_;
   int fd_;
 };
 
@@ -123,7 +140,7 @@ class PosixFileSystem final : public FileSystem {
       if (err == EWOULDBLOCK) return Status::Unavailable(path + ": locked by another user");
       return PosixError(path, err);
     }
-    return std::unique_ptr<FileLock>(new PosixFileLock(fd));
+    return std::unique_ptr<FileLock>(new PosixFileLock(path, fd));
   }
 
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(

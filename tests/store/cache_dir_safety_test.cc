@@ -1,6 +1,8 @@
-// Regression tests for issue #57, item 3 (docs/failure-semantics.md row 94):
-// a cache directory holds prompts (every record header lists its token ids),
-// so the store keeps it private to its owner.
+// Regression tests for issue #57, items 3 and 7 (docs/failure-semantics.md
+// rows 94 to 96): a cache directory holds prompts (every record header lists
+// its token ids), so the store keeps it private to its owner; and a store
+// whose directory is removed or replaced under it stops storing, loudly,
+// and never writes into a directory another store now owns.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -108,6 +110,88 @@ TEST(CacheDirPrivacyTest, ADirectoryOfAnotherUserIsRefused) {
   EXPECT_THAT(ChunkStore::Open(Options(dir)),
               StatusIs(StatusCode::kInvalidArgument, "is owned by another user"));
   EXPECT_TRUE(stdfs::is_empty(dir));
+}
+
+// The names, sizes and modification times of a directory's files.
+std::map<std::string, std::pair<uintmax_t, stdfs::file_time_type>> Listing(const std::string& dir) {
+  std::map<std::string, std::pair<uintmax_t, stdfs::file_time_type>> out;
+  for (const auto& e : stdfs::directory_iterator(dir)) {
+    out[e.path().filename()] = {e.file_size(), e.last_write_time()};
+  }
+  return out;
+}
+
+// rm -rf of the cache directory while a store writes into it: the next Put
+// fails naming the problem, the statistic says so, and what the index holds
+// still reads back from the open files (before: Puts went on "succeeding"
+// into unlinked files).
+TEST(DirectoryLostTest, RemovedDirectoryStopsStoringLoudly) {
+  TempDir parent;
+  const std::string dir = parent.path() + "/cache";
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options(dir)));
+  const Tokens kept = Prompt(1, 0, 40);
+  ASSERT_OK(PutPrompt(*store, kept));
+  stdfs::remove_all(dir);
+  EXPECT_THAT(PutPrompt(*store, Prompt(2, 0, 40)),
+              StatusIs(StatusCode::kIOError, "was removed or replaced; storing stopped"));
+  EXPECT_TRUE(store->stats().directory_lost);
+  EXPECT_THAT(PutPrompt(*store, Prompt(3, 0, 40)), StatusIs(StatusCode::kIOError, "storing stopped"));
+  EXPECT_THAT(store->Checkpoint(), StatusIs(StatusCode::kIOError, "storing stopped"));
+  // What the index holds reads back exactly from the open segment.
+  const LookupResult m = store->Lookup(kept);
+  ASSERT_EQ(m.matched_tokens, kept.size());
+  const PromptKv want(kept, kLayers, kRow);
+  std::string k(kChunk * kRow, '\0'), v = k;
+  ChunkRead r{m.chunks[0], m.prefix_hashes[0], 1, k.data(), v.data()};
+  ASSERT_OK(store->Read(std::span<ChunkRead>(&r, 1)));
+  ASSERT_OK(r.status);
+  EXPECT_EQ(k, want.k[1].substr(0, k.size()));
+  EXPECT_EQ(v, want.v[1].substr(0, v.size()));
+  store.reset();
+  EXPECT_FALSE(stdfs::exists(dir));  // nothing (no manifest at close) recreated it
+}
+
+// The periodic check (the engine's maintenance) notices without a Put.
+TEST(DirectoryLostTest, TheCheckNoticesWithoutAPut) {
+  TempDir parent;
+  const std::string dir = parent.path() + "/cache";
+  ASSERT_OK_AND_ASSIGN(auto store, ChunkStore::Open(Options(dir)));
+  ASSERT_OK(store->CheckDirectory());
+  stdfs::remove_all(dir);
+  EXPECT_THAT(store->CheckDirectory(), StatusIs(StatusCode::kIOError, "storing stopped"));
+  EXPECT_TRUE(store->stats().directory_lost);
+}
+
+// The directory renamed away and a new one made at its path: the first store
+// stops storing; a second store may then open the new directory (its LOCK
+// is a new file, and the first store never writes by that path again), and
+// the first store's Puts, checkpoint and close leave it untouched.
+TEST(DirectoryLostTest, AReplacedDirectoryBelongsToTheSecondStoreAlone) {
+  TempDir parent;
+  const std::string dir = parent.path() + "/cache";
+  ASSERT_OK_AND_ASSIGN(auto first, ChunkStore::Open(Options(dir)));
+  ASSERT_OK(PutPrompt(*first, Prompt(1, 0, 40)));
+  stdfs::rename(dir, parent.path() + "/old");
+  ASSERT_TRUE(stdfs::create_directory(dir));
+  EXPECT_THAT(PutPrompt(*first, Prompt(2, 0, 40)),
+              StatusIs(StatusCode::kIOError, "was removed or replaced; storing stopped"));
+  EXPECT_TRUE(first->stats().directory_lost);
+
+  const Tokens theirs = Prompt(3, 0, 40);
+  {
+    ASSERT_OK_AND_ASSIGN(auto second, ChunkStore::Open(Options(dir)));
+    ASSERT_OK(PutPrompt(*second, theirs));
+    ASSERT_OK(second->Checkpoint());
+    const auto before = Listing(dir);
+    EXPECT_THAT(PutPrompt(*first, Prompt(4, 0, 40)), StatusIs(StatusCode::kIOError, "storing stopped"));
+    EXPECT_THAT(first->Checkpoint(), StatusIs(StatusCode::kIOError, "storing stopped"));
+    EXPECT_THAT(first->Compact(0.01).status(), StatusIs(StatusCode::kIOError, "storing stopped"));
+    first.reset();
+    EXPECT_EQ(Listing(dir), before);
+  }
+  ASSERT_OK_AND_ASSIGN(auto again, ChunkStore::Open(Options(dir)));
+  EXPECT_EQ(again->Lookup(theirs).matched_tokens, theirs.size());
+  EXPECT_EQ(again->Lookup(Prompt(1, 0, 40)).matched_tokens, 0u);
 }
 
 }  // namespace
