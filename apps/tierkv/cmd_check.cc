@@ -70,9 +70,10 @@ void AddCheck(CLI::App& app, Action* run) {
         wo.cache_dir = scratch->path() + "/writer";
         eo.cache_dir = scratch->path() + "/reader";
         wo.remote.admit = RemoteAdmit::kAlways;
-        std::error_code ec;
-        std::filesystem::create_directories(eo.cache_dir, ec);
-        if (ec) return Fail("--from-remote: " + eo.cache_dir + ": " + ec.message());
+        // Private (0700) as the store makes its directories: it holds prompts.
+        if (Status st = FileSystem::Default()->CreateDir(eo.cache_dir); !st.ok()) {
+          return Fail("--from-remote: " + st.ToString());
+        }
       }
       if (reuse) {
         // Store every prefix through a normal request.

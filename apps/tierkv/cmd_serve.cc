@@ -81,9 +81,8 @@ Result<int> Serve(const ServeArgs& a) {
     // the first one's directory and be refused.
     ASSIGN_OR_RETURN(std::string base, DefaultCacheDir());
     cache_dir = base + "/" + Hex64(engine::StoreFingerprint(*loaded.model, o));
-    std::error_code ec;
-    std::filesystem::create_directories(base, ec);
-    if (ec) return Status::IOError("cannot create " + base + " for the default cache directory: " + ec.message());
+    // 0700, as the store's own directory below it: its names are models'.
+    RETURN_IF_ERROR(FileSystem::Default()->CreateDir(base).WithContext("the default cache directory's parent"));
   }
   const DiskBudget budget = PlaceStore(a.f, cache_dir, &o);
   std::fprintf(stderr, "tierkv: disk budget %.1f MiB (%s)\n", double(budget.bytes) / double(1u << 20), budget.how.c_str());

@@ -410,6 +410,9 @@ class Engine {
   // Background work, one round: for impress-ro and spec, KV reordering of the runs
   // whose importance the requests reported (IMPRESS 4.4.1: the paper runs it
   // every few minutes). Safe while requests run; a no-op for the others.
+  // First, for every system with a store, checks that the cache directory
+  // is still the one opened (store::ChunkStore::CheckDirectory); if not, the
+  // round does nothing (StoreStatistics().directory_lost says why).
   Result<MaintainResult> Maintain();
 
   // Drops every stored prefix, from the disk tier (durably: not found after

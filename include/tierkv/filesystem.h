@@ -50,8 +50,17 @@ class WritableFile {
 class FileLock {
  public:
   virtual ~FileLock() = default;
+  // OK while the path the lock was taken at still names the locked file.
+  // IOError once it does not (the file deleted, or its directory removed,
+  // moved or replaced): the lock then keeps no one out of that path, since
+  // another process locks the new file there. Cheap (two stat calls); files
+  // that are not OS files are always in place.
+  virtual Status CheckInPlace() const { return Status::Ok(); }
 };
 
+// Files and directories the file systems create are private to the
+// process's user: the POSIX one creates files 0600 and directories 0700
+// whatever the umask (STYLE 30; a cache directory holds prompts).
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
@@ -64,8 +73,18 @@ class FileSystem {
   // Creates the file, or truncates it if `truncate`, else appends to it.
   virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                                 bool truncate = true) = 0;
-  // OK if the directory already exists.
+  // OK if the directory already exists (its mode is left as it is).
   virtual Status CreateDir(const std::string& path) = 0;
+  // Makes an existing directory private to its owner: removes every
+  // permission of group and others (chmod go-rwx). Returns the permission
+  // bits it had before (so that the caller can say it tightened them).
+  // InvalidArgument when another user owns it (chmod would hide, not end,
+  // that user's access). A symbolic link is followed. File systems without
+  // owners (in memory) return 0700 and change nothing.
+  virtual Result<uint32_t> MakeDirPrivate(const std::string& path) {
+    (void)path;
+    return uint32_t{0700};
+  }
   virtual Status DeleteFile(const std::string& path) = 0;
   // Atomically replaces `to`, as rename(2).
   virtual Status RenameFile(const std::string& from, const std::string& to) = 0;

@@ -66,6 +66,10 @@ struct StoreStats {
   // StoreOptions' disk_budget_bytes + max_dead_bytes.
   uint64_t budget_bytes = 0;
   uint64_t removed_segments = 0;  // segments recovery deleted for holding no live record
+  // The cache directory was removed or replaced while the store had it open
+  // (its LOCK no longer at its path): the store stopped writing for good
+  // (Put fails; reads of what it indexed go on from its open files).
+  bool directory_lost = false;
 };
 
 // A record that failed verification.

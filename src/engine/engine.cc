@@ -212,6 +212,10 @@ std::vector<ProbeFit> Engine::ProbeFits() const {
 Result<MaintainResult> Engine::Maintain() {
   MaintainResult out;
   Impl& im = *impl_;
+  // A removed or replaced cache directory is noticed here too when no
+  // request stores anything; the store logs it once and its statistics
+  // (directory_lost: /health, /metrics) say so, so this round just stops.
+  if (im.store && !im.store->CheckDirectory().ok()) return out;
   if (im.row.reports_importance && im.store) {
     store::ReorderOptions ro;
     ro.max_runs = UINT32_MAX;  // a round covers every run with new reports

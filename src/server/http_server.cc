@@ -38,7 +38,8 @@ std::string CacheStatsJson(const store::StoreStats& s, const cache::CacheStats& 
                            {"dropped_chunks", s.dropped_chunks},
                            {"recovered_chunks", s.recovered_chunks},
                            {"compactions", s.compactions},
-                           {"reordered_chunks", s.reordered_chunks}}},
+                           {"reordered_chunks", s.reordered_chunks},
+                           {"directory_lost", s.directory_lost}}},
                          {"pools",
                           {{"accesses", p.accesses},
                            {"device_hits", p.hits[0]},
@@ -271,6 +272,15 @@ void Server::Impl::Routes() {
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
     if (draining) return Reply(r, "/health", 503, R"({"status":"shutting down"})");
+    // A lost cache directory (removed or replaced while serving) stops the
+    // disk tier's writes, not the server: requests are still answered
+    // (reads of what the store indexed go on from its open files, the rest
+    // is computed), so 200 keeps a load balancer sending them, and the body
+    // tells the operator, who must restart the server on a directory.
+    if (engine->StoreStatistics().directory_lost) {
+      return Reply(r, "/health", 200,
+                   R"({"status":"degraded","store":"cache directory was removed or replaced; storing stopped"})");
+    }
     Reply(r, "/health", 200, R"({"status":"ok"})");
   });
   http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& r) {

@@ -212,6 +212,9 @@ std::string Metrics::Render(const Snapshot& now) const {
       static_cast<double>(now.store.put_failures));
   One(&out, "tierkv_store_nospace_retries_total", "counter", "Stores that met a full file system and tried again after evicting and compacting.",
       static_cast<double>(now.store.nospace_retries));
+  One(&out, "tierkv_store_directory_lost", "gauge",
+      "1 when the cache directory was removed or replaced while serving: the disk tier stopped storing (restart on a directory).",
+      now.store.directory_lost ? 1.0 : 0.0);
   One(&out, "tierkv_store_live_chunks", "gauge", "Chunks the disk tier holds.", static_cast<double>(now.store.live_chunks));
   ByTier(&out, "tierkv_tier_used_bytes", "gauge", "Bytes each tier holds (device and host pools, live records on disk).",
          {double(now.pools.device_used), double(now.pools.host_used), double(now.store.live_bytes)});

@@ -9,6 +9,7 @@
 #include "store/format.h"
 #include "store/io_model.h"
 #include "tierkv/hex.h"
+#include "tierkv/logging.h"
 
 namespace tierkv::store {
 namespace {
@@ -180,6 +181,24 @@ Status CheckForeignFiles(const StoreOptions& o, const std::vector<std::string>& 
   return Status::Ok();
 }
 
+// The directory holds prompts (every record header lists its token ids), so
+// only its owner may read it: a directory others may enter (made by hand,
+// or by an older tierkv, which created it 0755) is tightened to 0700, with a
+// warning, because the files in it were readable; one another user owns is
+// refused (InvalidArgument), since chmod would not end that user's access.
+// Files the store creates are 0600 (FileSystem).
+Status MakePrivate(const std::string& dir, FileSystem* fs) {
+  Result<uint32_t> was = fs->MakeDirPrivate(dir);
+  if (!was.ok()) return was.status().WithContext("cache directory " + dir);
+  if ((*was & 077) != 0) {
+    char mode[16];
+    std::snprintf(mode, sizeof mode, "%04o", *was);
+    TIERKV_LOG(kWarn) << "cache directory " << dir << " was open to other users (mode " << mode
+                      << "); made private to its owner (0700): it holds prompts";
+  }
+  return Status::Ok();
+}
+
 // One writer per directory: two would fight over budgets and manifests.
 // (Read-only opens, as `inspect`, take no lock.)
 Status TakeLock(const StoreOptions& o, FileSystem* fs, std::unique_ptr<FileLock>* lock) {
@@ -229,7 +248,10 @@ Status PrepareCacheDir(const StoreOptions& o, FileSystem* fs, std::unique_ptr<Fi
   if (o.read_only && !fs->FileExists(o.dir)) {
     return Status::NotFound("cache directory " + o.dir + " does not exist");
   }
-  if (!o.read_only) RETURN_IF_ERROR(fs->CreateDir(o.dir).WithContext("cache directory " + o.dir));
+  if (!o.read_only) {
+    RETURN_IF_ERROR(fs->CreateDir(o.dir).WithContext("cache directory " + o.dir));
+    RETURN_IF_ERROR(MakePrivate(o.dir, fs));
+  }
   ASSIGN_OR_RETURN(auto names, fs->ListDir(o.dir));
   RETURN_IF_ERROR(CheckForeignFiles(o, names));
   if (!o.read_only) RETURN_IF_ERROR(TakeLock(o, fs, lock));

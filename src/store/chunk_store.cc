@@ -48,6 +48,11 @@ Result<CompactResult> ChunkStore::Compact(double min_dead_fraction) {
   return impl_->Compact(min_dead_fraction);
 }
 StoreStats ChunkStore::stats() const { return impl_->stats(); }
+Status ChunkStore::CheckDirectory() {
+  if (impl_->opts_.read_only) return Status::Ok();
+  MutexLock w(&impl_->write_mu_);
+  return impl_->CheckDirectoryHeld();
+}
 Result<VerifyReport> ChunkStore::Verify(bool repair) { return impl_->Verify(repair); }
 const StoreOptions& ChunkStore::options() const { return impl_->opts_; }
 
@@ -188,7 +193,8 @@ ChunkStore::Impl::~Impl() {
     MutexLock l(&mu_);
     dirty = dirty_;
   }
-  if (dirty && !opts_.read_only && opts_.checkpoint_on_close) {
+  // A lost directory gets no manifest: its path may be another store's now.
+  if (dirty && !opts_.read_only && opts_.checkpoint_on_close && !directory_lost_) {
     Status s = Checkpoint();
     if (!s.ok()) {
       TIERKV_LOG(kWarn) << "store " << opts_.dir << ": no manifest at close (" << s.ToString()
@@ -290,7 +296,25 @@ Status ChunkStore::Impl::OpenReader(uint32_t segment) {
   return Status::Ok();
 }
 
+Status ChunkStore::Impl::CheckDirectoryHeld() {
+  if (lock_ == nullptr) return Status::Ok();  // read-only: writes nothing
+  if (!directory_lost_) {
+    // Two stat calls (FileLock::CheckInPlace): cheap beside any write.
+    const Status s = lock_->CheckInPlace();
+    if (s.ok()) return s;
+    directory_lost_ = true;
+    directory_lost_why_ = s.message();
+    writer_.Abandon();  // never another byte into a file no path reaches
+    Count([](StoreStats& st) { st.directory_lost = true; });
+    TIERKV_LOG(kError) << "store: cache directory " << opts_.dir << " was removed or replaced ("
+                       << directory_lost_why_ << "); storing stopped, reads go on from the open files";
+  }
+  return Status::IOError("cache directory " + opts_.dir + " was removed or replaced; storing stopped (" +
+                         directory_lost_why_ + ")");
+}
+
 Status ChunkStore::Impl::OpenSegment() {
+  RETURN_IF_ERROR(CheckDirectoryHeld());
   uint32_t opened = 0;
   RETURN_IF_ERROR(writer_.OpenNext(&opened));
   ++segment_count_;
@@ -305,6 +329,8 @@ ChunkStore::Impl::WriteMark ChunkStore::Impl::Mark() const {
 void ChunkStore::Impl::ReclaimFailedWrite(WriteMark from, uint64_t bytes) {
   const uint32_t last = writer_.last();
   writer_.Abandon();  // the next write starts a fresh segment
+  // The paths may name another store's files now: the bytes stay dead.
+  if (directory_lost_) return;
   std::vector<uint32_t> deleted;
   bool kept = false;
   for (uint32_t seg = from.segment; seg <= last; ++seg) {
@@ -529,6 +555,7 @@ ManifestRun ChunkStore::Impl::ManifestRunOf(const Run& run, std::set<uint32_t>* 
 }
 
 Status ChunkStore::Impl::WriteManifest() {
+  RETURN_IF_ERROR(CheckDirectoryHeld().WithContext("store manifest"));
   Manifest m;
   m.fingerprint = opts_.fingerprint;
   m.chunk_tokens = opts_.chunk_tokens;

@@ -253,6 +253,8 @@ class ChunkStore {
   // valuable chunks for the prompt's bytes, compacting the dead bytes away
   // and trying once more; failing again, the error is returned and counted
   // (StoreStats::put_failures): a miss, and the next Put tries afresh.
+  // IOError, writing nothing, once the directory was removed or replaced
+  // (CheckDirectory).
   Result<PutResult> Put(std::span<const int32_t> tokens, const KvInput& kv);
 
   // The longest stored prefix of `tokens` in namespace `ns` (KvInput::cache_namespace).
@@ -319,6 +321,19 @@ class ChunkStore {
   // the index, damaged probe copies are dropped, and a manifest makes that
   // durable; InvalidArgument when read-only.
   Result<VerifyReport> Verify(bool repair);
+
+  // OK while the store's directory is still the one it opened (its LOCK
+  // file still at its path). Once it is not (removed, moved away, replaced
+  // by a new directory, its LOCK deleted), the store stops writing for good:
+  // this, and every later Put, Reorder, Compact and Checkpoint, returns
+  // IOError "cache directory D was removed or replaced; storing stopped";
+  // StoreStats::directory_lost is set and one ERROR line logged. Nothing is
+  // written by path after that, so a second store may own a new directory at
+  // the path. Reads of what the index holds go on from the open segment
+  // files. Put, a segment roll and the manifest check it themselves; the
+  // engine's maintenance calls it so that an idle server notices too.
+  // Serialised with Put. Read-only stores: always OK.
+  Status CheckDirectory();
 
   StoreStats stats() const;
   const StoreOptions& options() const;

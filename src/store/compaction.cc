@@ -292,6 +292,8 @@ void ChunkStore::Impl::ReclaimDead(uint64_t target) {
 }
 
 Result<CompactResult> ChunkStore::Impl::CompactHeld(double min_dead_fraction, size_t max_victims) {
+  // It lists, writes and deletes segments by path.
+  RETURN_IF_ERROR(CheckDirectoryHeld().WithContext("store compact"));
   RETURN_IF_ERROR(writer_.Seal().WithContext("store compact"));
   CompactResult out;
   ASSIGN_OR_RETURN(std::vector<uint32_t> segments, ListSegments(fs_, opts_.dir));

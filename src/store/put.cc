@@ -217,6 +217,12 @@ Status ChunkStore::Impl::WriteChunks(std::span<const int32_t> tokens, const KvIn
 Result<PutResult> ChunkStore::Impl::Put(std::span<const int32_t> tokens, const KvInput& kv) {
   RETURN_IF_ERROR(CheckPut(opts_, tokens, kv));
   MutexLock w(&write_mu_);
+  // Before anything is appended: the open segment may be a file no path
+  // reaches any more (bytes written there would be lost silently).
+  if (Status lost = CheckDirectoryHeld(); !lost.ok()) {
+    Count([](StoreStats& st) { ++st.put_failures; });
+    return lost.WithContext("store put");
+  }
   uint64_t need = 0;
   Result<PutResult> out = PutOnce(tokens, kv, &need);
   if (!out.ok() && out.status().code() == StatusCode::kResourceExhausted) {

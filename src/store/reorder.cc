@@ -290,6 +290,7 @@ Result<ReorderResult> ChunkStore::Impl::Reorder(const ReorderOptions& ro) {
   const uint32_t max_chunks =
       std::max<uint32_t>(1, std::min<uint32_t>(ro.max_run_chunks, index::MappingList::kMaxRows / C));
   MutexLock w(&write_mu_);
+  RETURN_IF_ERROR(CheckDirectoryHeld().WithContext("store reorder"));
   std::vector<RunPlan> plans;
   {
     MutexLock l(&mu_);

@@ -57,6 +57,11 @@ struct ChunkStore::Impl {
   Result<PutResult> Put(std::span<const int32_t> tokens, const KvInput& kv) TIERKV_EXCLUDES(mu_);
   LookupResult Lookup(std::span<const int32_t> tokens, uint64_t ns) TIERKV_EXCLUDES(mu_);
   Status Checkpoint() TIERKV_EXCLUDES(mu_);
+  // ChunkStore::CheckDirectory with write_mu_ held: every write by path
+  // (a new segment, the manifest, compaction, reordering) calls it first.
+  // The first failure sets directory_lost_, abandons the active segment,
+  // logs and counts; from then on it fails without looking again.
+  Status CheckDirectoryHeld() TIERKV_REQUIRES(write_mu_) TIERKV_EXCLUDES(stats_mu_);
   StoreStats stats() const;
   uint64_t record_bytes(uint32_t tokens) const;
   uint64_t probe_record_bytes(uint32_t tokens) const;
@@ -271,8 +276,12 @@ struct ChunkStore::Impl {
   FileSystem* const fs_;
   const RecordChecker checker_;
   std::unique_ptr<FileLock> lock_;  // the directory's LOCK, while open for writing
+  // Set once the directory was found removed or replaced: never cleared, so
+  // the store never writes by its path again (a second store may own it).
+  std::atomic<bool> directory_lost_{false};
 
   Mutex write_mu_;
+  std::string directory_lost_why_ TIERKV_GUARDED_BY(write_mu_);  // the check's message
   SegmentWriter writer_ TIERKV_GUARDED_BY(write_mu_);
   uint64_t sequence_ TIERKV_GUARDED_BY(write_mu_) = 0;  // of the last record written
 

@@ -56,6 +56,8 @@ class FaultInjectionFileSystem final : public FileSystem {
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         bool truncate = true) override;
   Status CreateDir(const std::string& path) override;
+  // Not a mutation for fault injection, as LockFile: it writes no data.
+  Result<uint32_t> MakeDirPrivate(const std::string& path) override { return base_->MakeDirPrivate(path); }
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
     return base_->LockFile(path);
   }

@@ -13,6 +13,12 @@
 namespace tierkv {
 namespace {
 
+// Private by default (STYLE 30): what a process writes holds its users' data
+// (a cache directory's records list prompts' token ids). A umask can only
+// take bits away, so these are the widest modes whatever it is.
+constexpr mode_t kFileMode = 0600;
+constexpr mode_t kDirMode = 0700;
+
 Status PosixError(const std::string& context, int err) {
   std::string msg = context + ": " + std::strerror(err);
   if (err == ENOENT) return Status::NotFound(msg);
@@ -96,20 +102,37 @@ class PosixWritableFile final : public WritableFile {
 
 class PosixFileLock final : public FileLock {
  public:
-  explicit PosixFileLock(int fd) : fd_(fd) {}
+  PosixFileLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
   ~PosixFileLock() override {
     ::flock(fd_, LOCK_UN);
     ::close(fd_);
   }
 
+  // Two system calls: the locked file (fstat of the descriptor) against
+  // what the path names now (stat).
+  Status CheckInPlace() const override {
+    struct stat held, now;
+    if (::fstat(fd_, &held) != 0) return PosixError(path_ + " (fstat)", errno);
+    if (held.st_nlink == 0) return Status::IOError(path_ + " was deleted");
+    if (::stat(path_.c_str(), &now) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) return Status::IOError(path_ + " is gone (its directory moved)");
+      return PosixError(path_ + " (stat)", errno);
+    }
+    if (now.st_dev != held.st_dev || now.st_ino != held.st_ino) {
+      return Status::IOError(path_ + " now names another file (its directory was replaced)");
+    }
+    return Status::Ok();
+  }
+
  private:
+  std::string path_;
   int fd_;
 };
 
 class PosixFileSystem final : public FileSystem {
  public:
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kFileMode);
     if (fd < 0) return PosixError(path, errno);
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
@@ -117,7 +140,7 @@ class PosixFileSystem final : public FileSystem {
       if (err == EWOULDBLOCK) return Status::Unavailable(path + ": locked by another user");
       return PosixError(path, err);
     }
-    return std::unique_ptr<FileLock>(new PosixFileLock(fd));
+    return std::unique_ptr<FileLock>(new PosixFileLock(path, fd));
   }
 
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
@@ -149,7 +172,7 @@ class PosixFileSystem final : public FileSystem {
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         bool truncate) override {
     int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND);
-    int fd = ::open(path.c_str(), flags, 0644);
+    int fd = ::open(path.c_str(), flags, kFileMode);
     if (fd < 0) return PosixError(path, errno);
     uint64_t size = 0;
     if (!truncate) {
@@ -165,13 +188,33 @@ class PosixFileSystem final : public FileSystem {
   }
 
   Status CreateDir(const std::string& path) override {
-    if (::mkdir(path.c_str(), 0755) == 0) return Status::Ok();
+    if (::mkdir(path.c_str(), kDirMode) == 0) return Status::Ok();
     if (errno == EEXIST) {
       struct stat st;
       if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::Ok();
       return Status::InvalidArgument(path + ": exists and is not a directory");
     }
     return PosixError(path + " (mkdir)", errno);
+  }
+
+  Result<uint32_t> MakeDirPrivate(const std::string& path) override {
+    // Through a descriptor, so that fchmod acts on the directory fstat saw (a
+    // symbolic link is followed: its target is what the caller uses).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return PosixError(path + " (open dir)", errno);
+    struct stat st;
+    Status s;
+    if (::fstat(fd, &st) != 0) {
+      s = PosixError(path + " (fstat)", errno);
+    } else if (st.st_uid != ::geteuid()) {
+      s = Status::InvalidArgument(path + " is owned by another user (uid " + std::to_string(st.st_uid) +
+                                  ", this process runs as " + std::to_string(::geteuid()) + ")");
+    } else if ((st.st_mode & 077) != 0 && ::fchmod(fd, st.st_mode & ~mode_t{077} & 07777) != 0) {
+      s = PosixError(path + " (chmod)", errno);
+    }
+    ::close(fd);
+    if (!s.ok()) return s;
+    return static_cast<uint32_t>(st.st_mode & 07777);
   }
 
   Status DeleteFile(const std::string& path) override {

@@ -568,6 +568,8 @@ TEST(ServeTest, TheDefaultCacheDirectoryIsCreatedUnderAFreshHome) {
     ServerProcess srv({"--port", "0"});  // the child inherits the environment
     EXPECT_GT(srv.port(), 0) << "first line: " << srv.first_line();
     EXPECT_TRUE(std::filesystem::is_directory(home + "/.cache/tierkv"));
+    // Private: the store directories below it hold prompts (row 94).
+    EXPECT_EQ(std::filesystem::status(home + "/.cache/tierkv").permissions(), std::filesystem::perms::owner_all);
     EXPECT_EQ(srv.Stop(), 0);
   }
   {
@@ -582,6 +584,41 @@ TEST(ServeTest, TheDefaultCacheDirectoryIsCreatedUnderAFreshHome) {
   EXPECT_EQ(stores, 2);
   if (old_home) ::setenv("HOME", saved_home.c_str(), 1);
   if (old_xdg) ::setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
+}
+
+// The cache directory removed while serving (failure-semantics row 95):
+// requests are still answered, /health says the store stopped (200: the
+// server still serves), /metrics has the gauge, nothing recreates the path.
+TEST(ServeTest, ARemovedCacheDirectoryIsReportedAndRequestsGoOn) {
+  TempDir dir;
+  const std::string cache = dir.path + "/cache";
+  ServerProcess srv({"--port", "0", "--cache-dir", cache});
+  ASSERT_GT(srv.port(), 0) << "first line: " << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  int status = 0;
+  const json stored = Post(c, "/v1/completions",
+                           {{"prompt", std::string(kPrefix) + "said"}, {"max_tokens", 4}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << stored.dump();
+  EXPECT_EQ(Metrics(c)["tierkv_store_directory_lost"], 0.0);
+  std::filesystem::remove_all(cache);
+  const json after = Post(c, "/v1/completions",
+                          {{"prompt", "Another prompt entirely, long enough to fill a chunk or two of the store: " +
+                                          std::string(kPrefix)},
+                           {"max_tokens", 4},
+                           {"temperature", 0}},
+                          &status);
+  EXPECT_EQ(status, 200) << after.dump();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "degraded") << health->body;
+  EXPECT_EQ(Metrics(c)["tierkv_store_directory_lost"], 1.0);
+  auto cache_stats = c.Get("/v1/cache");
+  ASSERT_TRUE(cache_stats);
+  EXPECT_EQ(json::parse(cache_stats->body)["store"]["directory_lost"], true) << cache_stats->body;
+  EXPECT_EQ(srv.Stop(), 0);
+  EXPECT_FALSE(std::filesystem::exists(cache));
 }
 
 TEST(ServeTest, SigtermDrainsWithinTheGracePeriod) {
