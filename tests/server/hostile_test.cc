@@ -600,5 +600,51 @@ TEST(HostileClientTest, OneKeyNeverLearnsWhatAnotherStored) {
   EXPECT_EQ(srv.Stop(), 0);
 }
 
+
+// Issue 57, item 9: `logprobs: 0` on /v1/completions was taken as its
+// default and silently ignored (0 asks for the chosen token's probability).
+// Any value of completions' logprobs, chat's logprobs true, and any
+// top_logprobs are refused naming the field; chat's false and null pass.
+TEST(HostileClientTest, LogprobsOfAnyValueAreRefusedNamingTheField) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  const json prompt{{"prompt", "Once"}, {"max_tokens", 1}};
+  const json chat{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 1}};
+  const auto with = [](json body, const char* field, const json& v) {
+    body[field] = v;
+    return body;
+  };
+  struct Case {
+    const char* path;
+    json body;
+    int status;
+    const char* param;  // the refusal's
+  };
+  const std::vector<Case> cases = {
+      {"/v1/completions", with(prompt, "logprobs", 0), 400, "logprobs"},
+      {"/v1/completions", with(prompt, "logprobs", 2), 400, "logprobs"},
+      {"/v1/completions", with(prompt, "logprobs", false), 400, "logprobs"},
+      {"/v1/completions", with(prompt, "top_logprobs", 0), 400, "top_logprobs"},
+      {"/v1/completions", with(prompt, "logprobs", nullptr), 200, ""},
+      {"/v1/chat/completions", with(chat, "logprobs", true), 400, "logprobs"},
+      {"/v1/chat/completions", with(chat, "logprobs", 0), 400, "logprobs"},
+      {"/v1/chat/completions", with(chat, "top_logprobs", 0), 400, "top_logprobs"},
+      {"/v1/chat/completions", with(chat, "logprobs", false), 200, ""},
+      {"/v1/chat/completions", with(chat, "logprobs", nullptr), 200, ""},
+  };
+  for (const Case& k : cases) {
+    int status = 0;
+    const json r = Post(c, k.path, k.body, &status);
+    EXPECT_EQ(status, k.status) << k.path << " " << k.body.dump() << ": " << r.dump();
+    if (k.status == 400) {
+      EXPECT_EQ(r["error"].value("param", ""), k.param) << r.dump();
+    }
+  }
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
 }  // namespace
 }  // namespace tierkv
