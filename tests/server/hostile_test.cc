@@ -13,6 +13,8 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -600,6 +602,49 @@ TEST(HostileClientTest, OneKeyNeverLearnsWhatAnotherStored) {
   EXPECT_EQ(srv.Stop(), 0);
 }
 
+
+// Issue 57, item 5: a response id was an xxh3 of the request number under a
+// 64-bit seed, which a tenant could invert to count others' requests. Ids
+// are now 128 random bits: distinct, 32 hex digits, no step between them.
+TEST(HostileClientTest, ResponseIdsAreRandomAndCountNothing) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  std::set<std::string> ids;
+  std::vector<std::string> hex;
+  static const std::regex kId(R"((cmpl|chatcmpl)-([0-9a-f]{32}))");
+  for (int i = 0; i < 40; ++i) {
+    const bool chat = i % 4 == 3;
+    int status = 0;
+    const json r = chat ? Post(c, "/v1/chat/completions",
+                               json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 1}}, &status)
+                        : Post(c, "/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 1}}, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    const std::string id = r.value("id", "");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(id, m, kId)) << "not a prefix and 32 hex digits: " << id;
+    EXPECT_EQ(m[1], chat ? "chatcmpl" : "cmpl") << id;
+    ids.insert(id);
+    hex.push_back(m[2]);
+  }
+  EXPECT_EQ(ids.size(), 40u) << "an id repeated";
+  // No fixed step between consecutive ids (a counter's), in either half.
+  std::set<uint64_t> steps_hi, steps_lo;
+  for (size_t i = 1; i < hex.size(); ++i) {
+    steps_hi.insert(std::stoull(hex[i].substr(0, 16), nullptr, 16) - std::stoull(hex[i - 1].substr(0, 16), nullptr, 16));
+    steps_lo.insert(std::stoull(hex[i].substr(16), nullptr, 16) - std::stoull(hex[i - 1].substr(16), nullptr, 16));
+  }
+  EXPECT_GT(steps_hi.size(), 30u);
+  EXPECT_GT(steps_lo.size(), 30u);
+  // Each hex digit is used (a random id's 1,280 digits miss one with
+  // probability under 1e-30).
+  std::set<char> digits;
+  for (const std::string& h : hex) digits.insert(h.begin(), h.end());
+  EXPECT_EQ(digits.size(), 16u);
+  EXPECT_EQ(srv.Stop(), 0);
+}
 
 // Issue 57, item 9: `logprobs: 0` on /v1/completions was taken as its
 // default and silently ignored (0 asks for the chosen token's probability).
