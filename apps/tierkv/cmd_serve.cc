@@ -43,9 +43,10 @@ Result<std::string> DefaultCacheDir() {
   return dir;
 }
 
-// --api-key values and $TIERKV_API_KEYS (comma-separated), without
-// duplicates; InvalidArgument for an empty or blank key.
-Result<std::vector<std::string>> ApiKeys(std::vector<std::string> keys) {
+// --api-key values, then $TIERKV_API_KEYS (comma-separated): the server
+// checks them (ServerOptions::Validate names a bad one by its position in
+// this order) and drops repeats.
+std::vector<std::string> ApiKeys(std::vector<std::string> keys) {
   if (const char* env = std::getenv("TIERKV_API_KEYS"); env && *env) {
     std::string all = env;
     size_t at = 0;
@@ -55,14 +56,7 @@ Result<std::vector<std::string>> ApiKeys(std::vector<std::string> keys) {
       at = comma + 1;
     }
   }
-  std::vector<std::string> out;
-  for (const std::string& k : keys) {
-    if (k.empty() || k.find_first_not_of(" \t") == std::string::npos || k.find_first_of(" \t\r\n") != std::string::npos) {
-      return Status::InvalidArgument("--api-key: keys must be non-empty and contain no spaces (check $TIERKV_API_KEYS)");
-    }
-    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
-  }
-  return out;
+  return keys;
 }
 
 Result<int> Serve(const ServeArgs& a) {
@@ -95,7 +89,7 @@ Result<int> Serve(const ServeArgs& a) {
     if (const char* t = std::getenv("TIERKV_ADMIN_TOKEN"); t) so.admin_token = t;
   }
   so.request_timeout_ms = static_cast<int>(a.request_timeout_seconds * 1000);
-  ASSIGN_OR_RETURN(so.api_keys, ApiKeys(a.server.api_keys));
+  so.api_keys = ApiKeys(a.server.api_keys);
   if (so.api_keys.empty() && !server::IsLoopbackAddress(so.host)) {
     std::fprintf(stderr,
                  "tierkv: warning: listening on %s without --api-key: anyone who can reach it may "

@@ -646,6 +646,38 @@ TEST(HostileClientTest, ResponseIdsAreRandomAndCountNothing) {
   EXPECT_EQ(srv.Stop(), 0);
 }
 
+// Issue 57, item 8: an admin token equal to an API key made that key's
+// holder the operator; a key with a control character or over 4 KiB could
+// never authenticate. Each stops the server at start, naming the key by its
+// place, never printing it.
+TEST(HostileClientTest, CredentialsThatCannotWorkOrLeakStopTheStart) {
+  TempDir dir;
+  const std::string long_key(5000, 'k');
+  struct Case {
+    std::vector<std::string> args, env;
+    std::string says, secret;
+  };
+  const std::vector<Case> cases = {
+      {{"--api-key", "key-one", "--api-key", "key-two", "--admin-token", "key-two"}, {}, "equals API key 2", "key-two"},
+      {{"--api-key", "key-one"}, {"TIERKV_ADMIN_TOKEN=key-one"}, "equals API key 1", "key-one"},
+      {{"--api-key", "key-one"}, {"TIERKV_API_KEYS=ok-key,bad\x01key"}, "key 3: byte 4", "bad\x01key"},
+      {{"--api-key", long_key}, {}, "key 1: is 5000 bytes", long_key},
+      {{"--api-key", "key-one", "--admin-token", "adm\x7f"}, {}, "admin_token: byte 4", "adm\x7f"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string err = dir.path + "/err" + std::to_string(i);
+    std::vector<std::string> args = {"--port", "0", "--cache-dir", dir.path + "/c"};
+    args.insert(args.end(), cases[i].args.begin(), cases[i].args.end());
+    ServerProcess srv(args, cases[i].env, err);
+    EXPECT_EQ(srv.port(), -1) << "case " << i << " started: " << srv.first_line();
+    EXPECT_EQ(srv.Stop(), 1) << "case " << i;
+    std::ifstream in(err);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(cases[i].says), std::string::npos) << "case " << i << ": " << text.substr(0, 300);
+    EXPECT_EQ(text.find(cases[i].secret), std::string::npos) << "case " << i << " printed the secret";
+  }
+}
+
 // Issue 57, item 9: `logprobs: 0` on /v1/completions was taken as its
 // default and silently ignored (0 asks for the chosen token's probability).
 // Any value of completions' logprobs, chat's logprobs true, and any
