@@ -197,6 +197,11 @@ void AddServe(CLI::App& app, Action* run) {
                   "Connections served at once (a worker each); one more is answered 503 at once")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{100000}));
+  sub->add_option("--max-connections-per-address", a->server.max_connections_per_address,
+                  "Of those, what one client address (IPv6: its /64) may hold; one more is answered 503 at once "
+                  "(0: a quarter of --max-connections)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{100000}));
   sub->add_option("--request-timeout-seconds", a->request_timeout_seconds,
                   "How long a client may take to send one whole request (head and body); slower ones "
                   "get 408 and their connection closes")

@@ -45,6 +45,10 @@ struct ServerOptions {
   int grace_ms = 10000;             // on Shutdown, running requests may finish this long
   // Connections served at once (each on a worker); one more is answered 503.
   size_t max_connections = 256;
+  // Of those, what one client address (an IPv6 client's /64) may hold; one
+  // more from it is answered 503 at once. 0: a quarter of max_connections
+  // (at least 1), so one address never takes every worker.
+  size_t max_connections_per_address = 0;
   // Reading one request (head and body) must end within this; else 408.
   int request_timeout_ms = 30000;
   // API keys for the /v1/ routes (empty: no authentication). Each key's

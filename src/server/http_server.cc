@@ -130,6 +130,8 @@ ConnectionLimits Server::Impl::LimitsOf(const ServerOptions& o) {
     TIERKV_LOG(kWarn) << "--max-connections " << o.max_connections << " is more than the open-file limit allows; "
                       << l.max_connections << " connections will be served (raise `ulimit -n`)";
   }
+  l.max_per_address = o.max_connections_per_address > 0 ? std::min(o.max_connections_per_address, l.max_connections)
+                                                        : std::max<size_t>(1, l.max_connections / 4);
   l.request_timeout = std::chrono::milliseconds(o.request_timeout_ms);
   return l;
 }
@@ -300,6 +302,7 @@ void Server::Impl::Routes() {
                        !engine->options().remote.url.empty(),
                        conns.open,
                        conns.refused,
+                       conns.refused_per_address,
                        conns.timed_out};
     Reply(r, "/metrics", 200, metrics.Render(now), "text/plain; version=0.0.4");
   });

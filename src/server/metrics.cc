@@ -197,6 +197,9 @@ std::string Metrics::Render(const Snapshot& now) const {
       static_cast<double>(now.http_open));
   One(&out, "tierkv_http_connections_refused_total", "counter",
       "Connections answered 503 at once: --max-connections were in service.", static_cast<double>(now.http_refused));
+  One(&out, "tierkv_http_connections_refused_per_address_total", "counter",
+      "Connections answered 503 at once: their address held --max-connections-per-address.",
+      static_cast<double>(now.http_refused_per_address));
   One(&out, "tierkv_http_request_timeouts_total", "counter",
       "Requests not received whole within --request-timeout-seconds (408).", static_cast<double>(now.http_timed_out));
   One(&out, "tierkv_store_corrupt_records_total", "counter", "Stored records that failed verification (served as misses).",

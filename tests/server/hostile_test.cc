@@ -4,6 +4,7 @@
 // and the official OpenAI Python client (tools/openai/client.py, installed
 // by tools/llamacpp/setup.sh; skipped without it)
 // where a client's view matters.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -31,11 +32,18 @@ using namespace serve_testing;
 using Clock = std::chrono::steady_clock;
 
 // A connection on a plain socket: sends what it is given, reads until the
-// server closes (or `seconds` pass).
+// server closes (or `seconds` pass). `from`: the loopback address it comes
+// from (127.0.0.0/8 is all this machine's), as another client would.
 class Conn {
  public:
-  explicit Conn(int port) {
+  explicit Conn(int port, const char* from = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (from) {
+      sockaddr_in f{};
+      f.sin_family = AF_INET;
+      ::inet_pton(AF_INET, from, &f.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&f), sizeof f) != 0) return;
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -85,8 +93,9 @@ class Conn {
 
 // One raw request; the status line's code and the whole answer (the
 // server must close the connection within `seconds`).
-int Exchange(int port, const std::string& request, std::string* answer = nullptr, double seconds = 10) {
-  Conn c(port);
+int Exchange(int port, const std::string& request, std::string* answer = nullptr, double seconds = 10,
+             const char* from = nullptr) {
+  Conn c(port, from);
   EXPECT_TRUE(c.connected());
   c.Send(request);
   EXPECT_TRUE(c.ReadToClose(seconds)) << "the server kept the connection open after: " << request.substr(0, 200);
@@ -232,9 +241,11 @@ TEST(HostileClientTest, SlowClientsAreCutOffAndHealthIsAlwaysAnswered) {
   ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--request-timeout-seconds", "3"});
   ASSERT_GT(srv.port(), 0) << srv.first_line();
   std::vector<std::unique_ptr<Conn>> slow;
-  // 80: more than the 76 workers cpp-httplib's pool had (max_queue + max_running + 4).
+  // 80: more than the 76 workers cpp-httplib's pool had (max_queue + max_running + 4),
+  // from 4 addresses (each under its cap of a quarter of the 256 connections).
+  static const char* kFrom[] = {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"};
   for (int i = 0; i < 80; ++i) {
-    slow.push_back(std::make_unique<Conn>(srv.port()));
+    slow.push_back(std::make_unique<Conn>(srv.port(), kFrom[i % 4]));
     ASSERT_TRUE(slow.back()->connected());
     slow.back()->Send(kHead + "Content-Length: 1000\r\n\r\n{");
   }
@@ -269,7 +280,8 @@ TEST(HostileClientTest, SlowClientsAreCutOffAndHealthIsAlwaysAnswered) {
   EXPECT_EQ(timed_out, 80);
   EXPECT_GE(At(Metrics(h), "tierkv_http_request_timeouts_total"), 80);
   // Beyond --max-connections, one more is answered 503 at once.
-  ServerProcess capped({"--port", "0", "--cache-dir", dir.path + "/capped", "--max-connections", "4"});
+  ServerProcess capped({"--port", "0", "--cache-dir", dir.path + "/capped", "--max-connections", "4",
+                        "--max-connections-per-address", "4"});
   ASSERT_GT(capped.port(), 0) << capped.first_line();
   std::vector<std::unique_ptr<Conn>> held;
   for (int i = 0; i < 4; ++i) {
@@ -643,6 +655,37 @@ TEST(HostileClientTest, ResponseIdsAreRandomAndCountNothing) {
   std::set<char> digits;
   for (const std::string& h : hex) digits.insert(h.begin(), h.end());
   EXPECT_EQ(digits.size(), 16u);
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// Issue 57, item 6: --max-connections sockets from one address (dripping a
+// head that never ends) held every worker: /health answered 503 to every
+// probe for a minute. One address may hold a quarter of them; more from it
+// get 503 at once, counted, and other addresses are served.
+TEST(HostileClientTest, OneAddressCannotTakeEveryConnection) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--max-connections", "8"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  std::vector<std::unique_ptr<Conn>> held;
+  for (int i = 0; i < 8; ++i) {
+    held.push_back(std::make_unique<Conn>(srv.port(), "127.0.0.2"));
+    ASSERT_TRUE(held.back()->connected());
+    held.back()->Send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");  // the head never ends
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int refused = 0;
+  for (auto& c : held) refused += c->Poll(200).find(" 503 ") != std::string::npos;
+  EXPECT_EQ(refused, 6) << "8 from one address with a cap of 2 (a quarter of 8)";
+  for (int i = 0; i < 5; ++i) {
+    std::string ans;
+    const auto t0 = Clock::now();
+    EXPECT_EQ(Exchange(srv.port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", &ans, 5,
+                       "127.0.0.3"), 200) << "/health from another address while one holds its cap: " << ans;
+    EXPECT_LT(SecondsSince(t0), 1.0);
+  }
+  httplib::Client h("127.0.0.1", srv.port());
+  EXPECT_GE(At(Metrics(h), "tierkv_http_connections_refused_per_address_total"), 6);
+  held.clear();
   EXPECT_EQ(srv.Stop(), 0);
 }
 
