@@ -145,7 +145,7 @@ void AddServe(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--scheduler", a->server.scheduler,
-                  "Which waiting request starts next: fcfs (arrival order) or car (CaR: a shuffled window "
+                  "Which waiting request starts next: fcfs (arrival order, API keys taking turns) or car (CaR: a shuffled window "
                   "ordered by where each prefix's K/V is, pools before nothing stored before disk, and a "
                   "timed prefetcher)")
       ->capture_default_str()
@@ -164,7 +164,7 @@ void AddServe(CLI::App& app, Action* run) {
   sub->add_option("--max-running", a->server.max_running, "Requests generating at once")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("--max-queue", a->server.max_queue, "Requests waiting to start; more are refused with 429")
+  sub->add_option("--max-queue", a->server.max_queue, "Requests waiting beyond --max-running; more (or a key's beyond its share while others wait) get 429")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--max-body-bytes", a->server.max_body_bytes, "Largest request body; larger ones get 413")

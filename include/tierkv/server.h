@@ -36,7 +36,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                  // 0: any free port (Bind says which)
   std::string model_id = "tierkv";  // what /v1/models lists and responses name
-  size_t max_queue = 64;            // requests waiting; more get 429
+  // Requests waiting beyond the max_running slots; more get 429, as do a
+  // key's beyond max_queue / (keys waiting) while other keys wait.
+  size_t max_queue = 64;
   size_t max_running = 8;           // requests generating at once
   std::string scheduler = "fcfs";   // fcfs or car (CaR's window and prefetcher)
   size_t window = 8;                // car: the shuffled window's size

@@ -38,6 +38,9 @@ struct GenerationParams {
   // Whose stored prefixes the request may reuse and adds to (a tenant's API
   // key and cache_salt; engine::ServeOptions::cache_namespace). 0: shared.
   uint64_t cache_namespace = 0;
+  // Who sent it (the server's API key number; 0: no key): the queue and the
+  // running slots are shared fairly between tenants (sched/fair_queue.h).
+  uint32_t tenant = 0;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

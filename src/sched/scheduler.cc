@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "sched/output_text.h"
 #include "tierkv/elapsed.h"
@@ -57,15 +58,24 @@ Scheduler::~Scheduler() { Shutdown(std::chrono::milliseconds(0)); }
 
 Status Scheduler::Submit(std::shared_ptr<Job> job) {
   const std::shared_ptr<Job> queued = job;
+  std::shared_ptr<Job> evicted;
   {
     MutexLock l(&mu_);
     if (draining_) return Status::Unavailable("the server is shutting down");
-    if (queue_.size() + waiting_count_ >= opts_.max_queue) {
-      return Status::ResourceExhausted("the queue is full (" + std::to_string(opts_.max_queue) +
-                                       " requests waiting)");
-    }
-    queue_.push_back(std::move(job));
+    // Counted with the running jobs: a burst that arrives while the thread
+    // prefills is bound for free slots (it counted against max_queue alone,
+    // and 7 of 24 were refused with 16 places and 8 slots).
+    const bool full = queue_.size() + waiting_count_ + running_count_ >= opts_.max_queue + opts_.max_running;
+    RETURN_IF_ERROR(queue_.Push(std::move(job), opts_.max_queue, full, &evicted));
     cv_.SignalAll();
+  }
+  if (evicted) {
+    Outcome o;
+    o.reason = FinishReason::kError;
+    o.status = Status::ResourceExhausted(
+        "the queue is full and this API key held more than its share of it: another key's request took "
+        "this one's place");
+    evicted->End(std::move(o));
   }
   // Its remote lookups run while it waits (a no-op without a remote tier).
   engine_->FetchAhead(queued->params().prompt, queued->params().cache_namespace);
@@ -103,9 +113,10 @@ SchedulerStats Scheduler::stats() const {
 std::vector<std::shared_ptr<Job>> Scheduler::TakeArrivals(bool past_deadline) {
   std::vector<std::shared_ptr<Job>> out;
   const size_t room = policy_->Room(running_.size(), opts_.max_running);
+  std::map<uint32_t, size_t> running;  // by tenant, with those taken now
+  for (const auto& r : running_) ++running[r->job->params().tenant];
   while (!queue_.empty() && (past_deadline || out.size() < room)) {
-    out.push_back(std::move(queue_.front()));
-    queue_.pop_front();
+    out.push_back(queue_.Take(running));
     // Under mu_: queued() + running() never drops a job between them.
     ++(policy_->keeps_waiting() ? waiting_count_ : running_count_);
   }

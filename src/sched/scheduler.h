@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "sched/fair_queue.h"
 #include "sched/job.h"
 #include "sched/prefetcher.h"
 #include "sched/waiting_policy.h"
@@ -39,7 +40,7 @@ namespace tierkv::sched {
 Result<SchedulerKind> ParseScheduler(std::string_view name);
 
 struct SchedulerOptions {
-  size_t max_queue = 64;   // jobs waiting to start (in the window too); more are refused
+  size_t max_queue = 64;   // jobs waiting for a slot (in the window too); more are refused
   size_t max_running = 8;  // jobs decoding at once
   SchedulerKind kind = SchedulerKind::kFcfs;
   size_t window = 8;       // car: the shuffled window's size
@@ -67,8 +68,12 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues `job`. ResourceExhausted when the queue is full, Unavailable
-  // once draining.
+  // Queues `job`. ResourceExhausted when max_running + max_queue jobs are
+  // already in (queued, waiting or running: jobs queued while the thread is
+  // in a round's prefills are bound for free slots, not queue places) or
+  // when its tenant holds its share of the queue (FairQueue::Push; a job of
+  // a tenant over its share may be ended with ResourceExhausted to make
+  // room). Unavailable once draining.
   Status Submit(std::shared_ptr<Job> job) TIERKV_EXCLUDES(mu_);
   // Stops taking jobs; what is queued or running may finish until `grace`
   // has passed, then is cancelled. Returns at once.
@@ -86,7 +91,8 @@ class Scheduler {
  private:
   struct Running;
   void Loop();
-  // Takes the jobs the policy has room for from the queue.
+  // Takes the jobs the policy has room for from the queue, round-robin
+  // across tenants (FairQueue::Take).
   std::vector<std::shared_ptr<Job>> TakeArrivals(bool past_deadline) TIERKV_REQUIRES(mu_);
   // Hands the arrivals to the policy, starts what it releases, then tells
   // it when the first slot frees.
@@ -116,7 +122,7 @@ class Scheduler {
 
   mutable Mutex mu_;
   CondVar cv_;
-  std::deque<std::shared_ptr<Job>> queue_ TIERKV_GUARDED_BY(mu_);
+  FairQueue queue_ TIERKV_GUARDED_BY(mu_);
   bool draining_ TIERKV_GUARDED_BY(mu_) = false;
   Clock::time_point deadline_ TIERKV_GUARDED_BY(mu_);  // cancel what is left after this (draining)
 

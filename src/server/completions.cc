@@ -97,9 +97,10 @@ Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r
   }
   sched::GenerationParams p;
   p.retention = r.retention.value_or(-1);
-  const std::string* key = opts.share_prefixes ? nullptr
-                                                : MatchingKey(req.get_header_value("Authorization"), opts.api_keys);
-  p.cache_namespace = CacheNamespace(key ? *key : std::string(), r.cache_salt);
+  const std::string* key = MatchingKey(req.get_header_value("Authorization"), opts.api_keys);
+  // The key's number: its share of the queue and of the slots (sched/fair_queue.h).
+  p.tenant = key ? static_cast<uint32_t>(key - opts.api_keys.data()) + 1 : 0;
+  p.cache_namespace = CacheNamespace(key && !opts.share_prefixes ? *key : std::string(), r.cache_salt);
   if (r.chat) {
     ASSIGN_OR_RETURN(p.prompt, ChatPromptTokens(tok, opts.chat, r.messages));
     if (auto eot = ChatEndOfTurnToken(tok, opts.chat)) p.stop_tokens.push_back(*eot);

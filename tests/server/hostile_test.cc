@@ -689,6 +689,123 @@ TEST(HostileClientTest, OneAddressCannotTakeEveryConnection) {
   EXPECT_EQ(srv.Stop(), 0);
 }
 
+// Issue 57, item 6: one key's long generations, queued first, held another
+// key's short requests behind all of them (past 20 s). Jobs now start
+// round-robin across keys: B's request starts when the first of A's
+// running ones ends, long before A's backlog is done.
+TEST(HostileClientTest, OneKeysBacklogNeverStarvesAnotherKey) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--api-key", "key-a", "--api-key", "key-b",
+                     "--max-running", "2"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  const auto t0 = Clock::now();
+  std::vector<double> a_done(8, 0);
+  std::vector<std::thread> a;
+  for (int i = 0; i < 8; ++i) {
+    a.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", srv.port());
+      c.set_bearer_token_auth("key-a");
+      c.set_read_timeout(120);
+      int status = 0;
+      Post(c, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 300}, {"ignore_eos", true}},
+           &status);
+      EXPECT_EQ(status, 200);
+      a_done[i] = SecondsSince(t0);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // A's backlog is queued
+  httplib::Client b("127.0.0.1", srv.port());
+  b.set_bearer_token_auth("key-b");
+  b.set_read_timeout(120);
+  int status = 0;
+  const json r = Post(b, "/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 4}}, &status);
+  const double b_done = SecondsSince(t0);
+  for (auto& t : a) t.join();
+  ASSERT_EQ(status, 200) << r.dump();
+  const double a_last = *std::max_element(a_done.begin(), a_done.end());
+  const double a_first = *std::min_element(a_done.begin(), a_done.end());
+  // A's 8 run two at a time: four waves. B's starts after the first.
+  EXPECT_LT(b_done, a_first + 0.5 * (a_last - a_first))
+      << "B answered at " << b_done << " s; A's first at " << a_first << " s, last at " << a_last << " s";
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// Issue 57, item 6: one key filling the queue left another key nothing but
+// 429. A key may hold an equal share of the queue while others wait; past
+// it its own requests are refused (or its newest gives up its place), never
+// the other key's.
+TEST(HostileClientTest, OneKeyCannotFillTheQueueForAnother) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--api-key", "key-a", "--api-key", "key-b",
+                     "--max-running", "1", "--max-queue", "4"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  const auto post = [&](const char* key, int tokens) {
+    httplib::Client c("127.0.0.1", srv.port());
+    c.set_bearer_token_auth(key);
+    c.set_read_timeout(120);
+    int status = 0;
+    Post(c, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", tokens}, {"ignore_eos", true}},
+         &status);
+    return status;
+  };
+  // A: 1 running and 4 queued fill the queue; 3 more are refused.
+  std::vector<int> a_status(8, 0);
+  std::vector<std::thread> a;
+  for (int i = 0; i < 8; ++i) {
+    a.emplace_back([&, i] { a_status[i] = post("key-a", 150); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // B: each of its 2 (its share of 4 places between 2 keys) is queued.
+  std::vector<int> b_status(2, 0);
+  std::vector<std::thread> b;
+  for (int i = 0; i < 2; ++i) {
+    b.emplace_back([&, i] { b_status[i] = post("key-b", 2); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  for (auto& t : b) t.join();
+  for (auto& t : a) t.join();
+  EXPECT_EQ(b_status, std::vector<int>(2, 200)) << "B refused while A held the queue";
+  const int a_ok = static_cast<int>(std::count(a_status.begin(), a_status.end(), 200));
+  const int a_429 = static_cast<int>(std::count(a_status.begin(), a_status.end(), 429));
+  EXPECT_EQ(a_ok + a_429, 8);
+  EXPECT_EQ(a_ok, 3) << "1 running and 2 queued (its share) are A's";
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// Issue 57, item 6: 24 requests at once with --max-queue 16 and 8 slots got
+// 7 refusals: those arriving while the scheduler was in a prefill counted
+// against the queue though slots were free. Queue and slots hold all 24.
+TEST(HostileClientTest, ABurstThatFitsSlotsAndQueueIsNeverRefused) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--max-queue", "16", "--max-running", "8"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  std::string longer = "Once upon a time";
+  for (int i = 0; i < 40; ++i) longer += " there was a little cat who lived in a house by the sea";
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int> status(24, 0);
+    std::vector<std::thread> t;
+    for (int i = 0; i < 24; ++i) {
+      t.emplace_back([&, i] {
+        httplib::Client c("127.0.0.1", srv.port());
+        c.set_read_timeout(120);
+        // Each its own prompt: every start is a prefill of its own.
+        Post(c, "/v1/completions",
+             json{{"prompt", std::to_string(round * 100 + i) + longer}, {"max_tokens", 8}, {"ignore_eos", true}},
+             &status[i]);
+      });
+    }
+    for (auto& th : t) th.join();
+    EXPECT_EQ(std::count(status.begin(), status.end(), 200), 24) << "round " << round << ": " << [&] {
+      std::string s;
+      for (int x : status) s += std::to_string(x) + " ";
+      return s;
+    }();
+  }
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
 // Issue 57, item 8: an admin token equal to an API key made that key's
 // holder the operator; a key with a control character or over 4 KiB could
 // never authenticate. Each stops the server at start, naming the key by its
