@@ -5,24 +5,29 @@
 
 namespace tierkv::sched {
 
-Status FairQueue::Push(std::shared_ptr<Job> job, size_t places, bool full, std::shared_ptr<Job>* evicted) {
+Status FairQueue::Push(std::shared_ptr<Job> job, size_t places, bool full,
+                       std::shared_ptr<Job>* evicted) {
   const uint32_t tenant = job->params().tenant;
   const auto own = by_tenant_.find(tenant);
   const size_t held = own == by_tenant_.end() ? 0 : own->second.size();
   const size_t tenants = by_tenant_.size() + (held == 0 ? 1 : 0);
   const size_t share = std::max<size_t>(1, places / tenants);
   if (tenants > 1 && held >= share) {
-    return Status::ResourceExhausted("this API key holds its share of the queue (" + std::to_string(share) +
+    return Status::ResourceExhausted("this API key holds its share of the queue (" +
+                                     std::to_string(share) +
                                      " requests) while other keys' requests wait");
   }
   if (full) {
     // The tenant holding most, if over its share, gives up its newest job.
     auto most = by_tenant_.end();
     for (auto it = by_tenant_.begin(); it != by_tenant_.end(); ++it) {
-      if (it->first != tenant && (most == by_tenant_.end() || it->second.size() > most->second.size())) most = it;
+      if (it->first != tenant &&
+          (most == by_tenant_.end() || it->second.size() > most->second.size()))
+        most = it;
     }
     if (most == by_tenant_.end() || most->second.size() <= share) {
-      return Status::ResourceExhausted("the queue is full (" + std::to_string(places) + " requests waiting)");
+      return Status::ResourceExhausted("the queue is full (" + std::to_string(places) +
+                                       " requests waiting)");
     }
     *evicted = std::move(most->second.back());
     most->second.pop_back();

@@ -26,15 +26,17 @@ Digest Sha256(std::string_view s) {
 Status CheckCredential(const std::string& what, const std::string& value) {
   if (value.empty()) return Status::InvalidArgument(what + ": is empty");
   if (value.size() > kMaxCredentialBytes) {
-    return Status::InvalidArgument(what + ": is " + std::to_string(value.size()) + " bytes, more than the " +
-                                   std::to_string(kMaxCredentialBytes) + " a client may send");
+    return Status::InvalidArgument(what + ": is " + std::to_string(value.size()) +
+                                   " bytes, more than the " + std::to_string(kMaxCredentialBytes) +
+                                   " a client may send");
   }
   for (size_t i = 0; i < value.size(); ++i) {
     const auto c = static_cast<unsigned char>(value[i]);
     if (c <= 0x20 || c == 0x7f) {
-      return Status::InvalidArgument(what + ": byte " + std::to_string(i + 1) +
-                                     " is a space or a control character, which no Authorization header "
-                                     "carries intact");
+      return Status::InvalidArgument(
+          what + ": byte " + std::to_string(i + 1) +
+          " is a space or a control character, which no Authorization header "
+          "carries intact");
     }
   }
   return Status::Ok();

@@ -50,15 +50,18 @@ TEST(TenantsTest, AWrongLengthTakesAsLongAsAWrongByte) {
   EXPECT_FALSE(TokenMatches(shorter, key));
   EXPECT_FALSE(TokenMatches(wrong_first, key));
   const double short_ns = FastestNs(shorter, key), wrong_ns = FastestNs(wrong_first, key);
-  EXPECT_GT(short_ns, wrong_ns / 2) << "a shorter token: " << short_ns << " ns, a wrong byte: " << wrong_ns << " ns";
-  EXPECT_LT(short_ns, wrong_ns * 2) << "a shorter token: " << short_ns << " ns, a wrong byte: " << wrong_ns << " ns";
+  EXPECT_GT(short_ns, wrong_ns / 2)
+      << "a shorter token: " << short_ns << " ns, a wrong byte: " << wrong_ns << " ns";
+  EXPECT_LT(short_ns, wrong_ns * 2)
+      << "a shorter token: " << short_ns << " ns, a wrong byte: " << wrong_ns << " ns";
 }
 
 TEST(TenantsTest, CheckCredentialNamesTheProblemNeverTheValue) {
   EXPECT_TRUE(CheckCredential("api_keys: key 1", "sk-abc_123.xyz~").ok());
   const Status ctl = CheckCredential("api_keys: key 2", "se\x01cret");
-  EXPECT_EQ(ctl.message(), "api_keys: key 2: byte 3 is a space or a control character, which no Authorization "
-                           "header carries intact");
+  EXPECT_EQ(ctl.message(),
+            "api_keys: key 2: byte 3 is a space or a control character, which no Authorization "
+            "header carries intact");
   EXPECT_EQ(CheckCredential("k", "a b").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckCredential("k", "").code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(CheckCredential("k", std::string(kMaxCredentialBytes, 'a')).ok());
