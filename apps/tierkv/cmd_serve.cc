@@ -43,9 +43,10 @@ Result<std::string> DefaultCacheDir() {
   return dir;
 }
 
-// --api-key values and $TIERKV_API_KEYS (comma-separated), without
-// duplicates; InvalidArgument for an empty or blank key.
-Result<std::vector<std::string>> ApiKeys(std::vector<std::string> keys) {
+// --api-key values, then $TIERKV_API_KEYS (comma-separated): the server
+// checks them (ServerOptions::Validate names a bad one by its position in
+// this order) and drops repeats.
+std::vector<std::string> ApiKeys(std::vector<std::string> keys) {
   if (const char* env = std::getenv("TIERKV_API_KEYS"); env && *env) {
     std::string all = env;
     size_t at = 0;
@@ -55,14 +56,7 @@ Result<std::vector<std::string>> ApiKeys(std::vector<std::string> keys) {
       at = comma + 1;
     }
   }
-  std::vector<std::string> out;
-  for (const std::string& k : keys) {
-    if (k.empty() || k.find_first_not_of(" \t") == std::string::npos || k.find_first_of(" \t\r\n") != std::string::npos) {
-      return Status::InvalidArgument("--api-key: keys must be non-empty and contain no spaces (check $TIERKV_API_KEYS)");
-    }
-    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
-  }
-  return out;
+  return keys;
 }
 
 Result<int> Serve(const ServeArgs& a) {
@@ -94,7 +88,7 @@ Result<int> Serve(const ServeArgs& a) {
     if (const char* t = std::getenv("TIERKV_ADMIN_TOKEN"); t) so.admin_token = t;
   }
   so.request_timeout_ms = static_cast<int>(a.request_timeout_seconds * 1000);
-  ASSIGN_OR_RETURN(so.api_keys, ApiKeys(a.server.api_keys));
+  so.api_keys = ApiKeys(a.server.api_keys);
   if (so.api_keys.empty() && !server::IsLoopbackAddress(so.host)) {
     std::fprintf(stderr,
                  "tierkv: warning: listening on %s without --api-key: anyone who can reach it may "
@@ -150,7 +144,7 @@ void AddServe(CLI::App& app, Action* run) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--scheduler", a->server.scheduler,
-                  "Which waiting request starts next: fcfs (arrival order) or car (CaR: a shuffled window "
+                  "Which waiting request starts next: fcfs (arrival order, API keys taking turns) or car (CaR: a shuffled window "
                   "ordered by where each prefix's K/V is, pools before nothing stored before disk, and a "
                   "timed prefetcher)")
       ->capture_default_str()
@@ -169,7 +163,7 @@ void AddServe(CLI::App& app, Action* run) {
   sub->add_option("--max-running", a->server.max_running, "Requests generating at once")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("--max-queue", a->server.max_queue, "Requests waiting to start; more are refused with 429")
+  sub->add_option("--max-queue", a->server.max_queue, "Requests waiting beyond --max-running; more (or a key's beyond its share while others wait) get 429")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--max-body-bytes", a->server.max_body_bytes, "Largest request body; larger ones get 413")
@@ -202,6 +196,11 @@ void AddServe(CLI::App& app, Action* run) {
                   "Connections served at once (a worker each); one more is answered 503 at once")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{100000}));
+  sub->add_option("--max-connections-per-address", a->server.max_connections_per_address,
+                  "Of those, what one client address (IPv6: its /64) may hold; one more is answered 503 at once "
+                  "(0: a quarter of --max-connections)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{100000}));
   sub->add_option("--request-timeout-seconds", a->request_timeout_seconds,
                   "How long a client may take to send one whole request (head and body); slower ones "
                   "get 408 and their connection closes")

@@ -36,7 +36,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                  // 0: any free port (Bind says which)
   std::string model_id = "tierkv";  // what /v1/models lists and responses name
-  size_t max_queue = 64;            // requests waiting; more get 429
+  // Requests waiting beyond the max_running slots; more get 429, as do a
+  // key's beyond max_queue / (keys waiting) while other keys wait.
+  size_t max_queue = 64;
   size_t max_running = 8;           // requests generating at once
   std::string scheduler = "fcfs";   // fcfs or car (CaR's window and prefetcher)
   size_t window = 8;                // car: the shuffled window's size
@@ -45,6 +47,10 @@ struct ServerOptions {
   int grace_ms = 10000;             // on Shutdown, running requests may finish this long
   // Connections served at once (each on a worker); one more is answered 503.
   size_t max_connections = 256;
+  // Of those, what one client address (an IPv6 client's /64) may hold; one
+  // more from it is answered 503 at once. 0: a quarter of max_connections
+  // (at least 1), so one address never takes every worker.
+  size_t max_connections_per_address = 0;
   // Reading one request (head and body) must end within this; else 408.
   int request_timeout_ms = 30000;
   // API keys for the /v1/ routes (empty: no authentication). Each key's

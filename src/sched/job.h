@@ -38,6 +38,9 @@ struct GenerationParams {
   // Whose stored prefixes the request may reuse and adds to (a tenant's API
   // key and cache_salt; engine::ServeOptions::cache_namespace). 0: shared.
   uint64_t cache_namespace = 0;
+  // Who sent it (the server's API key number; 0: no key): the queue and the
+  // running slots are shared fairly between tenants (sched/fair_queue.h).
+  uint32_t tenant = 0;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -84,8 +87,11 @@ class Job {
   // Its remote lookups ran ahead while it was queued (Engine::FetchAhead):
   // its prefill asks the local store only. Set before the scheduler thread
   // takes the job from the queue (under the scheduler's lock).
-  void set_fetched_ahead(bool v) { fetched_ahead_ = v; }
-  bool fetched_ahead() const { return fetched_ahead_; }
+  // `ahead`: Engine::FetchAhead's flag (null: none ran).
+  void set_ahead(engine::AheadDone ahead) { ahead_ = std::move(ahead); }
+  bool fetched_ahead() const { return ahead_ != nullptr; }
+  // Whether it may start: its remote lookups are over, or none ran.
+  bool ready() const { return !ahead_ || ahead_->load(); }
   void Emit(std::string_view text) TIERKV_EXCLUDES(mu_);
   // Ends the job; `o.text` is ignored (the emitted text is kept).
   void End(Outcome o) TIERKV_EXCLUDES(mu_);
@@ -98,7 +104,7 @@ class Job {
   bool WaitUntil(Clock::time_point until) TIERKV_REQUIRES(mu_);
 
   std::atomic<bool> cancelled_{false};
-  bool fetched_ahead_ = false;
+  engine::AheadDone ahead_;  // set before it is queued, then only read
   mutable Mutex mu_;
   CondVar cv_;
   std::string text_ TIERKV_GUARDED_BY(mu_);  // emitted so far

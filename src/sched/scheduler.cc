@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "sched/output_text.h"
 #include "tierkv/elapsed.h"
@@ -56,18 +57,30 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, engine::Eng
 Scheduler::~Scheduler() { Shutdown(std::chrono::milliseconds(0)); }
 
 Status Scheduler::Submit(std::shared_ptr<Job> job) {
-  MutexLock l(&mu_);
-  if (draining_) return Status::Unavailable("the server is shutting down");
-  if (queue_.size() + waiting_count_ >= opts_.max_queue) {
-    return Status::ResourceExhausted("the queue is full (" + std::to_string(opts_.max_queue) +
-                                     " requests waiting)");
+  const std::shared_ptr<Job> queued = job;
+  std::shared_ptr<Job> evicted;
+  {
+    MutexLock l(&mu_);
+    if (draining_) return Status::Unavailable("the server is shutting down");
+    // Counted with the running jobs: a burst that arrives while the thread
+    // prefills is bound for free slots (it counted against max_queue alone,
+    // and 7 of 24 were refused with 16 places and 8 slots).
+    const bool full = queue_.size() + waiting_count_ + running_count_ >= opts_.max_queue + opts_.max_running;
+    RETURN_IF_ERROR(queue_.Push(std::move(job), opts_.max_queue, full, &evicted));
+    // Its remote lookups run while it waits (null without a remote tier);
+    // set under mu_, so the thread cannot take it before. The remote
+    // tier's queue lock is taken under mu_, never the other way.
+    queued->set_ahead(engine_->FetchAhead(queued->params().prompt, queued->params().cache_namespace));
+    cv_.SignalAll();
   }
-  // Its remote lookups run while it waits (null without a remote tier).
-  // Under mu_ (then the remote tier's queue lock: never the other way).
-  engine::AheadDone ahead = engine_->FetchAhead(job->params().prompt, job->params().cache_namespace);
-  job->set_fetched_ahead(ahead != nullptr);
-  queue_.push_back(Queued{std::move(job), std::move(ahead)});
-  cv_.SignalAll();
+  if (evicted) {
+    Outcome o;
+    o.reason = FinishReason::kError;
+    o.status = Status::ResourceExhausted(
+        "the queue is full and this API key held more than its share of it: another key's request took "
+        "this one's place");
+    evicted->End(std::move(o));
+  }
   return Status::Ok();
 }
 
@@ -99,20 +112,16 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
-bool Scheduler::AnyReady() const {
-  return std::any_of(queue_.begin(), queue_.end(), [](const Queued& q) { return q.ready(); });
-}
-
 std::vector<std::shared_ptr<Job>> Scheduler::TakeArrivals(bool past_deadline) {
   std::vector<std::shared_ptr<Job>> out;
   const size_t room = policy_->Room(running_.size(), opts_.max_running);
-  for (auto it = queue_.begin(); it != queue_.end() && (past_deadline || out.size() < room);) {
-    if (!past_deadline && !it->ready()) {
-      ++it;
-      continue;
-    }
-    out.push_back(std::move(it->job));
-    it = queue_.erase(it);
+  std::map<uint32_t, size_t> running;  // by tenant, with those taken now
+  for (const auto& r : running_) ++running[r->job->params().tenant];
+  // Past the deadline every job leaves (to be cancelled), ready or not.
+  while (!queue_.empty() && (past_deadline || out.size() < room)) {
+    std::shared_ptr<Job> job = queue_.Take(running, /*any=*/past_deadline);
+    if (!job) break;  // the rest are still fetching ahead
+    out.push_back(std::move(job));
     // Under mu_: queued() + running() never drops a job between them.
     ++(policy_->keeps_waiting() ? waiting_count_ : running_count_);
   }
@@ -125,7 +134,7 @@ void Scheduler::Loop() {
     bool past_deadline = false;
     {
       MutexLock l(&mu_);
-      while (!AnyReady() && policy_->size() == 0 && running_.empty()) {
+      while (!queue_.AnyReady() && policy_->size() == 0 && running_.empty()) {
         if (draining_ && (queue_.empty() || Clock::now() >= deadline_)) break;
         // Jobs still fetching ahead: looked at again shortly (the remote
         // tier's thread does not signal this one).

@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "sched/fair_queue.h"
 #include "sched/job.h"
 #include "sched/prefetcher.h"
 #include "sched/waiting_policy.h"
@@ -48,7 +49,7 @@ namespace tierkv::sched {
 Result<SchedulerKind> ParseScheduler(std::string_view name);
 
 struct SchedulerOptions {
-  size_t max_queue = 64;   // jobs waiting to start (in the window too); more are refused
+  size_t max_queue = 64;   // jobs waiting for a slot (in the window too); more are refused
   size_t max_running = 8;  // jobs decoding at once
   SchedulerKind kind = SchedulerKind::kFcfs;
   size_t window = 8;       // car: the shuffled window's size
@@ -76,8 +77,12 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues `job`. ResourceExhausted when the queue is full, Unavailable
-  // once draining.
+  // Queues `job`. ResourceExhausted when max_running + max_queue jobs are
+  // already in (queued, waiting or running: jobs queued while the thread is
+  // in a round's prefills are bound for free slots, not queue places) or
+  // when its tenant holds its share of the queue (FairQueue::Push; a job of
+  // a tenant over its share may be ended with ResourceExhausted to make
+  // room). Unavailable once draining.
   Status Submit(std::shared_ptr<Job> job) TIERKV_EXCLUDES(mu_);
   // Stops taking jobs; what is queued or running may finish until `grace`
   // has passed, then is cancelled. Returns at once.
@@ -95,12 +100,10 @@ class Scheduler {
  private:
   struct Running;
   void Loop();
-  // Takes the jobs the policy has room for from the queue: those whose
-  // remote lookups are over, in arrival order (all of them past the
-  // deadline, to be cancelled).
+  // Takes the jobs the policy has room for from the queue, round-robin
+  // across tenants (FairQueue::Take), of those whose remote lookups are
+  // over (all of them past the deadline, to be cancelled).
   std::vector<std::shared_ptr<Job>> TakeArrivals(bool past_deadline) TIERKV_REQUIRES(mu_);
-  // A queued job whose remote lookups are over (or never ran).
-  bool AnyReady() const TIERKV_REQUIRES(mu_);
   // Hands the arrivals to the policy, starts what it releases, then tells
   // it when the first slot frees.
   void RunPolicy(std::vector<std::shared_ptr<Job>> arrived, bool past_deadline);
@@ -129,12 +132,7 @@ class Scheduler {
 
   mutable Mutex mu_;
   CondVar cv_;
-  struct Queued {
-    std::shared_ptr<Job> job;
-    engine::AheadDone ahead;  // null: none ran; else true once over
-    bool ready() const { return !ahead || ahead->load(); }
-  };
-  std::deque<Queued> queue_ TIERKV_GUARDED_BY(mu_);
+  FairQueue queue_ TIERKV_GUARDED_BY(mu_);
   bool draining_ TIERKV_GUARDED_BY(mu_) = false;
   Clock::time_point deadline_ TIERKV_GUARDED_BY(mu_);  // cancel what is left after this (draining)
 

@@ -4,8 +4,9 @@
 // time (a job that ends as it starts frees its slot for the next at once);
 // it never looks at how a policy holds or orders its jobs.
 //
-//   fcfs  arrival order: a job leaves the queue only when a slot is free
-//         and starts in the same round (waiting_policy.cc).
+//   fcfs  the order the queue hands jobs over (arrival order, the tenants
+//         taking turns: fair_queue.h): a job leaves the queue only when a
+//         slot is free and starts in the same round (waiting_policy.cc).
 //   car   CaR's shuffled window, score events and timed prefetch
 //         (car_policy.h).
 //

@@ -189,15 +189,22 @@ Status ParseStreaming(const json& body, CompletionRequest* r) {
 }
 
 // OpenAI fields that change the answer and are not implemented: refused
-// unless absent, null or their default.
-Status RefuseUnsupported(const json& body) {
+// unless absent, null or their default on that endpoint. Completions'
+// `logprobs` is a count whose default is null: any value asks for
+// probabilities (0 asks for the chosen token's), so any value is refused;
+// chat's is a boolean, false by default. `top_logprobs` asks for
+// probabilities whatever its value.
+Status RefuseUnsupported(const json& body, bool chat) {
   struct Field {
     const char* name;
     bool (*is_default)(const json&);
+    bool (*is_default_in_chat)(const json&) = nullptr;  // null: as is_default
   };
+  static const auto kNever = [](const json&) { return false; };
+  static const auto kFalse = [](const json& v) { return v.is_boolean() && !v.get<bool>(); };
   static const Field kFields[] = {
-      {"logprobs", [](const json& v) { return v.is_boolean() ? !v.get<bool>() : v == 0; }},
-      {"top_logprobs", [](const json& v) { return v == 0; }},
+      {"logprobs", kNever, kFalse},
+      {"top_logprobs", kNever},
       {"echo", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }},
       {"best_of", [](const json& v) { return v == 1; }},
       {"suffix", [](const json& v) { return v.is_string() && v.get<std::string>().empty(); }},
@@ -213,7 +220,8 @@ Status RefuseUnsupported(const json& body) {
       {"function_call", [](const json& v) { return v == "none"; }},
   };
   for (const Field& f : kFields) {
-    if (!body.contains(f.name) || body[f.name].is_null() || f.is_default(body[f.name])) continue;
+    const auto is_default = chat && f.is_default_in_chat ? f.is_default_in_chat : f.is_default;
+    if (!body.contains(f.name) || body[f.name].is_null() || is_default(body[f.name])) continue;
     return Bad(f.name, "not supported by this server (only its default is accepted), got " +
                            body[f.name].dump().substr(0, 100));
   }
@@ -249,7 +257,7 @@ Result<CompletionRequest> ParseCompletionRequest(std::string_view text, bool cha
     RETURN_IF_ERROR(ParseLimits(body, &r));
     RETURN_IF_ERROR(ParseStreaming(body, &r));
     RETURN_IF_ERROR(ParseCacheSalt(body, &r));
-    RETURN_IF_ERROR(RefuseUnsupported(body));
+    RETURN_IF_ERROR(RefuseUnsupported(body, chat));
     if (body.contains("stop")) {
       ASSIGN_OR_RETURN(r.stop, ParseStop(body["stop"]));
     }

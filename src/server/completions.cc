@@ -1,7 +1,8 @@
 // The inference routes: a body read under its limit, turned into a job
 // (tokens, limits, the tenant's namespace), waited on or streamed as
 // server-sent events.
-#include <xxhash.h>
+#include <openssl/rand.h>
+#include <sys/random.h>
 
 #include <chrono>
 #include <cstdio>
@@ -64,12 +65,24 @@ std::optional<std::string> Server::Impl::ReadBody(const httplib::Request& req, h
 }
 
 std::string Server::Impl::NewId(bool chat) {
-  // Keyed by a 64-bit secret: ids neither repeat nor count the server's requests.
-  const uint64_t n = next_id++;
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%s-%016llx", chat ? "chatcmpl" : "cmpl",
-                static_cast<unsigned long long>(XXH3_64bits_withSeed(&n, sizeof n, id_salt)));
-  return buf;
+  // 128 random bits, nothing derived from a counter: an id tells its
+  // holder nothing of other requests (an xxh3 of the request number under a
+  // 64-bit seed was invertible: a tenant counted others' requests).
+  unsigned char bits[16];
+  if (RAND_bytes(bits, sizeof bits) != 1) {
+    // OpenSSL's generator failed (it seeds from getrandom): the kernel's directly.
+    for (size_t got = 0; got < sizeof bits;) {
+      const ssize_t n = ::getrandom(bits + got, sizeof bits - got, 0);
+      if (n > 0) got += static_cast<size_t>(n);
+    }
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = chat ? "chatcmpl-" : "cmpl-";
+  for (unsigned char b : bits) {
+    id += kHex[b >> 4];
+    id += kHex[b & 15];
+  }
+  return id;
 }
 
 // The request's tokens and limits, checked against the model.
@@ -84,9 +97,10 @@ Result<sched::GenerationParams> Server::Impl::Prepare(const CompletionRequest& r
   }
   sched::GenerationParams p;
   p.retention = r.retention.value_or(-1);
-  const std::string* key = opts.share_prefixes ? nullptr
-                                                : MatchingKey(req.get_header_value("Authorization"), opts.api_keys);
-  p.cache_namespace = CacheNamespace(key ? *key : std::string(), r.cache_salt);
+  const std::string* key = MatchingKey(req.get_header_value("Authorization"), opts.api_keys);
+  // The key's number: its share of the queue and of the slots (sched/fair_queue.h).
+  p.tenant = key ? static_cast<uint32_t>(key - opts.api_keys.data()) + 1 : 0;
+  p.cache_namespace = CacheNamespace(key && !opts.share_prefixes ? *key : std::string(), r.cache_salt);
   if (r.chat) {
     ASSIGN_OR_RETURN(p.prompt, ChatPromptTokens(tok, opts.chat, r.messages));
     if (auto eot = ChatEndOfTurnToken(tok, opts.chat)) p.stop_tokens.push_back(*eot);

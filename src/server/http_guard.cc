@@ -1,6 +1,7 @@
 #include "server/http_guard.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -45,6 +46,26 @@ void Endpoint(int fd, bool peer, std::string& ip, int& port) {
     ip = host;
     port = std::atoi(serv);
   }
+}
+
+// Who a connection's peer is, for the per-address cap: an IPv4 address's 4
+// bytes (also when IPv4-mapped), an IPv6 address's first 8 (a /64: one
+// client is commonly given a whole /64); empty when unknown.
+std::string AddressKey(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return {};
+  if (a.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(a);
+    return std::string(reinterpret_cast<const char*>(&v4.sin_addr), 4);
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(a);
+    const auto* b = reinterpret_cast<const char*>(&v6.sin6_addr);
+    if (IN6_IS_ADDR_V4MAPPED(&v6.sin6_addr)) return std::string(b + 12, 4);
+    return std::string(b, 8);
+  }
+  return {};
 }
 
 // One connection's bytes, read through a small buffer (httplib reads a
@@ -277,7 +298,7 @@ GuardedHttpServer::GuardedHttpServer(ConnectionLimits limits) : limits_(limits) 
 GuardedHttpServer::~GuardedHttpServer() = default;
 
 ConnectionCounts GuardedHttpServer::counts() const {
-  return ConnectionCounts{open_.load(), refused_.load(), timed_out_.load()};
+  return ConnectionCounts{open_.load(), refused_.load(), refused_per_address_.load(), timed_out_.load()};
 }
 
 void GuardedHttpServer::WidenBacklog(int n) {
@@ -292,24 +313,49 @@ bool GuardedHttpServer::RequestTimedOut() { return t_conn.stream && t_conn.strea
 
 bool GuardedHttpServer::HeadTooLarge() { return t_conn.stream && t_conn.stream->head_too_large(); }
 
-void GuardedHttpServer::Refuse(int fd) {
-  ++refused_;
-  static const std::string kBody =
-      R"({"error":{"message":"the server is serving its maximum of connections; retry later","type":"server_error","param":null,"code":503}})";
+void GuardedHttpServer::Refuse(int fd, const char* message) {
+  const std::string body = std::string(R"({"error":{"message":")") + message +
+                           R"(","type":"server_error","param":null,"code":503}})";
   const std::string resp = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                            "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
-                           std::to_string(kBody.size()) + "\r\n\r\n" + kBody;
+                           std::to_string(body.size()) + "\r\n\r\n" + body;
   (void)::send(fd, resp.data(), resp.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   ::shutdown(fd, SHUT_WR);
   ::close(fd);
 }
 
+bool GuardedHttpServer::EnterAddress(const std::string& address) {
+  MutexLock l(&addr_mu_);
+  size_t& n = per_address_[address];
+  if (n >= limits_.max_per_address) {
+    if (n == 0) per_address_.erase(address);
+    return false;
+  }
+  ++n;
+  return true;
+}
+
+void GuardedHttpServer::LeaveAddress(const std::string& address) {
+  MutexLock l(&addr_mu_);
+  auto it = per_address_.find(address);
+  if (it != per_address_.end() && --it->second == 0) per_address_.erase(it);
+}
+
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   if (t_refusing) {
-    Refuse(sock);
+    ++refused_;
+    Refuse(sock, "the server is serving its maximum of connections; retry later");
+    return false;
+  }
+  // On the worker: the accepting thread never waits on the address lock.
+  const std::string address = AddressKey(sock);
+  if (!EnterAddress(address)) {
+    ++refused_per_address_;
+    Refuse(sock, "this address holds its maximum of connections; retry later");
     return false;
   }
   ServeConnection(sock);
+  LeaveAddress(address);
   return true;
 }
 

@@ -6,6 +6,9 @@
 //   - at most `max_connections` connections served at once, each on its own
 //     worker (started as needed, kept); one more is answered 503 at once
 //     on the accepting thread and closed, never queued behind slow ones;
+//   - at most `max_per_address` of them from one client address (an IPv6
+//     client's /64), so that one client's idle or dripping sockets never
+//     take every worker: one more is answered 503 at once and closed;
 //   - a request head (line and headers) of at most kMaxHeadBytes (431);
 //     cpp-httplib grows a line until it ends and counts no headers;
 //   - a listening socket without SO_REUSEPORT (httplib sets it), so a
@@ -24,6 +27,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <unordered_map>
 
 #include "tierkv/mutex.h"
 
@@ -31,6 +36,7 @@ namespace tierkv::server {
 
 struct ConnectionLimits {
   size_t max_connections = 256;
+  size_t max_per_address = 64;                       // of max_connections, from one address
   std::chrono::milliseconds request_timeout{30000};  // head and body of one request
   std::chrono::milliseconds keep_alive{2000};        // idle wait for the next request
   size_t keep_alive_requests = 100;                  // requests per connection
@@ -40,6 +46,7 @@ struct ConnectionLimits {
 struct ConnectionCounts {
   uint64_t open = 0;        // connections in service now
   uint64_t refused = 0;     // answered 503 because max_connections were open
+  uint64_t refused_per_address = 0;  // answered 503: their address held max_per_address
   uint64_t timed_out = 0;   // requests not received within request_timeout (408)
 };
 
@@ -82,10 +89,18 @@ class GuardedHttpServer : public httplib::Server {
  private:
   class Pool;
   bool process_and_close_socket(socket_t sock) override;
-  void Refuse(int fd);
+  // Answers 503 with `message`, without reading, and closes.
+  void Refuse(int fd, const char* message);
+  // Counts a connection against its address; false (nothing counted) when
+  // the address already holds max_per_address.
+  bool EnterAddress(const std::string& address) TIERKV_EXCLUDES(addr_mu_);
+  void LeaveAddress(const std::string& address) TIERKV_EXCLUDES(addr_mu_);
 
   const ConnectionLimits limits_;
-  std::atomic<uint64_t> open_{0}, refused_{0}, timed_out_{0};
+  std::atomic<uint64_t> open_{0}, refused_{0}, refused_per_address_{0}, timed_out_{0};
+  Mutex addr_mu_;
+  // Connections in service by client address (AddressKey); none at 0.
+  std::unordered_map<std::string, size_t> per_address_ TIERKV_GUARDED_BY(addr_mu_);
 };
 
 }  // namespace tierkv::server

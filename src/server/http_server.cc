@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -83,6 +84,21 @@ Result<sched::SchedulerOptions> SchedulerOptionsOf(const ServerOptions& o) {
   return s;
 }
 
+// Every key and the admin token can be sent in a header, and the admin
+// token is no key's: a tenant holding it would get /metrics and the flush.
+// Keys are named by their position (1 first), never quoted.
+Status CheckCredentials(const ServerOptions& o) {
+  for (size_t i = 0; i < o.api_keys.size(); ++i) {
+    RETURN_IF_ERROR(CheckCredential("api_keys: key " + std::to_string(i + 1), o.api_keys[i]));
+    if (o.api_keys[i] == o.admin_token) {
+      return Status::InvalidArgument("admin_token: equals API key " + std::to_string(i + 1) +
+                                     "; that key's holder would be the operator (choose another token)");
+    }
+  }
+  if (!o.admin_token.empty()) RETURN_IF_ERROR(CheckCredential("admin_token", o.admin_token));
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool IsLoopbackAddress(const std::string& host) { return IsLoopbackHost(host); }
@@ -94,10 +110,7 @@ Status ServerOptions::Validate() const {
   if (grace_ms < 0) return Status::InvalidArgument("grace_ms: must not be negative");
   if (max_connections == 0) return Status::InvalidArgument("max_connections: must be at least 1");
   if (request_timeout_ms <= 0) return Status::InvalidArgument("request_timeout_ms: must be positive");
-  for (const std::string& k : api_keys) {
-    if (k.empty()) return Status::InvalidArgument("api_keys: a key is empty");
-  }
-  return Status::Ok();
+  return CheckCredentials(*this);
 }
 
 
@@ -118,6 +131,8 @@ ConnectionLimits Server::Impl::LimitsOf(const ServerOptions& o) {
     TIERKV_LOG(kWarn) << "--max-connections " << o.max_connections << " is more than the open-file limit allows; "
                       << l.max_connections << " connections will be served (raise `ulimit -n`)";
   }
+  l.max_per_address = o.max_connections_per_address > 0 ? std::min(o.max_connections_per_address, l.max_connections)
+                                                        : std::max<size_t>(1, l.max_connections / 4);
   l.request_timeout = std::chrono::milliseconds(o.request_timeout_ms);
   return l;
 }
@@ -297,6 +312,7 @@ void Server::Impl::Routes() {
                        !engine->options().remote.url.empty(),
                        conns.open,
                        conns.refused,
+                       conns.refused_per_address,
                        conns.timed_out};
     Reply(r, "/metrics", 200, metrics.Render(now), "text/plain; version=0.0.4");
   });
@@ -354,6 +370,12 @@ void Server::Impl::Routes() {
 Result<std::unique_ptr<Server>> Server::Create(const Model& model, const Tokenizer& tokenizer,
                                                engine::Engine* engine, ServerOptions options) {
   RETURN_IF_ERROR(options.Validate());
+  // A key given twice (a flag and the environment) is one tenant.
+  std::vector<std::string> keys;
+  for (std::string& k : options.api_keys) {
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(std::move(k));
+  }
+  options.api_keys = std::move(keys);
   auto impl = std::make_unique<Impl>(model, tokenizer, engine, std::move(options));
   Impl& im = *impl;
   im.http.set_payload_max_length(im.opts.max_body_bytes);

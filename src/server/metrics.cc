@@ -50,7 +50,13 @@ void RenderRemote(const RemoteStats& r, std::string* out) {
       double(r.hits));
   One(out, "tierkv_remote_misses_total", "counter", "Remote lookups that found no further chunk.", double(r.misses));
   One(out, "tierkv_remote_corrupt_values_total", "counter",
-      "Remote values failing their checksum or identity (never served).", double(r.corrupt));
+      "Remote values failing any check: seal, checksum or identity (never served).", double(r.corrupt));
+  One(out, "tierkv_remote_rejected_values_total", "counter",
+      "Remote values whose seal does not match: forged, copied from another key, or damaged (never served).",
+      double(r.rejected));
+  One(out, "tierkv_remote_unsealed_values_total", "counter",
+      "Remote values without a seal of a key this server holds (another deployment's): misses.",
+      double(r.unsealed));
   One(out, "tierkv_remote_bytes_down_total", "counter", "Bytes fetched from the remote tier.", double(r.bytes_down));
   One(out, "tierkv_remote_important_chunks_total", "counter",
       "Chunks read in part (--remote-read important): their important rows only.", double(r.important_chunks));
@@ -197,6 +203,9 @@ std::string Metrics::Render(const Snapshot& now) const {
       static_cast<double>(now.http_open));
   One(&out, "tierkv_http_connections_refused_total", "counter",
       "Connections answered 503 at once: --max-connections were in service.", static_cast<double>(now.http_refused));
+  One(&out, "tierkv_http_connections_refused_per_address_total", "counter",
+      "Connections answered 503 at once: their address held --max-connections-per-address.",
+      static_cast<double>(now.http_refused_per_address));
   One(&out, "tierkv_http_request_timeouts_total", "counter",
       "Requests not received whole within --request-timeout-seconds (408).", static_cast<double>(now.http_timed_out));
   One(&out, "tierkv_store_corrupt_records_total", "counter", "Stored records that failed verification (served as misses).",

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,7 +33,6 @@ struct Server::Impl {
   Metrics metrics;
   sched::Scheduler sched;
   std::atomic<bool> draining{false};
-  std::atomic<uint64_t> next_id{1};
   // Responses not yet written whole: a handler's, or a stream's until its
   // last event. The drain waits for none before it stops the listener.
   std::atomic<int64_t> inflight{0};
@@ -47,7 +45,6 @@ struct Server::Impl {
   bool stop_asked TIERKV_GUARDED_BY(listen_mu) = false;
   // `tierkv-drain`: started by the first Shutdown, joined by ~Server.
   std::thread drainer TIERKV_GUARDED_BY(listen_mu);
-  const uint64_t id_salt = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
 
   Impl(const Model& m, const Tokenizer& t, engine::Engine* e, ServerOptions o);
   static ConnectionLimits LimitsOf(const ServerOptions& o);
@@ -66,6 +63,7 @@ struct Server::Impl {
   void Stream(const httplib::Request& req, httplib::Response& res, const std::string& endpoint,
               std::shared_ptr<sched::Job> job, ResponseHead head, bool include_usage, PeerWatch peer);
   void Drain();
+  // "cmpl-" or "chatcmpl-" and 32 hex digits of a random 128-bit value.
   std::string NewId(bool chat);
   // With API keys, routes whose figures count every key's requests are the
   // operator's: false (401 in `res`) unless the admin token is sent.

@@ -8,11 +8,26 @@
 #include <string>
 #include <vector>
 
+#include "tierkv/status.h"
+
 namespace tierkv::server {
 
+// The longest API key or admin token accepted at start: a header line
+// longer than this is unusual, and a key that no client could send would
+// start a server nobody can call.
+inline constexpr size_t kMaxCredentialBytes = 4096;
+
+// Whether `value` can be sent as "Authorization: Bearer <value>": 1 to
+// kMaxCredentialBytes bytes of visible ASCII or UTF-8 (no space, tab or
+// other control character, which no header can carry intact).
+// InvalidArgument naming `what` ("api_keys: key 2") and the reason, never
+// quoting the value.
+Status CheckCredential(const std::string& what, const std::string& value);
+
 // Whether an Authorization header is "Bearer <token>" (the scheme in any
-// case, then one or more spaces: RFC 9110), the token compared in time
-// independent of where they first differ.
+// case, then one or more spaces: RFC 9110) with `token`. The two are
+// compared as SHA-256 digests with CRYPTO_memcmp: the time depends on
+// neither where they first differ nor whether their lengths do.
 bool TokenMatches(const std::string& header, const std::string& token);
 
 // The API key an Authorization header carries, from `keys` (every key is

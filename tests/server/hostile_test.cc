@@ -4,6 +4,7 @@
 // and the official OpenAI Python client (tools/openai/client.py, installed
 // by tools/llamacpp/setup.sh; skipped without it)
 // where a client's view matters.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -14,6 +15,8 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,11 +35,18 @@ using namespace serve_testing;
 using Clock = std::chrono::steady_clock;
 
 // A connection on a plain socket: sends what it is given, reads until the
-// server closes (or `seconds` pass).
+// server closes (or `seconds` pass). `from`: the loopback address it comes
+// from (127.0.0.0/8 is all this machine's), as another client would.
 class Conn {
  public:
-  explicit Conn(int port) {
+  explicit Conn(int port, const char* from = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (from) {
+      sockaddr_in f{};
+      f.sin_family = AF_INET;
+      ::inet_pton(AF_INET, from, &f.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&f), sizeof f) != 0) return;
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -86,8 +96,9 @@ class Conn {
 
 // One raw request; the status line's code and the whole answer (the
 // server must close the connection within `seconds`).
-int Exchange(int port, const std::string& request, std::string* answer = nullptr, double seconds = 10) {
-  Conn c(port);
+int Exchange(int port, const std::string& request, std::string* answer = nullptr, double seconds = 10,
+             const char* from = nullptr) {
+  Conn c(port, from);
   EXPECT_TRUE(c.connected());
   c.Send(request);
   EXPECT_TRUE(c.ReadToClose(seconds)) << "the server kept the connection open after: " << request.substr(0, 200);
@@ -233,9 +244,11 @@ TEST(HostileClientTest, SlowClientsAreCutOffAndHealthIsAlwaysAnswered) {
   ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--request-timeout-seconds", "3"});
   ASSERT_GT(srv.port(), 0) << srv.first_line();
   std::vector<std::unique_ptr<Conn>> slow;
-  // 80: more than the 76 workers cpp-httplib's pool had (max_queue + max_running + 4).
+  // 80: more than the 76 workers cpp-httplib's pool had (max_queue + max_running + 4),
+  // from 4 addresses (each under its cap of a quarter of the 256 connections).
+  static const char* kFrom[] = {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"};
   for (int i = 0; i < 80; ++i) {
-    slow.push_back(std::make_unique<Conn>(srv.port()));
+    slow.push_back(std::make_unique<Conn>(srv.port(), kFrom[i % 4]));
     ASSERT_TRUE(slow.back()->connected());
     slow.back()->Send(kHead + "Content-Length: 1000\r\n\r\n{");
   }
@@ -270,7 +283,8 @@ TEST(HostileClientTest, SlowClientsAreCutOffAndHealthIsAlwaysAnswered) {
   EXPECT_EQ(timed_out, 80);
   EXPECT_GE(At(Metrics(h), "tierkv_http_request_timeouts_total"), 80);
   // Beyond --max-connections, one more is answered 503 at once.
-  ServerProcess capped({"--port", "0", "--cache-dir", dir.path + "/capped", "--max-connections", "4"});
+  ServerProcess capped({"--port", "0", "--cache-dir", dir.path + "/capped", "--max-connections", "4",
+                        "--max-connections-per-address", "4"});
   ASSERT_GT(capped.port(), 0) << capped.first_line();
   std::vector<std::unique_ptr<Conn>> held;
   for (int i = 0; i < 4; ++i) {
@@ -698,6 +712,274 @@ TEST(HostileRedisTest, ALyingOrStallingRedisCostsOnlyItsOwnPromptsAMiss) {
     EXPECT_LT(worst_gap.load(), 1500);
     EXPECT_LT(peak, 2 * rss_idle);
   }
+}
+
+// Issue 57, item 5: a response id was an xxh3 of the request number under a
+// 64-bit seed, which a tenant could invert to count others' requests. Ids
+// are now 128 random bits: distinct, 32 hex digits, no step between them.
+TEST(HostileClientTest, ResponseIdsAreRandomAndCountNothing) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  std::set<std::string> ids;
+  std::vector<std::string> hex;
+  static const std::regex kId(R"((cmpl|chatcmpl)-([0-9a-f]{32}))");
+  for (int i = 0; i < 40; ++i) {
+    const bool chat = i % 4 == 3;
+    int status = 0;
+    const json r = chat ? Post(c, "/v1/chat/completions",
+                               json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 1}}, &status)
+                        : Post(c, "/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 1}}, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    const std::string id = r.value("id", "");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(id, m, kId)) << "not a prefix and 32 hex digits: " << id;
+    EXPECT_EQ(m[1], chat ? "chatcmpl" : "cmpl") << id;
+    ids.insert(id);
+    hex.push_back(m[2]);
+  }
+  EXPECT_EQ(ids.size(), 40u) << "an id repeated";
+  // No fixed step between consecutive ids (a counter's), in either half.
+  std::set<uint64_t> steps_hi, steps_lo;
+  for (size_t i = 1; i < hex.size(); ++i) {
+    steps_hi.insert(std::stoull(hex[i].substr(0, 16), nullptr, 16) - std::stoull(hex[i - 1].substr(0, 16), nullptr, 16));
+    steps_lo.insert(std::stoull(hex[i].substr(16), nullptr, 16) - std::stoull(hex[i - 1].substr(16), nullptr, 16));
+  }
+  EXPECT_GT(steps_hi.size(), 30u);
+  EXPECT_GT(steps_lo.size(), 30u);
+  // Each hex digit is used (a random id's 1,280 digits miss one with
+  // probability under 1e-30).
+  std::set<char> digits;
+  for (const std::string& h : hex) digits.insert(h.begin(), h.end());
+  EXPECT_EQ(digits.size(), 16u);
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// Issue 57, item 6: --max-connections sockets from one address (dripping a
+// head that never ends) held every worker: /health answered 503 to every
+// probe for a minute. One address may hold a quarter of them; more from it
+// get 503 at once, counted, and other addresses are served.
+TEST(HostileClientTest, OneAddressCannotTakeEveryConnection) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--max-connections", "8"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  std::vector<std::unique_ptr<Conn>> held;
+  for (int i = 0; i < 8; ++i) {
+    held.push_back(std::make_unique<Conn>(srv.port(), "127.0.0.2"));
+    ASSERT_TRUE(held.back()->connected());
+    held.back()->Send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");  // the head never ends
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int refused = 0;
+  for (auto& c : held) refused += c->Poll(200).find(" 503 ") != std::string::npos;
+  EXPECT_EQ(refused, 6) << "8 from one address with a cap of 2 (a quarter of 8)";
+  for (int i = 0; i < 5; ++i) {
+    std::string ans;
+    const auto t0 = Clock::now();
+    EXPECT_EQ(Exchange(srv.port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", &ans, 5,
+                       "127.0.0.3"), 200) << "/health from another address while one holds its cap: " << ans;
+    EXPECT_LT(SecondsSince(t0), 1.0);
+  }
+  httplib::Client h("127.0.0.1", srv.port());
+  EXPECT_GE(At(Metrics(h), "tierkv_http_connections_refused_per_address_total"), 6);
+  held.clear();
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// Issue 57, item 6: one key's long generations, queued first, held another
+// key's short requests behind all of them (past 20 s). Jobs now start
+// round-robin across keys: B's request starts when the first of A's
+// running ones ends, long before A's backlog is done.
+TEST(HostileClientTest, OneKeysBacklogNeverStarvesAnotherKey) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--api-key", "key-a", "--api-key", "key-b",
+                     "--max-running", "2"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  const auto t0 = Clock::now();
+  std::vector<double> a_done(8, 0);
+  std::vector<std::thread> a;
+  for (int i = 0; i < 8; ++i) {
+    a.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", srv.port());
+      c.set_bearer_token_auth("key-a");
+      c.set_read_timeout(120);
+      int status = 0;
+      Post(c, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 300}, {"ignore_eos", true}},
+           &status);
+      EXPECT_EQ(status, 200);
+      a_done[i] = SecondsSince(t0);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // A's backlog is queued
+  httplib::Client b("127.0.0.1", srv.port());
+  b.set_bearer_token_auth("key-b");
+  b.set_read_timeout(120);
+  int status = 0;
+  const json r = Post(b, "/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 4}}, &status);
+  const double b_done = SecondsSince(t0);
+  for (auto& t : a) t.join();
+  ASSERT_EQ(status, 200) << r.dump();
+  const double a_last = *std::max_element(a_done.begin(), a_done.end());
+  const double a_first = *std::min_element(a_done.begin(), a_done.end());
+  // A's 8 run two at a time: four waves. B's starts after the first.
+  EXPECT_LT(b_done, a_first + 0.5 * (a_last - a_first))
+      << "B answered at " << b_done << " s; A's first at " << a_first << " s, last at " << a_last << " s";
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// Issue 57, item 6: one key filling the queue left another key nothing but
+// 429. A key may hold an equal share of the queue while others wait; past
+// it its own requests are refused (or its newest gives up its place), never
+// the other key's.
+TEST(HostileClientTest, OneKeyCannotFillTheQueueForAnother) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--api-key", "key-a", "--api-key", "key-b",
+                     "--max-running", "1", "--max-queue", "4"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  const auto post = [&](const char* key, int tokens) {
+    httplib::Client c("127.0.0.1", srv.port());
+    c.set_bearer_token_auth(key);
+    c.set_read_timeout(120);
+    int status = 0;
+    Post(c, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", tokens}, {"ignore_eos", true}},
+         &status);
+    return status;
+  };
+  // A: 1 running and 4 queued fill the queue; 3 more are refused.
+  std::vector<int> a_status(8, 0);
+  std::vector<std::thread> a;
+  for (int i = 0; i < 8; ++i) {
+    a.emplace_back([&, i] { a_status[i] = post("key-a", 150); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // B: each of its 2 (its share of 4 places between 2 keys) is queued.
+  std::vector<int> b_status(2, 0);
+  std::vector<std::thread> b;
+  for (int i = 0; i < 2; ++i) {
+    b.emplace_back([&, i] { b_status[i] = post("key-b", 2); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  for (auto& t : b) t.join();
+  for (auto& t : a) t.join();
+  EXPECT_EQ(b_status, std::vector<int>(2, 200)) << "B refused while A held the queue";
+  const int a_ok = static_cast<int>(std::count(a_status.begin(), a_status.end(), 200));
+  const int a_429 = static_cast<int>(std::count(a_status.begin(), a_status.end(), 429));
+  EXPECT_EQ(a_ok + a_429, 8);
+  EXPECT_EQ(a_ok, 3) << "1 running and 2 queued (its share) are A's";
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// Issue 57, item 6: 24 requests at once with --max-queue 16 and 8 slots got
+// 7 refusals: those arriving while the scheduler was in a prefill counted
+// against the queue though slots were free. Queue and slots hold all 24.
+TEST(HostileClientTest, ABurstThatFitsSlotsAndQueueIsNeverRefused) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path, "--max-queue", "16", "--max-running", "8"});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  std::string longer = "Once upon a time";
+  for (int i = 0; i < 40; ++i) longer += " there was a little cat who lived in a house by the sea";
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int> status(24, 0);
+    std::vector<std::thread> t;
+    for (int i = 0; i < 24; ++i) {
+      t.emplace_back([&, i] {
+        httplib::Client c("127.0.0.1", srv.port());
+        c.set_read_timeout(120);
+        // Each its own prompt: every start is a prefill of its own.
+        Post(c, "/v1/completions",
+             json{{"prompt", std::to_string(round * 100 + i) + longer}, {"max_tokens", 8}, {"ignore_eos", true}},
+             &status[i]);
+      });
+    }
+    for (auto& th : t) th.join();
+    EXPECT_EQ(std::count(status.begin(), status.end(), 200), 24) << "round " << round << ": " << [&] {
+      std::string s;
+      for (int x : status) s += std::to_string(x) + " ";
+      return s;
+    }();
+  }
+  EXPECT_EQ(srv.Stop(), 0);
+}
+
+// Issue 57, item 8: an admin token equal to an API key made that key's
+// holder the operator; a key with a control character or over 4 KiB could
+// never authenticate. Each stops the server at start, naming the key by its
+// place, never printing it.
+TEST(HostileClientTest, CredentialsThatCannotWorkOrLeakStopTheStart) {
+  TempDir dir;
+  const std::string long_key(5000, 'k');
+  struct Case {
+    std::vector<std::string> args, env;
+    std::string says, secret;
+  };
+  const std::vector<Case> cases = {
+      {{"--api-key", "key-one", "--api-key", "key-two", "--admin-token", "key-two"}, {}, "equals API key 2", "key-two"},
+      {{"--api-key", "key-one"}, {"TIERKV_ADMIN_TOKEN=key-one"}, "equals API key 1", "key-one"},
+      {{"--api-key", "key-one"}, {"TIERKV_API_KEYS=ok-key,bad\x01key"}, "key 3: byte 4", "bad\x01key"},
+      {{"--api-key", long_key}, {}, "key 1: is 5000 bytes", long_key},
+      {{"--api-key", "key-one", "--admin-token", "adm\x7f"}, {}, "admin_token: byte 4", "adm\x7f"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string err = dir.path + "/err" + std::to_string(i);
+    std::vector<std::string> args = {"--port", "0", "--cache-dir", dir.path + "/c"};
+    args.insert(args.end(), cases[i].args.begin(), cases[i].args.end());
+    ServerProcess srv(args, cases[i].env, err);
+    EXPECT_EQ(srv.port(), -1) << "case " << i << " started: " << srv.first_line();
+    EXPECT_EQ(srv.Stop(), 1) << "case " << i;
+    std::ifstream in(err);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(cases[i].says), std::string::npos) << "case " << i << ": " << text.substr(0, 300);
+    EXPECT_EQ(text.find(cases[i].secret), std::string::npos) << "case " << i << " printed the secret";
+  }
+}
+
+// Issue 57, item 9: `logprobs: 0` on /v1/completions was taken as its
+// default and silently ignored (0 asks for the chosen token's probability).
+// Any value of completions' logprobs, chat's logprobs true, and any
+// top_logprobs are refused naming the field; chat's false and null pass.
+TEST(HostileClientTest, LogprobsOfAnyValueAreRefusedNamingTheField) {
+  TempDir dir;
+  ServerProcess srv({"--port", "0", "--cache-dir", dir.path});
+  ASSERT_GT(srv.port(), 0) << srv.first_line();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  const json prompt{{"prompt", "Once"}, {"max_tokens", 1}};
+  const json chat{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 1}};
+  const auto with = [](json body, const char* field, const json& v) {
+    body[field] = v;
+    return body;
+  };
+  struct Case {
+    const char* path;
+    json body;
+    int status;
+    const char* param;  // the refusal's
+  };
+  const std::vector<Case> cases = {
+      {"/v1/completions", with(prompt, "logprobs", 0), 400, "logprobs"},
+      {"/v1/completions", with(prompt, "logprobs", 2), 400, "logprobs"},
+      {"/v1/completions", with(prompt, "logprobs", false), 400, "logprobs"},
+      {"/v1/completions", with(prompt, "top_logprobs", 0), 400, "top_logprobs"},
+      {"/v1/completions", with(prompt, "logprobs", nullptr), 200, ""},
+      {"/v1/chat/completions", with(chat, "logprobs", true), 400, "logprobs"},
+      {"/v1/chat/completions", with(chat, "logprobs", 0), 400, "logprobs"},
+      {"/v1/chat/completions", with(chat, "top_logprobs", 0), 400, "top_logprobs"},
+      {"/v1/chat/completions", with(chat, "logprobs", false), 200, ""},
+      {"/v1/chat/completions", with(chat, "logprobs", nullptr), 200, ""},
+  };
+  for (const Case& k : cases) {
+    int status = 0;
+    const json r = Post(c, k.path, k.body, &status);
+    EXPECT_EQ(status, k.status) << k.path << " " << k.body.dump() << ": " << r.dump();
+    if (k.status == 400) {
+      EXPECT_EQ(r["error"].value("param", ""), k.param) << r.dump();
+    }
+  }
+  EXPECT_EQ(srv.Stop(), 0);
 }
 
 }  // namespace
