@@ -260,8 +260,10 @@ struct RequestStats {
   // the rows past R's whole chunks, read whole.
   uint64_t ideal_bytes = 0;
   // Storing the prompt failed (a full disk, an I/O error): the answer stands,
-  // later requests lose this reuse. Logged with the reason.
+  // later requests lose this reuse. Logged with the reason. Behind the
+  // request (ServeOptions::store_behind): not queued (dropped).
   bool store_failed = false;
+  bool store_queued = false;  // queued for the store writer (store_behind)
   int fallback_layers = 0;  // impress/spec: layers the probes did not decide (EngineOptions::fallback)
   // > 1: stored data failed mid-request (damaged, unreadable) and the
   // request ran again with less reuse, down to none if need be: damage is a
@@ -308,6 +310,23 @@ struct ServeOptions {
   // local store only, for a caller whose remote lookups ran ahead
   // (Engine::FetchAhead) so that its thread never waits on Redis.
   bool remote_lookup = true;
+  // Store the prompt behind the request: its K/V are queued for the
+  // engine's store writer (`tierkv-store-w`), so a slow or hung disk never
+  // holds the caller; dropped (counted) when the writer is stalled or its
+  // queue full (StoreBehindStats). A later request sharing the prompt's
+  // first chunk waits for that write (at most 200 ms; not while stalled).
+  // false: stored before Serve returns.
+  bool store_behind = false;
+};
+
+// The prompts stored behind their requests (ServeOptions::store_behind).
+struct StoreBehindStats {
+  uint64_t queued = 0, queued_bytes = 0;  // waiting now
+  uint64_t stored = 0;                    // puts done
+  uint64_t failed = 0;                    // puts that failed (logged)
+  uint64_t dropped = 0;                   // prompts not queued: the queue full or the writer stalled
+  double running_ms = 0;                  // how long the put running now has taken (0: none)
+  bool stalled = false;                   // one put has run for more than 2 s: new ones are dropped
 };
 
 // Set once an Engine::FetchAhead has run (or was dropped): the request may
@@ -432,6 +451,10 @@ class Engine {
   void DrainRemote();
   // The disk tier's counters and sizes (zeros for recompute). Thread-safe.
   store::StoreStats StoreStatistics() const;
+  StoreBehindStats StoreBehindStatistics() const;
+  // Waits until every prompt stored behind its request is written (tests,
+  // benchmarks).
+  void DrainStores();
   // The device and host pools' statistics (empty for recompute). Thread-safe.
   cache::CacheStats PoolStatistics() const;
   // The disk tier (null for recompute): tests and inspection.

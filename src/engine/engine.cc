@@ -127,6 +127,7 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() {
   impl_->maint.Stop();
   impl_->queue.Stop();
+  impl_->writer.reset();  // its store writer puts through the tiers
   impl_->tiers.reset();  // the remote tier's upload thread reads the store
   impl_->store.reset();  // before the pools its removal callback erases from
 }
@@ -156,6 +157,14 @@ void Engine::DrainRemote() {
 
 store::StoreStats Engine::StoreStatistics() const {
   return impl_->store ? impl_->store->stats() : store::StoreStats{};
+}
+
+StoreBehindStats Engine::StoreBehindStatistics() const {
+  return impl_->writer ? impl_->writer->behind().stats() : StoreBehindStats{};
+}
+
+void Engine::DrainStores() {
+  if (impl_->writer) impl_->writer->behind().Drain();
 }
 
 cache::CacheStats Engine::PoolStatistics() const {
@@ -343,6 +352,10 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   remote::TierMatch found;
   const uint64_t ns = so.cache_namespace;
   if (row.reuses()) {
+    // Read-your-writes: the prompt stored behind a request before this one.
+    if (so.store_behind && attempt == 1) {
+      writer->behind().AwaitPrefix(tokens, ns, opts.chunk_tokens, std::chrono::milliseconds(200));
+    }
     found = LookupPrefix(tokens, ns, cap, attempt == 1 && so.remote_lookup, ImportantKeep(retention, layer_retention),
                          &st);
   }
@@ -397,7 +410,7 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
     RETURN_IF_ERROR(rq.keep->AddComputed(r->kv, r->kv_dtype, r->n_tokens, static_cast<int>(E)));
     out.sequence = std::move(rq.keep);
   }
-  if (storing) writer->Store(tokens, rq, std::move(r->kv), &st);
+  if (storing) writer->Store(tokens, rq, std::move(r->kv), &st, so.store_behind);
   return out;
 }
 

@@ -40,7 +40,8 @@ Result<std::vector<PrefillResult::LayerKv>> PromptWriter::ExactKv(std::span<cons
 }
 
 void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
-                       const std::vector<PrefillResult::LayerKv>& kv, bool after_tail, RequestStats* stats) {
+                       const std::vector<PrefillResult::LayerKv>& kv, bool after_tail, bool behind,
+                       RequestStats* stats) {
   const int L = model_.config().n_layers;
   std::vector<std::string> k(L), v(L);
   store::KvInput in;
@@ -70,6 +71,13 @@ void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
     for (const auto& s : importance) in.importance.emplace_back(s);
   }
   in.cache_namespace = rq.cache_namespace;
+  if (behind) {
+    StoreQueue::Job job{std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(k), std::move(v),
+                        std::move(importance), in.first_row, rq.cache_namespace};
+    stats->store_queued = behind_.Enqueue(std::move(job));
+    stats->store_failed = !stats->store_queued;
+    return;
+  }
   auto put = tiers_->Put(tokens, in);
   if (!put.ok()) {
     // The answer stands; only later requests lose this reuse.
@@ -81,7 +89,7 @@ void PromptWriter::Put(std::span<const int32_t> tokens, Request& rq,
 }
 
 void PromptWriter::Store(std::span<const int32_t> tokens, Request& rq,
-                         std::vector<PrefillResult::LayerKv> kv, RequestStats* stats) {
+                         std::vector<PrefillResult::LayerKv> kv, RequestStats* stats, bool behind) {
   // The recomputation starts at R, the tail included; the forward pass's
   // K/V start after the tail.
   bool after_tail = true;
@@ -100,7 +108,7 @@ void PromptWriter::Store(std::span<const int32_t> tokens, Request& rq,
     kv = std::move(exact).value();
   }
   const auto s0 = Clock::now();
-  Put(tokens, rq, kv, after_tail, stats);
+  Put(tokens, rq, kv, after_tail, behind, stats);
   stats->store_ms += MsSince(s0);
 }
 

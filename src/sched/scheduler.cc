@@ -210,6 +210,7 @@ void Scheduler::Start(Release rel) {
   so.retention = p.retention;
   so.cache_namespace = p.cache_namespace;
   so.remote_lookup = !r->job->fetched_ahead();
+  so.store_behind = true;  // a slow disk holds the store writer, never this thread
   if (r->events) engine_->OnSchedulerEvent(r->where, engine::SchedulerEvent::kStart);
   r->served = true;
   auto served = engine_->Serve(p.prompt, so);

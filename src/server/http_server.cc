@@ -296,6 +296,15 @@ void Server::Impl::Routes() {
       return Reply(r, "/health", 200,
                    R"({"status":"degraded","store":"cache directory was removed or replaced; storing stopped"})");
     }
+    // Likewise a disk that has not finished a write for seconds (hung,
+    // frozen, dying): the store writer holds it, requests go on (prompts are
+    // not stored meanwhile), and the body says so.
+    if (const engine::StoreBehindStats b = engine->StoreBehindStatistics(); b.stalled) {
+      return Reply(r, "/health", 200,
+                   R"({"status":"degraded","store":"a write has not finished for )" +
+                       std::to_string(static_cast<long long>(b.running_ms / 1000)) +
+                       R"( s (a hung or slow disk); prompts are not stored meanwhile"})");
+    }
     Reply(r, "/health", 200, R"({"status":"ok"})");
   });
   http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& r) {
@@ -313,7 +322,8 @@ void Server::Impl::Routes() {
                        conns.open,
                        conns.refused,
                        conns.refused_per_address,
-                       conns.timed_out};
+                       conns.timed_out,
+                       engine->StoreBehindStatistics()};
     Reply(r, "/metrics", 200, metrics.Render(now), "text/plain; version=0.0.4");
   });
   http.Get("/v1/cache", [this](const httplib::Request& q, httplib::Response& r) {

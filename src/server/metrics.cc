@@ -224,6 +224,13 @@ std::string Metrics::Render(const Snapshot& now) const {
   One(&out, "tierkv_store_directory_lost", "gauge",
       "1 when the cache directory was removed or replaced while serving: the disk tier stopped storing (restart on a directory).",
       now.store.directory_lost ? 1.0 : 0.0);
+  One(&out, "tierkv_store_behind_queued", "gauge", "Prompts waiting for the store writer.",
+      static_cast<double>(now.behind.queued));
+  One(&out, "tierkv_store_behind_dropped_total", "counter",
+      "Prompts not stored: the store writer stalled (a write running over 2 s) or its queue full.",
+      static_cast<double>(now.behind.dropped));
+  One(&out, "tierkv_store_behind_stalled", "gauge", "1 while a store write has run for more than 2 s (a hung or slow disk).",
+      now.behind.stalled ? 1.0 : 0.0);
   One(&out, "tierkv_store_live_chunks", "gauge", "Chunks the disk tier holds.", static_cast<double>(now.store.live_chunks));
   ByTier(&out, "tierkv_tier_used_bytes", "gauge", "Bytes each tier holds (device and host pools, live records on disk).",
          {double(now.pools.device_used), double(now.pools.host_used), double(now.store.live_bytes)});

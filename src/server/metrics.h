@@ -48,6 +48,7 @@ struct Snapshot {
   bool has_remote = false;  // --remote given: the remote tier's series are shown
   // The HTTP side's connections (server/http_guard.h's ConnectionCounts).
   uint64_t http_open = 0, http_refused = 0, http_refused_per_address = 0, http_timed_out = 0;
+  engine::StoreBehindStats behind;  // prompts stored behind their requests
 };
 
 class Metrics {

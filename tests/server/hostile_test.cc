@@ -982,5 +982,108 @@ TEST(HostileClientTest, LogprobsOfAnyValueAreRefusedNamingTheField) {
   EXPECT_EQ(srv.Stop(), 0);
 }
 
+
+// A file system of its own for a cache directory (a loop-mounted ext4
+// image), frozen and thawed with fsfreeze: a disk that stops answering
+// writes. ok() false, with why(), where that cannot be done here (not
+// root, no loop devices, no fsfreeze): the test skips. A watchdog thaws it
+// 45 s after a freeze whatever happens to the test.
+class FrozenDisk {
+ public:
+  FrozenDisk() {
+    char tmpl[] = "/tmp/tierkv-frozen-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    const std::string cmd = "truncate -s 192M " + dir_ + ".img && mkfs.ext4 -q -F " + dir_ +
+                            ".img && mount -o loop " + dir_ + ".img " + dir_ + " 2>&1";
+    ok_ = ::geteuid() == 0 && std::system("command -v fsfreeze >/dev/null 2>&1") == 0 && RunCommand(cmd, &why_) == 0;
+    if (::geteuid() != 0) why_ = "not root";
+    mounted_ = ok_;
+  }
+  ~FrozenDisk() {
+    Thaw();
+    if (mounted_) std::system(("umount -l " + dir_ + " 2>/dev/null").c_str());
+    std::system(("rm -rf " + dir_ + " " + dir_ + ".img").c_str());
+  }
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }
+  std::string path() const { return dir_ + "/cache"; }
+  void Freeze() {
+    std::system(("(sleep 45; fsfreeze -u " + dir_ + " 2>/dev/null) >/dev/null 2>&1 &").c_str());
+    frozen_ = std::system(("fsfreeze -f " + dir_).c_str()) == 0;
+  }
+  void Thaw() {
+    if (frozen_) std::system(("fsfreeze -u " + dir_).c_str());
+    frozen_ = false;
+  }
+
+ private:
+  std::string dir_, why_;
+  bool ok_ = false, mounted_ = false, frozen_ = false;
+};
+
+// Issue 57 (4): with the store's file system frozen, a fully cached prompt
+// took 23 s, a 2-token request 20 s, and /health said 200 "ok": stores ran
+// on the scheduler thread. Now a server's prompts are stored behind their
+// requests by the store writer, which holds the hung write alone; requests
+// that need no store write keep their latency, a prompt stored meanwhile is
+// dropped (counted), and /health says the store is stalled.
+TEST(HostileDiskTest, AFrozenStoreFileSystemStallsNoRequestAndHealthSaysSo) {
+  FrozenDisk disk;
+  if (!disk.ok()) GTEST_SKIP() << "cannot freeze a file system here: " << disk.why();
+  ServerProcess s({"--port", "0", "--cache-dir", disk.path()});
+  ASSERT_GT(s.port(), 0) << s.first_line();
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(60);
+  const json brief{{"prompt", "Once upon a time"}, {"max_tokens", 2}, {"temperature", 0}};
+  const json cached{{"prompt", std::string(kPrefix) + " The end."}, {"max_tokens", 2}, {"temperature", 0}};
+  const auto timed = [&](const json& body) {
+    const auto t0 = Clock::now();
+    int status = 0;
+    Post(c, "/v1/completions", body, &status);
+    EXPECT_EQ(status, 200);
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  timed(cached);  // stored
+  std::vector<double> idle_brief, idle_cached;
+  for (int i = 0; i < 5; ++i) {
+    idle_brief.push_back(timed(brief));
+    idle_cached.push_back(timed(cached));
+  }
+  disk.Freeze();
+  // A new long prompt: its store hangs on the frozen disk.
+  int status = 0;
+  Post(c, "/v1/completions", json{{"prompt", std::string(kPrefix) + " Another ending."}, {"max_tokens", 2}}, &status);
+  EXPECT_EQ(status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_NE(health->body.find("degraded"), std::string::npos) << health->body;
+  EXPECT_NE(health->body.find("has not finished"), std::string::npos) << health->body;
+  std::vector<double> frozen_brief, frozen_cached;
+  for (int i = 0; i < 5; ++i) {
+    frozen_brief.push_back(timed(brief));
+    frozen_cached.push_back(timed(cached));
+  }
+  // Another new prompt while frozen: answered; its store is dropped.
+  const double fresh = timed(json{{"prompt", std::string(kPrefix) + " A third ending."}, {"max_tokens", 2}});
+  disk.Thaw();
+  std::printf("[ frozen disk ] brief p50 %.0f ms idle, %.0f ms frozen; cached prompt p50 %.0f ms idle, %.0f ms "
+              "frozen; a new prompt while frozen %.0f ms; /health: %s\n",
+              Median(idle_brief), Median(frozen_brief), Median(idle_cached), Median(frozen_cached), fresh,
+              health->body.c_str());
+  EXPECT_LT(Median(frozen_brief), 1.5 * Median(idle_brief) + 100);
+  EXPECT_LT(Median(frozen_cached), 1.5 * Median(idle_cached) + 100);
+  EXPECT_LT(fresh, 10000);
+  // Thawed: the hung write finishes and /health is ok again.
+  bool ok_again = false;
+  for (int i = 0; i < 50 && !ok_again; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto h = c.Get("/health");
+    ok_again = h && h->body.find("\"ok\"") != std::string::npos;
+  }
+  EXPECT_TRUE(ok_again);
+}
+
 }  // namespace
 }  // namespace tierkv
