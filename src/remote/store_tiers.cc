@@ -75,11 +75,11 @@ std::shared_ptr<const std::atomic<bool>> StoreTiers::FetchAhead(std::span<const 
                                                                 uint64_t ns) {
   if (!remote_) return nullptr;
   // Nothing the remote tier could add (no whole chunk past the local
-  // match's last whole one before `limit`): no fetch, so the request never
-  // queues behind others' fetches (a slow Redis delays only the prompts
-  // that ask it).
+  // match's last whole one before `limit`): no fetch, and over already, so
+  // the request neither queues behind others' fetches nor asks Redis itself
+  // (a slow Redis delays only the prompts that ask it).
   const size_t start = store_->Lookup(tokens, ns).matched_tokens / chunk_tokens_ * chunk_tokens_;
-  if (limit > tokens.size() || limit < start + chunk_tokens_) return nullptr;
+  if (limit > tokens.size() || limit < start + chunk_tokens_) return std::make_shared<const std::atomic<bool>>(true);
   return remote_->FetchAhead(tokens, limit, admitted_, ns);
 }
 

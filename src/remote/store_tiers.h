@@ -71,8 +71,9 @@ class StoreTiers {
   // microseconds), so a caller timing Put times it too.
   Result<store::PutResult> Put(std::span<const int32_t> tokens, const store::KvInput& in);
   // Whole-chunk fetches for a prompt that will start later (a server's
-  // queue), on the remote tier's ahead thread; null without one (else
-  // RemoteTier::FetchAhead's flag).
+  // queue), on the remote tier's ahead thread; null without one, else
+  // RemoteTier::FetchAhead's flag (true at once when the remote tier could
+  // add nothing past the local match).
   std::shared_ptr<const std::atomic<bool>> FetchAhead(std::span<const int32_t> tokens, size_t limit, uint64_t ns);
 
   bool has_remote() const { return remote_ != nullptr; }

@@ -188,6 +188,10 @@ class RedisServer {
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+  // Sends `sig` (SIGSTOP: a hung server; SIGCONT) without waiting.
+  void Signal(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
   // A redis-cli command against this server; its output.
   std::string Cli(const std::string& args) const {
     std::string out;
