@@ -68,6 +68,10 @@ Result<int> Serve(const ServeArgs& a) {
   if (!system.ok()) return system.status().WithContext("--system");
   engine::EngineOptions o = EngineOptionsFrom(a.f, a.retention);
   o.system = *system;
+  // Every job the scheduler may hold gets its remote lookups ahead of it
+  // (a job whose fetch was dropped would start with the local store only).
+  o.remote.ahead_prompts = std::max<uint32_t>(o.remote.ahead_prompts,
+                                              static_cast<uint32_t>(a.server.max_queue + a.server.max_running));
   std::string cache_dir = a.f.cache_dir;
   if (cache_dir.empty()) {
     // One directory per store namespace (model, tokenizer, chunk size): a

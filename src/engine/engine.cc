@@ -352,9 +352,12 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   remote::TierMatch found;
   const uint64_t ns = so.cache_namespace;
   if (row.reuses()) {
-    // Read-your-writes: the prompt stored behind a request before this one.
+    // Read-your-writes: a prompt stored behind a request before this one
+    // that would extend this prompt's local match by a whole chunk.
     if (so.store_behind && attempt == 1) {
-      writer->behind().AwaitPrefix(tokens, ns, opts.chunk_tokens, std::chrono::milliseconds(200));
+      const size_t want = store->Lookup(tokens, ns).matched_tokens / opts.chunk_tokens * opts.chunk_tokens +
+                          opts.chunk_tokens;
+      if (want < tokens.size()) writer->behind().AwaitPrefix(tokens, ns, want, std::chrono::milliseconds(200));
     }
     found = LookupPrefix(tokens, ns, cap, attempt == 1 && so.remote_lookup, ImportantKeep(retention, layer_retention),
                          &st);

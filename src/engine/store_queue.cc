@@ -50,7 +50,8 @@ bool StoreQueue::Enqueue(Job job) {
     ++stats_.dropped;
     if (stats_.dropped == 1 || stats_.dropped % 100 == 0) {
       TIERKV_LOG(kWarn) << "store: a prompt is not stored (" << stats_.dropped << " so far): "
-                        << (stalled ? "the disk has not finished a write for " + std::to_string(MsSince(started_) / 1000) + " s"
+                        << (stalled ? "the disk has not finished a write for " +
+                                          std::to_string(static_cast<long long>(MsSince(started_) / 1000)) + " s"
                                     : "the queue of prompts to store is full");
     }
     return false;
@@ -121,7 +122,9 @@ void StoreQueue::Loop() {
     }
     for (const auto& s : job.importance) in.importance.emplace_back(s);
     auto put = tiers_->Put(job.tokens, in);
-    if (!put.ok()) TIERKV_LOG(kWarn) << "serve: storing a prompt failed: " << put.status().ToString();
+    if (!put.ok()) {
+      TIERKV_LOG(kWarn) << "serve: storing a prompt failed: " << put.status().ToString();
+    }
     MutexLock l(&mu_);
     running_ = false;
     ++(put.ok() ? stats_.stored : stats_.failed);

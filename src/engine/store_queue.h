@@ -53,8 +53,9 @@ class StoreQueue {
   // or the writer is stalled.
   bool Enqueue(Job job) TIERKV_EXCLUDES(mu_);
   // Read-your-writes for a prompt: waits while a queued or running put of
-  // namespace `ns` shares the prompt's first `prefix` tokens, for at most
-  // `wait`; at once while the writer is stalled.
+  // namespace `ns` shares the prompt's first `prefix` tokens (the caller
+  // passes its local match plus a chunk: a put that would add to it), for
+  // at most `wait`; at once while the writer is stalled.
   void AwaitPrefix(std::span<const int32_t> tokens, uint64_t ns, size_t prefix,
                    std::chrono::milliseconds wait) TIERKV_EXCLUDES(mu_);
   // Waits until nothing is queued or running (tests, benchmarks, shutdown).

@@ -136,7 +136,7 @@ bool Link::Wait(bool want_read, Deadline deadline) const {
   }
 }
 
-Status Link::TcpConnect(const std::string& host, int port, LinkError* err) {
+Status Link::TcpConnect(const std::string& host, int port, Deadline deadline, LinkError* err) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -144,7 +144,6 @@ Status Link::TcpConnect(const std::string& host, int port, LinkError* err) {
   const int gai = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
   *err = LinkError::kConnect;
   if (gai != 0) return Status::Unavailable("cannot resolve '" + host + "': " + gai_strerror(gai));
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
   std::string why = "no address";
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
     fd_ = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
@@ -155,7 +154,7 @@ Status Link::TcpConnect(const std::string& host, int port, LinkError* err) {
     int rc = ::connect(fd_, a->ai_addr, a->ai_addrlen);
     if (rc != 0 && errno == EINPROGRESS) {
       if (!Wait(false, deadline)) {
-        why = "connect timed out after " + std::to_string(timeout_.count()) + " ms";
+        why = "connect timed out";
         *err = LinkError::kTimeout;
       } else {
         int so = 0;
@@ -180,7 +179,7 @@ Status Link::TcpConnect(const std::string& host, int port, LinkError* err) {
   return Status::Unavailable("TCP connect: " + why);
 }
 
-Status Link::Handshake(const std::string& host, const TlsFiles& files, LinkError* err) {
+Status Link::Handshake(const std::string& host, const TlsFiles& files, Deadline deadline, LinkError* err) {
   *err = LinkError::kConnect;
   std::string why;
   ctx_ = MakeContext(files, &why);
@@ -193,7 +192,6 @@ Status Link::Handshake(const std::string& host, const TlsFiles& files, LinkError
                                        : SSL_set_tlsext_host_name(ssl_, host.c_str()) == 1 &&
                                              SSL_set1_host(ssl_, host.c_str()) == 1;
   if (!named) return Status::Unavailable("TLS: cannot check host '" + host + "': " + OpenSslReason("?"));
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
   const NoSigpipe no_sigpipe;
   for (;;) {
     ERR_clear_error();
@@ -203,7 +201,7 @@ Status Link::Handshake(const std::string& host, const TlsFiles& files, LinkError
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
       if (Wait(e == SSL_ERROR_WANT_READ, deadline)) continue;
       *err = LinkError::kTimeout;
-      return Status::Unavailable("TLS handshake: no answer within " + std::to_string(timeout_.count()) + " ms");
+      return Status::Unavailable("TLS handshake: no answer in time");
     }
     std::string reason = OpenSslReason(e == SSL_ERROR_SYSCALL ? "the server closed the connection" : "failed");
     const long v = SSL_get_verify_result(ssl_);
@@ -214,12 +212,11 @@ Status Link::Handshake(const std::string& host, const TlsFiles& files, LinkError
   return Status::Ok();
 }
 
-Status Link::Connect(const std::string& host, int port, bool tls, const TlsFiles& files,
-                     std::chrono::milliseconds timeout, LinkError* err) {
+Status Link::Connect(const std::string& host, int port, bool tls, const TlsFiles& files, Deadline deadline,
+                     LinkError* err) {
   Close();
-  timeout_ = timeout;
-  Status s = TcpConnect(host, port, err);
-  if (s.ok() && tls) s = Handshake(host, files, err);
+  Status s = TcpConnect(host, port, deadline, err);
+  if (s.ok() && tls) s = Handshake(host, files, deadline, err);
   if (!s.ok()) Close();
   return s;
 }

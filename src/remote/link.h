@@ -48,13 +48,13 @@ class Link {
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
 
-  // TCP connect (non-blocking, bounded by `timeout`), then with `tls` the
-  // TLS handshake with verification of `files`. On failure *err is
-  // kConnect (kTimeout when the time ran out) and the Status's message
-  // names the step and OpenSSL's reason, e.g. "TLS handshake: certificate
-  // verify failed (...)".
-  Status Connect(const std::string& host, int port, bool tls, const TlsFiles& files,
-                 std::chrono::milliseconds timeout, LinkError* err);
+  // TCP connect (non-blocking), then with `tls` the TLS handshake with
+  // verification of `files`, both by `deadline` (the caller's exchange's:
+  // name resolution aside). On failure *err is kConnect (kTimeout when the
+  // time ran out) and the Status's message names the step and OpenSSL's
+  // reason, e.g. "TLS handshake: certificate verify failed (...)".
+  Status Connect(const std::string& host, int port, bool tls, const TlsFiles& files, Deadline deadline,
+                 LinkError* err);
   // Writes all of `data` by `deadline` (kTimeout after it).
   Status Write(std::string_view data, Deadline deadline, LinkError* err);
   // Reads some bytes (at least one) into buf[0, cap); *n gets how many.
@@ -65,8 +65,8 @@ class Link {
   bool open() const { return fd_ >= 0; }
 
  private:
-  Status TcpConnect(const std::string& host, int port, LinkError* err);
-  Status Handshake(const std::string& host, const TlsFiles& files, LinkError* err);
+  Status TcpConnect(const std::string& host, int port, Deadline deadline, LinkError* err);
+  Status Handshake(const std::string& host, const TlsFiles& files, Deadline deadline, LinkError* err);
   // Waits for the socket to be readable (want_read) or writable, up to
   // `deadline`; false when the time ran out.
   bool Wait(bool want_read, Deadline deadline) const;
@@ -76,7 +76,6 @@ class Link {
   int fd_ = -1;
   SSL_CTX* ctx_ = nullptr;
   SSL* ssl_ = nullptr;  // null: plain TCP
-  std::chrono::milliseconds timeout_{0};
 };
 
 }  // namespace tierkv::remote

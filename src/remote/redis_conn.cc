@@ -130,9 +130,9 @@ Status RedisConn::Fail(ErrorKind kind, const std::string& what, ErrorKind* out) 
   return Status::Unavailable("redis " + endpoint_.ToString() + ": " + what);
 }
 
-Status RedisConn::Open(ErrorKind* kind) {
+Status RedisConn::Open(Deadline deadline, ErrorKind* kind) {
   LinkError e;
-  const Status s = link_.Connect(endpoint_.host, endpoint_.port, login_.tls, login_.tls_files, timeout_, &e);
+  const Status s = link_.Connect(endpoint_.host, endpoint_.port, login_.tls, login_.tls_files, deadline, &e);
   // A slow connect or handshake is a failed connect.
   if (!s.ok()) return Fail(ErrorKind::kConnect, s.message(), kind);
   reader_ = redisReaderCreateWithFunctions(&kFactory);
@@ -146,7 +146,7 @@ Status RedisConn::Connect(Deadline deadline, ErrorKind* kind) {
     *kind = backoff_kind_;
     return Status::Unavailable("redis " + endpoint_.ToString() + ": backing off after: " + last_failure_);
   }
-  RETURN_IF_ERROR(Open(kind));
+  RETURN_IF_ERROR(Open(deadline, kind));
   // The login, in one round trip: AUTH (never echoed: only Redis's reply
   // is quoted), or a PING without a password (a server wanting one says
   // NOAUTH here, before a large value is sent: Redis drops the connection
@@ -243,6 +243,12 @@ Status RedisConn::Exchange(std::span<const Command> commands, Deadline deadline,
       return Fail(ErrorKind::kProtocol, std::string("protocol error: ") + reader_->errstr, kind);
     }
   }
+  // Bytes past the last reply would be taken as the next pipeline's
+  // replies (and a partial reply's tasks point at this call's budget).
+  if (reader_->pos != reader_->len || reader_->ridx != -1) {
+    return Fail(ErrorKind::kProtocol, "protocol error: bytes past the last reply", kind);
+  }
+  reader_->privdata = nullptr;
   return Status::Ok();
 }
 

@@ -106,7 +106,7 @@ class RedisConn {
 
  private:
   Status Connect(Deadline deadline, ErrorKind* kind);
-  Status Open(ErrorKind* kind);  // the transport and the reader
+  Status Open(Deadline deadline, ErrorKind* kind);  // the transport and the reader
   bool connected() const { return link_.open(); }
   Status Exchange(std::span<const Command> commands, Deadline deadline, std::vector<Reply>* replies,
                   ErrorKind* kind);

@@ -83,6 +83,8 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::Open(const RemoteOptions& option
                          "port while Redis is down receives it; rediss:// verifies the server first. The values "
                          "stay sealed either way: the password lets no one inject K/V";
   }
+  TIERKV_LOG(kInfo) << "remote tier " << url.ToString() << ": values sealed with key " << sealer.seal_key_id()
+                    << " (" << sealer.keys() << " key(s) open them; servers sharing values must show the same id)";
   return std::unique_ptr<RemoteTier>(new RemoteTier(options, geometry, std::move(url), std::move(sealer), store));
 }
 

@@ -33,9 +33,12 @@ std::string Sha256(std::string_view a, std::string_view b = {}) {
 }
 
 std::string Trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r");
+  // Every kind of white space: a key from a file given to the environment
+  // (a Kubernetes secret, `$(cat key)`) keeps its newline.
+  constexpr const char* kSpace = " \t\r\n\v\f";
+  const size_t b = s.find_first_not_of(kSpace);
   if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+  return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
 }
 
 }  // namespace
@@ -89,6 +92,16 @@ Result<Sealer> Sealer::Load(const std::string& key_file) {
   auto s = FromKeys(std::move(keys));
   if (!s.ok()) return Status::InvalidArgument("remote key file '" + key_file + "': " + s.status().message());
   return s;
+}
+
+std::string Sealer::seal_key_id() const {
+  std::string hex;
+  for (unsigned char c : keys_[0].id) {
+    static const char kDigits[] = "0123456789abcdef";
+    hex += kDigits[c >> 4];
+    hex += kDigits[c & 15];
+  }
+  return hex;
 }
 
 const Sealer::Key* Sealer::Find(std::string_view id) const {

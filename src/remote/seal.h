@@ -69,6 +69,8 @@ class Sealer {
   static bool PageOk(std::string_view seal, uint32_t page, std::string_view bytes);
 
   size_t keys() const { return keys_.size(); }
+  // The sealing key's id in hex (16 digits): what servers sharing values compare in their logs.
+  std::string seal_key_id() const;
 
  private:
   struct Key {
