@@ -354,12 +354,11 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     Refuse(sock, "this address holds its maximum of connections; retry later");
     return false;
   }
-  ServeConnection(sock);
-  LeaveAddress(address);
+  ServeConnection(sock, &address);
   return true;
 }
 
-void GuardedHttpServer::ServeConnection(int fd) {
+void GuardedHttpServer::ServeConnection(int fd, const std::string* address) {
   ++open_;
   ConnectionStream stream(fd, limits_.write_timeout,
                           [this] { return is_running() && svr_sock_ == INVALID_SOCKET; });
@@ -386,6 +385,7 @@ void GuardedHttpServer::ServeConnection(int fd) {
     if (!ok || closed || t_conn.close_after || stream.timed_out() || stream.head_too_large()) break;
   }
   t_conn = ThreadConnection{};
+  if (address != nullptr) LeaveAddress(*address);
   LingeringClose(fd);
   --open_;
 }

@@ -72,7 +72,10 @@ class GuardedHttpServer : public httplib::Server {
   // Serves one connection on the calling thread until it closes, as a
   // worker does (requests in turn, keep-alive, the deadline), then closes
   // `fd`. The fuzzer drives the parser through it over a socketpair.
-  void ServeConnection(int fd);
+  // `address`, when given, is left (LeaveAddress) once the last response is
+  // written, before the lingering close: a client that saw its answer end
+  // and connects again is never refused for the connection it closed.
+  void ServeConnection(int fd, const std::string* address = nullptr);
 
   // For a handler: the connection of the request this thread is answering
   // closes after the response (its body was not read, or the server drains).
