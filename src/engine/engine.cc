@@ -354,7 +354,8 @@ Result<ServeResult> Engine::Impl::Attempt(std::span<const int32_t> tokens, const
   if (row.reuses()) {
     // Read-your-writes: a prompt stored behind a request before this one
     // that would extend this prompt's local match by a whole chunk.
-    if (so.store_behind && attempt == 1) {
+    // The local lookup sizing the wait runs only while the writer has work.
+    if (so.store_behind && attempt == 1 && writer->behind().busy()) {
       const size_t want = store->Lookup(tokens, ns).matched_tokens / opts.chunk_tokens * opts.chunk_tokens +
                           opts.chunk_tokens;
       if (want < tokens.size()) writer->behind().AwaitPrefix(tokens, ns, want, std::chrono::milliseconds(200));

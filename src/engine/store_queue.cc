@@ -83,6 +83,11 @@ void StoreQueue::AwaitPrefix(std::span<const int32_t> tokens, uint64_t ns, size_
   }
 }
 
+bool StoreQueue::busy() const {
+  MutexLock l(&mu_);
+  return running_ || !queue_.empty();
+}
+
 void StoreQueue::Drain() {
   MutexLock l(&mu_);
   while (!queue_.empty() || running_) cv_.Wait(&mu_);

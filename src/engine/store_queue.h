@@ -58,6 +58,9 @@ class StoreQueue {
   // at most `wait`; at once while the writer is stalled.
   void AwaitPrefix(std::span<const int32_t> tokens, uint64_t ns, size_t prefix,
                    std::chrono::milliseconds wait) TIERKV_EXCLUDES(mu_);
+  // Whether a put is queued or running (a caller with nothing to wait for
+  // skips AwaitPrefix and the lookup that sizes it).
+  bool busy() const TIERKV_EXCLUDES(mu_);
   // Waits until nothing is queued or running (tests, benchmarks, shutdown).
   void Drain() TIERKV_EXCLUDES(mu_);
   StoreBehindStats stats() const TIERKV_EXCLUDES(mu_);
