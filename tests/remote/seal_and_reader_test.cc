@@ -22,6 +22,7 @@
 #include "remote/redis_conn.h"
 #include "remote/seal.h"
 #include "store/format.h"
+#include "testing/fake_redis.h"
 
 namespace tierkv::remote {
 namespace {
@@ -150,15 +151,7 @@ TEST(SealTest, EnvKeyWithTrailingNewlineIsTheKeyFilesKey) {
 class ScriptedRedis {
  public:
   explicit ScriptedRedis(std::vector<std::string> script) : script_(std::move(script)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    ::listen(fd_, 8);
+    fd_ = testing::ListenOnLoopback(&port_);
     thread_ = std::thread([this] { Run(); });
   }
   ~ScriptedRedis() {

@@ -23,20 +23,27 @@
 
 namespace tierkv::testing {
 
+// A listening socket on an ephemeral loopback port (*port gets it): the
+// server side of the tests' Redis stand-ins.
+inline int ListenOnLoopback(int* port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  ::listen(fd, 64);
+  return fd;
+}
+
 class FakeRedis {
  public:
   enum class Mode { kDrip, kHugeBulk, kHugeArray, kSilent };
 
   explicit FakeRedis(Mode mode) : mode_(mode) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    ::listen(fd_, 64);
+    fd_ = ListenOnLoopback(&port_);
     accept_ = std::thread([this] { AcceptLoop(); });
   }
   ~FakeRedis() {
