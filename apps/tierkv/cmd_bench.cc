@@ -12,6 +12,11 @@ namespace tierkv::app {
 
 namespace {
 
+// The quick suite's accuracy gate: its retrieval workload (make_tasks.py
+// ruler --size quick on SmolLM2) has 14 requests, so one lost answer moves
+// a score by about 0.07; two may go before the gate fails (docs/accuracy.md).
+constexpr double kQuickAccuracyGate = 0.15;
+
 // The flags that decide a suite's results, as CLI11 writes them in a config
 // file (every option with its value or default), without those that only
 // say where results go or what is printed.
@@ -41,7 +46,8 @@ void AddBench(CLI::App& app, Action* run) {
     double retention = 0.25;
     double device_share = 0.10, host_share = 0.30;
     int warmup = -1, rounds = -1;
-    bool json = false, fresh = false;
+    bool json = false, fresh = false, select_lowest = false;
+    double accuracy_gate = -2;  // -2: the suite's default
     std::vector<std::string> llamacpp;
   };
   auto a = std::make_shared<Args>();
@@ -53,9 +59,11 @@ void AddBench(CLI::App& app, Action* run) {
   sub->add_option("--suite", a->suite,
                   "quick (CI's: every system at retention --retention and at 1.0, minutes), systems (every system "
                   "on each workload) or paper (IMPRESS's Figures 16-24: ablation, pool policy, alpha, chunk "
-                  "size, pool size, retention; hours on large workloads)")
+                  "size, pool size, retention; hours on large workloads) or accuracy (every system at "
+                  "retention 0.1, 0.25 and 0.5, task accuracy with each request from cold pools: RULER-style "
+                  "generation tasks of make_tasks.py ruler, docs/accuracy.md)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"quick", "systems", "paper"}));
+      ->check(CLI::IsMember({"quick", "systems", "paper", "accuracy"}));
   sub->add_option("--workload", a->workloads,
                   "Request file (docs/workloads.md; tools/prompts/make_tasks.py writes them); repeat for several. "
                   "Experiments that vary a setting run on the first")
@@ -83,6 +91,14 @@ void AddBench(CLI::App& app, Action* run) {
                   "Results of tools/llamacpp/runner.py bench on the same workloads (JSON; repeat for several): "
                   "the report puts llama.cpp's full prefill and state restore beside recompute and the reuse "
                   "systems");
+  sub->add_option("--accuracy-gate", a->accuracy_gate,
+                  "Fail (exit 3) when a selective system's score on the generation tasks falls below "
+                  "recompute's by more than this (0 to 1; default: 0.15 for --suite quick, none otherwise; "
+                  "-1: none)")
+      ->check(CLI::Range(-1.0, 1.0));
+  sub->add_flag("--select-lowest", a->select_lowest,
+                "Testing the gate: the selective systems keep their LEAST important rows, a deliberately "
+                "wrong selection (the gate must fail)");
   AddEngineFlags(sub, &a->f, ScratchStoreUse(/*pool_mib=*/false));
   sub->add_flag("--json", a->json, "Print results.json to stdout as well");
   sub->callback([a, run, sub] {
@@ -102,6 +118,8 @@ void AddBench(CLI::App& app, Action* run) {
       o.host_share = a->host_share;
       o.warmup = a->warmup >= 0 ? a->warmup : (quick ? 0 : 1);
       o.rounds = a->rounds >= 1 ? a->rounds : (quick ? 1 : 3);
+      o.accuracy_gate = a->accuracy_gate > -2 ? a->accuracy_gate : (quick ? kQuickAccuracyGate : -1);
+      o.select_lowest = a->select_lowest;
       o.progress = StageProgressPrinter();
       // Read before the suite runs: a bad file fails in seconds, not hours.
       std::vector<nlohmann::json> llamacpp;
@@ -132,6 +150,15 @@ void AddBench(CLI::App& app, Action* run) {
       if (!w.ok()) return Fail(w.ToString());
       if (a->json) std::printf("%s\n", suite->dump().c_str());
       std::fprintf(stderr, "bench: wrote %s/results.json and %s/report.md\n", a->out.c_str(), a->out.c_str());
+      if (suite->contains("gate") && !(*suite)["gate"]["passed"].get<bool>()) {
+        for (const nlohmann::json& f : (*suite)["gate"]["failures"]) {
+          std::fprintf(stderr, "bench: accuracy gate failed: %s on %s (%s %s): score %.3f, recompute %.3f, tolerance %.2f\n",
+                       f["system"].get<std::string>().c_str(), f["workload"].get<std::string>().c_str(),
+                       f["experiment"].get<std::string>().c_str(), f["value"].is_null() ? "" : f["value"].get<std::string>().c_str(),
+                       f["score"].get<double>(), f["recompute"].get<double>(), o.accuracy_gate);
+        }
+        return 3;
+      }
       return 0;
     };
   });

@@ -171,6 +171,10 @@ struct EngineOptions {
   double alpha = 0.6;
   Aggregation aggregation = Aggregation::kSum;  // impress/spec
   SelectionUnit unit;              // selective systems: what is chosen or skipped as one
+  // Testing only (tierkv bench --select-lowest): the selective systems keep
+  // the rows of LOWEST importance, a deliberately wrong selection, so that
+  // an accuracy gate can be seen to fail. Never set in serving.
+  bool select_lowest = false;
   PoolPolicy policy = PoolPolicy::kSystemDefault;
   uint32_t chunk_tokens = 64;
   std::string cache_dir;           // the disk tier; required unless system is recompute

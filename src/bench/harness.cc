@@ -207,7 +207,8 @@ Status HarnessOptions::Validate() const {
   for (double s : {device_share, host_share, stored_share}) {
     if (!(s >= 0 && s <= 1)) return Status::InvalidArgument("device_share, host_share, stored_share: must be in [0, 1]");
   }
-  if (warmup < 0 || rounds < 1 || repeat < 1) return Status::InvalidArgument("warmup >= 0, rounds and repeat >= 1");
+  if (warmup < 0 || rounds < 0 || repeat < 1) return Status::InvalidArgument("warmup and rounds >= 0, repeat >= 1");
+  if (rounds == 0 && !quality) return Status::InvalidArgument("rounds 0 (the quality pass alone) needs quality");
   return Status::Ok();
 }
 
@@ -253,7 +254,8 @@ Result<json> RunHarness(const Model& model, std::span<const TaskRequest> reqs, c
   }
   json per = json::object();
   for (size_t si = 0; si < o.systems.size(); ++si) {
-    per[std::string(engine::SystemName(o.systems[si]))] = Summary(acc[si], o, o.systems[si]);
+    const std::string name(engine::SystemName(o.systems[si]));
+    per[name] = o.rounds > 0 ? Summary(acc[si], o, o.systems[si]) : json::object();
   }
   if (o.quality) RETURN_IF_ERROR(AddQuality(model, reqs, o, stored, &per));
   out["systems"] = per;

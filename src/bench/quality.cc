@@ -4,10 +4,16 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <cctype>
+#include <cstdio>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include "tierkv/fidelity.h"
+#include "tierkv/generate.h"
+#include "tierkv/sequence.h"
+#include "tierkv/tools/latency.h"
 
 namespace tierkv::bench {
 
@@ -107,25 +113,143 @@ double MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
   return m;
 }
 
-// Every variant's logits with one engine (cold pools, nothing stored), and
-// how many prefix tokens each reused.
+// Every variant's logits with one engine (cold pools, nothing stored), how
+// many prefix tokens each reused, its TTFT and disk reads, and for a
+// generation task (a request with answers) the greedy answer.
 struct Served {
   std::vector<std::vector<float>> logits;
   std::vector<size_t> reused;
+  std::vector<double> ttft_ms;
+  std::vector<uint64_t> disk_bytes;
+  std::vector<std::string> answers;  // per variant; empty where none was generated
 };
-Result<Served> ServeAll(engine::Engine& eng, const std::vector<Variant>& vs, const HarnessOptions& o,
-                        const std::string& what) {
+
+// The greedy answer after a served prompt: decodes from its last logits row
+// over the request's own K/V (ServeOptions::keep_kv: for a selective system
+// the rows its prompt attended, so the answer attends the same reduced
+// prefix), at most r.max_tokens tokens, stopping at EOS.
+Result<std::string> GreedyAnswer(const Model& model, const Tokenizer& tok, const TaskRequest& r,
+                                 engine::ServeResult& s) {
+  const size_t vocab = static_cast<size_t>(model.config().vocab_size);
+  if (!s.sequence || s.logits.size() < vocab) return Status::InvalidArgument("generation: the serve kept no K/V");
+  GenerateOptions g;
+  g.max_tokens = r.max_tokens;
+  GenerateResult res;
+  res.prompt_tokens = r.Joined();
+  std::vector<float> last(s.logits.end() - static_cast<ptrdiff_t>(vocab), s.logits.end());
+  Sequence* seq = s.sequence.get();
+  const StepFn step = [&model, seq](int32_t t) { return seq->Step(model, t); };
+  RETURN_IF_ERROR(Continue(tok, model.config().context_length, std::move(last), step, g, &res));
+  return res.text;
+}
+
+Result<Served> ServeAll(const Model& model, engine::Engine& eng, std::span<const TaskRequest> reqs,
+                        const std::vector<Variant>& vs, const HarnessOptions& o, const std::string& what) {
   Served out;
   for (size_t i = 0; i < vs.size(); ++i) {
+    const TaskRequest& r = reqs[vs[i].req];
+    const bool generate = vs[i].choice < 0 && !r.answers.empty();
+    if (generate && !o.tokenizer) return Status::InvalidArgument("requests with answers need the harness's tokenizer");
     engine::ServeOptions so;
     so.store = false;
     so.logits_from = vs[i].from;
+    so.keep_kv = generate;
     ASSIGN_OR_RETURN(engine::ServeResult s, eng.Serve(vs[i].tokens, so));
+    std::string answer;
+    if (generate) {
+      ASSIGN_OR_RETURN(answer, GreedyAnswer(model, *o.tokenizer, r, s));
+    }
+    out.answers.push_back(std::move(answer));
+    out.ttft_ms.push_back(s.stats.ttft_ms);
+    out.disk_bytes.push_back(s.stats.disk_bytes_read);
+    s.sequence.reset();
     out.logits.push_back(std::move(s.logits));
     out.reused.push_back(s.stats.reused_tokens);
     if (o.progress) o.progress(what, i + 1, vs.size());
   }
   return out;
+}
+
+// RULER's string_match_all for one answer: the share of the expected
+// strings the answer contains, compared case-insensitively.
+double AnswerScore(const std::vector<std::string>& expected, const std::string& answer) {
+  const auto lower = [](std::string t) {
+    for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return t;
+  };
+  const std::string a = lower(answer);
+  size_t found = 0;
+  for (const std::string& e : expected) found += a.find(lower(e)) != std::string::npos;
+  return expected.empty() ? 0.0 : double(found) / double(expected.size());
+}
+
+std::string DepthLabel(double d) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.2f", d);
+  return buf;
+}
+
+// The generation tasks' scores of one system: per task (mean score, and per
+// length and per length and depth, the cells of a needle-in-a-haystack
+// heatmap), overall, and the requests it answered worse than recompute
+// (the first 16, with both answers: where to look for a lost needle).
+json AnswerScores(std::span<const TaskRequest> reqs, const std::vector<Variant>& vs, const Served& reference,
+                  const Served& got) {
+  struct Cell {
+    double sum = 0;
+    size_t n = 0;
+    void Add(double x) { sum += x, ++n; }
+    json Json() const { return {{"n", n}, {"score", n ? sum / double(n) : 0.0}}; }
+  };
+  struct Task {
+    Cell all, ref;
+    std::map<int, Cell> by_length;
+    std::map<int, std::map<std::string, Cell>> by_depth;
+  };
+  std::map<std::string, Task> tasks;
+  Cell overall;
+  json lost = json::array();
+  size_t worse = 0;
+  for (size_t i = 0; i < vs.size(); ++i) {
+    const TaskRequest& r = reqs[vs[i].req];
+    if (vs[i].choice >= 0 || r.answers.empty()) continue;
+    const double mine = AnswerScore(r.answers, got.answers[i]);
+    const double ref = AnswerScore(r.answers, reference.answers[i]);
+    Task& t = tasks[r.task.empty() ? "default" : r.task];
+    t.all.Add(mine);
+    t.ref.Add(ref);
+    overall.Add(mine);
+    t.by_length[r.length].Add(mine);
+    if (r.depth >= 0) t.by_depth[r.length][DepthLabel(r.depth)].Add(mine);
+    if (mine < ref && worse++ < 16) {
+      lost.push_back({{"id", r.id}, {"answers", r.answers}, {"got", got.answers[i]},
+                      {"recompute", reference.answers[i]}, {"length", r.length},
+                      {"depth", r.depth >= 0 ? json(r.depth) : json()}});
+    }
+  }
+  json per = json::object();
+  for (const auto& [name, t] : tasks) {
+    json j = {{"requests", t.all.n}, {"score", t.all.Json()["score"]}, {"recompute_score", t.ref.Json()["score"]}};
+    for (const auto& [len, c] : t.by_length) j["by_length"][std::to_string(len)] = c.Json();
+    for (const auto& [len, depths] : t.by_depth) {
+      for (const auto& [d, c] : depths) j["by_depth"][std::to_string(len)][d] = c.Json();
+    }
+    per[name] = std::move(j);
+  }
+  return {{"requests", overall.n}, {"score", overall.Json()["score"]}, {"tasks", per},
+          {"worse_than_recompute", worse}, {"lost", lost}};
+}
+
+// The quality pass's own timing of a system: every serve from cold pools
+// (each system's reads from the store's disk tier, recompute's prefill of
+// the whole prompt), and what it read from disk.
+json ColdServes(const Served& got) {
+  double bytes = 0;
+  for (uint64_t b : got.disk_bytes) bytes += double(b);
+  const size_t n = got.ttft_ms.size();
+  return {{"ttft_ms_p50", n ? Percentile(got.ttft_ms, 0.5) : 0.0},
+          {"ttft_ms_mean", n ? std::accumulate(got.ttft_ms.begin(), got.ttft_ms.end(), 0.0) / double(n) : 0.0},
+          {"disk_bytes_mean", n ? bytes / double(n) : 0.0}};
 }
 
 // One system's quality figures. Against as-like (when `exact` holds its
@@ -153,7 +277,11 @@ json Compare(std::span<const TaskRequest> reqs, const std::vector<Variant>& vs, 
             {"top1_agree", fid.top1_agree()},
             {"kl_mean", fid.kl_mean()},
             {"max_abs_logit_diff", fid.max_abs_logit_diff},
-            {"tasks", TaskAccuracy(reqs, picks, ref_picks)}};
+            {"tasks", TaskAccuracy(reqs, picks, ref_picks)},
+            {"cold", ColdServes(got)}};
+  if (std::any_of(reqs.begin(), reqs.end(), [](const TaskRequest& r) { return !r.answers.empty(); })) {
+    q["answers"] = AnswerScores(reqs, vs, reference, got);
+  }
   if (exact) {
     q["max_abs_logit_diff_vs_as_like"] = compared ? json(vs_exact) : json();  // null: nothing to compare
     q["compared_with_as_like"] = compared;  // of vs.size() serves
@@ -180,7 +308,7 @@ Status ComputeReference(const Model& model, std::span<const TaskRequest> reqs, c
   engine::EngineOptions ro;
   ro.system = engine::System::kRecompute;
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> rec, engine::Engine::Open(model, ro));
-  ASSIGN_OR_RETURN(ref->served, ServeAll(*rec, vs, o, "quality: recompute"));
+  ASSIGN_OR_RETURN(ref->served, ServeAll(model, *rec, reqs, vs, o, "quality: recompute"));
   const size_t vocab = static_cast<size_t>(model.config().vocab_size);
   for (size_t i = 0; i < vs.size(); ++i) ref->picks.Add(vs[i], reqs[vs[i].req], ref->served.logits[i], vocab);
   ref->serves = vs.size();
@@ -210,7 +338,13 @@ Status AddQuality(const Model& model, std::span<const TaskRequest> reqs, const H
     Served own;
     if (sys != engine::System::kRecompute) {
       ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::Open(model, o.EngineFor(sys, stored)));
-      ASSIGN_OR_RETURN(own, ServeAll(*eng, vs, o, "quality: " + name));
+      if (o.rounds == 0 && eng->UsesProfile() && (engine::TraitsOf(sys).profiled || eng->ProbeFits().empty())) {
+        // No timed round profiled this store: as MeasureRound does, on the
+        // profiling prompts, unmeasured.
+        RETURN_IF_ERROR(eng->Profile(ProfilingPrompts(reqs)).status());
+      }
+      if (o.rounds == 0 && !eng->ProbeFits().empty()) (*per)[name]["probe_profile"] = ProbeFitJson(eng->ProbeFits());
+      ASSIGN_OR_RETURN(own, ServeAll(model, *eng, reqs, vs, o, "quality: " + name));
     }
     const Served& got = sys == engine::System::kRecompute ? ref->served : own;
     const Served* against = sys == engine::System::kAsLike ? &got : (exact ? &*exact : nullptr);  // as-like: 0

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "bench/accuracy_report.h"
 #include "bench/llamacpp.h"
 #include "tierkv/tools/bench_suite.h"
 #include "tierkv/filesystem.h"
@@ -111,9 +112,18 @@ Status WriteReport(const json& suite, const std::string& dir) {
     if (!first.empty() && first.begin()->contains("quality")) {
       md << PlotExperiment(exp, dir, "top1_agree", true, "top-1 agreement with recompute");
     }
+    md << AccuracySection(exp, dir);
     for (const json& run : exp["runs"]) {
       md << "### " << Label(run, exp["param"].get<std::string>()) << "\n\n" << HarnessTable(run["result"]);
     }
+  }
+  if (suite.contains("gate")) {
+    const json& g = suite["gate"];
+    md << "## Accuracy gate\n\nEvery selective system's generation-task score at least recompute's minus "
+       << g["tolerance"].dump() << " (" << g["checked"].dump() << " system runs checked): "
+       << (g["passed"].get<bool>() ? "**passed**" : "**failed**") << "\n\n";
+    for (const json& f : g["failures"]) md << "- " << f.dump() << "\n";
+    md << "\n";
   }
   std::ofstream m(dir + "/report.md");
   m << md.str();

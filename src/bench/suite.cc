@@ -39,6 +39,7 @@ struct Experiment {
   bool quality = false;
   std::string param;               // what the settings vary ("" : one run)
   std::vector<Setting> settings;   // empty: one run as the suite sets it
+  bool quality_only = false;       // no timed rounds: the quality pass alone (cold pools)
 };
 
 Setting Retention(double r) {
@@ -132,6 +133,21 @@ std::vector<Experiment> PaperSuite() {
   return out;
 }
 
+// Accuracy against retention, every system on every workload: the quality
+// pass alone (each serve from cold pools, so its TTFT and disk reads are a
+// cold request's), at 0.1, 0.25 and 0.5. Generation tasks (RULER's needles
+// and aggregation, make_tasks.py ruler) are scored on the greedy answer.
+std::vector<Experiment> AccuracySuite() {
+  Experiment e{"accuracy",
+               "Task accuracy against retention per system (greedy answers of the generation tasks, "
+               "log-likelihood choices of the multiple-choice ones), each request from cold pools",
+               std::vector<System>(engine::AllSystems().begin(), engine::AllSystems().end()),
+               true, true, "retention", {}};
+  e.quality_only = true;
+  for (double r : {0.1, 0.25, 0.5}) e.settings.push_back(Retention(r));
+  return {e};
+}
+
 std::string Stem(const std::string& path) { return std::filesystem::path(path).stem().string(); }
 
 json Machine() {
@@ -160,7 +176,7 @@ std::string NowUtc() {
 // `reference`: recompute's answers for these requests, shared by the runs on them.
 using RunProgress = std::function<void(const std::string& what, size_t done, size_t total)>;
 
-Result<json> RunOne(const Model& model, const std::vector<TaskRequest>& reqs, const SuiteOptions& o,
+Result<json> RunOne(const Model& model, const Tokenizer& tok, const std::vector<TaskRequest>& reqs, const SuiteOptions& o,
                     const RunProgress& progress, const Experiment& e, const Setting* s, const std::string& tag,
                     std::shared_ptr<QualityReference> reference) {
   HarnessOptions h;
@@ -173,6 +189,9 @@ Result<json> RunOne(const Model& model, const std::vector<TaskRequest>& reqs, co
   h.warmup = o.warmup;
   h.rounds = o.rounds;
   h.quality = e.quality;
+  if (e.quality_only) h.rounds = h.warmup = 0;
+  h.tokenizer = &tok;
+  h.base.select_lowest = o.select_lowest;
   h.reference = std::move(reference);
   if (s) s->apply(h);
   if (progress) {
@@ -304,15 +323,40 @@ std::string_view SuiteName(Suite s) {
     case Suite::kQuick: return "quick";
     case Suite::kPaper: return "paper";
     case Suite::kSystems: return "systems";
+    case Suite::kAccuracy: return "accuracy";
   }
   return "?";
 }
 
 Result<Suite> ParseSuite(std::string_view name) {
-  for (Suite s : {Suite::kQuick, Suite::kPaper, Suite::kSystems}) {
+  for (Suite s : {Suite::kQuick, Suite::kPaper, Suite::kSystems, Suite::kAccuracy}) {
     if (name == SuiteName(s)) return s;
   }
-  return Status::InvalidArgument("unknown suite '" + std::string(name) + "' (quick, paper or systems)");
+  return Status::InvalidArgument("unknown suite '" + std::string(name) + "' (quick, paper, systems or accuracy)");
+}
+
+json AccuracyGate(const json& suite, double tolerance) {
+  json failures = json::array();
+  size_t checked = 0;
+  for (const json& e : suite["experiments"]) {
+    for (const json& run : e["runs"]) {
+      const json& systems = run["result"]["systems"];
+      const json* ref = systems.contains("recompute") ? &systems["recompute"] : nullptr;
+      if (!ref || !(*ref)["quality"].contains("answers")) continue;
+      const double floor = (*ref)["quality"]["answers"]["score"].get<double>() - tolerance;
+      for (const auto& [name, sys] : systems.items()) {
+        auto parsed = engine::ParseSystem(name);
+        if (!parsed.ok() || !engine::TraitsOf(*parsed).selective) continue;
+        ++checked;
+        const double got = sys["quality"]["answers"]["score"].get<double>();
+        if (got < floor) {
+          failures.push_back({{"experiment", e["id"]}, {"workload", run["workload"]}, {"value", run["value"]},
+                              {"system", name}, {"score", got}, {"recompute", floor + tolerance}});
+        }
+      }
+    }
+  }
+  return {{"tolerance", tolerance}, {"checked", checked}, {"failures", failures}, {"passed", failures.empty()}};
 }
 
 Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptions& o) {
@@ -324,6 +368,7 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
   out["model"] = {{"layers", model.config().n_layers}, {"vocab", model.config().vocab_size}};
   out["settings"] = {{"retention", o.retention}, {"device_share", o.device_share}, {"host_share", o.host_share},
                      {"warmup", o.warmup}, {"rounds", o.rounds}};
+  if (o.select_lowest) out["settings"]["select_lowest"] = true;
   std::vector<Workload> loads;
   for (const std::string& path : o.workloads) {
     ASSIGN_OR_RETURN(Workload w, LoadWorkload(path, tok, model));
@@ -337,9 +382,10 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
     out["resumed"] = o.previous.value("resumed", json::array());
     out["resumed"].push_back(NowUtc());
   }
-  const std::vector<Experiment> exps = o.suite == Suite::kQuick  ? QuickSuite()
-                                       : o.suite == Suite::kPaper ? PaperSuite()
-                                                                  : std::vector<Experiment>{SystemsExperiment(kPaperSystems)};
+  const std::vector<Experiment> exps = o.suite == Suite::kQuick      ? QuickSuite()
+                                       : o.suite == Suite::kPaper    ? PaperSuite()
+                                       : o.suite == Suite::kAccuracy ? AccuracySuite()
+                                                                     : std::vector<Experiment>{SystemsExperiment(kPaperSystems)};
   const std::vector<Planned> plan = Plan(exps, loads.size());
   out["runs_total"] = plan.size();
   out["runs_done"] = 0;
@@ -361,7 +407,7 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
           o.progress("run " + std::to_string(k + 1) + "/" + std::to_string(n) + " " + what, done, total);
         };
       }
-      ASSIGN_OR_RETURN(json r, RunOne(model, w.requests, o, progress, e, p.setting, tag, w.reference));
+      ASSIGN_OR_RETURN(json r, RunOne(model, tok, w.requests, o, progress, e, p.setting, tag, w.reference));
       run = {{"workload", w.name}, {"value", p.setting ? json(value) : json()}, {"result", std::move(r)},
              {"finished", NowUtc()}};
     } else if (o.progress) {
@@ -373,6 +419,7 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
     if (o.checkpoint && k + 1 < plan.size()) RETURN_IF_ERROR(o.checkpoint(out));
   }
   out["finished"] = NowUtc();
+  if (o.accuracy_gate >= 0) out["gate"] = AccuracyGate(out, o.accuracy_gate);
   return out;
 }
 

@@ -18,6 +18,10 @@ using nlohmann::json;
 constexpr uintmax_t kMaxFileBytes = 256ull << 20;
 // More choices than any multiple-choice task has: each one is a request.
 constexpr size_t kMaxChoices = 64;
+// RULER's tasks ask for at most ten or so strings; an answer is a word, a
+// number or a UUID.
+constexpr size_t kMaxAnswers = 32, kMaxAnswerBytes = 256;
+constexpr int kMaxAnswerTokens = 256;
 
 Status Bad(const std::string& where, const std::string& field, const std::string& why) {
   return Status::InvalidArgument(where + ": field '" + field + "' " + why);
@@ -53,6 +57,48 @@ Status ParseChoices(const json& j, const std::string& where, const Tokenizer& to
       return Bad(where, "label", "must be an index into 'choices' (0 to " + std::to_string(c.size() - 1) + ")");
     }
     r->label = static_cast<int>(l.get<int64_t>());
+  }
+  return Status::Ok();
+}
+
+// answers, max_tokens, length and depth (the generation tasks' fields).
+Status ParseAnswers(const json& j, const std::string& where, TaskRequest* r) {
+  if (!j.contains("answers")) {
+    if (j.contains("max_tokens")) return Bad(where, "max_tokens", "needs 'answers'");
+  } else {
+    if (j.contains("choices")) return Bad(where, "answers", "and 'choices' exclude each other");
+    const json& a = j["answers"];
+    if (!a.is_array() || a.empty() || a.size() > kMaxAnswers) {
+      return Bad(where, "answers", "must be an array of 1 to " + std::to_string(kMaxAnswers) + " strings");
+    }
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::string field = "answers[" + std::to_string(i) + "]";
+      if (!a[i].is_string() || a[i].get<std::string>().empty() || a[i].get<std::string>().size() > kMaxAnswerBytes) {
+        return Bad(where, field, "must be a non-empty string of at most " + std::to_string(kMaxAnswerBytes) + " bytes");
+      }
+      r->answers.push_back(a[i].get<std::string>());
+    }
+    if (j.contains("max_tokens")) {
+      const json& m = j["max_tokens"];
+      if (!m.is_number_integer() || m.get<int64_t>() < 1 || m.get<int64_t>() > kMaxAnswerTokens) {
+        return Bad(where, "max_tokens", "must be an integer from 1 to " + std::to_string(kMaxAnswerTokens));
+      }
+      r->max_tokens = static_cast<int>(m.get<int64_t>());
+    }
+  }
+  if (j.contains("length")) {
+    const json& l = j["length"];
+    if (!l.is_number_integer() || l.get<int64_t>() < 1 || l.get<int64_t>() > (int64_t{1} << 24)) {
+      return Bad(where, "length", "must be a positive integer (tokens)");
+    }
+    r->length = static_cast<int>(l.get<int64_t>());
+  }
+  if (j.contains("depth")) {
+    const json& d = j["depth"];
+    if (!d.is_number() || !(d.get<double>() >= 0 && d.get<double>() <= 1)) {
+      return Bad(where, "depth", "must be a number from 0 to 1");
+    }
+    r->depth = d.get<double>();
   }
   return Status::Ok();
 }
@@ -104,6 +150,7 @@ Status TaskWorkloadReader::AddLine(const std::string& line, const std::string& w
   r.id = j.contains("id") ? j["id"].get<std::string>() : where;
   r.task = j.contains("task") ? j["task"].get<std::string>() : "";
   RETURN_IF_ERROR(ParseChoices(j, where, tok_, &r));
+  RETURN_IF_ERROR(ParseAnswers(j, where, &r));
   requests_.push_back(std::move(r));
   return Status::Ok();
 }
@@ -135,9 +182,12 @@ Result<std::vector<TaskRequest>> ReadTaskWorkload(const std::string& path, const
     const TaskRequest& r = reader.requests().back();
     size_t longest = 0;
     for (const auto& c : r.choices) longest = std::max(longest, c.size());
+    // A generation task's answer must fit too: its first token is
+    // predicted by the query's last row, each later one takes a position.
+    if (!r.answers.empty()) longest = static_cast<size_t>(r.max_tokens) - 1;
     const size_t n = r.prefix.size() + r.query.size() + longest;
     if (n > context) {
-      return Status::InvalidArgument(where + ": 'prefix' and 'query'" + (longest ? std::string(" and the longest choice") : "") +
+      return Status::InvalidArgument(where + ": 'prefix' and 'query'" + (longest ? std::string(r.answers.empty() ? " and the longest choice" : " and max_tokens - 1") : "") +
                                      " are " + std::to_string(n) + " tokens (" + std::to_string(r.prefix.size()) + " + " +
                                      std::to_string(r.query.size()) + (longest ? " + " + std::to_string(longest) : "") +
                                      "), more than the model's context of " + std::to_string(context));

@@ -74,8 +74,9 @@ Status H2oSource::Select(Request& rq, LayerWork& work, LayerPrefix* prefix,
   const size_t hb = static_cast<size_t>(c.head_dim()) * 2;
   std::string own;
   ASSIGN_OR_RETURN(const std::string* kall, Keys(rq, work, &own));
-  const std::vector<std::vector<float>> scores = AllHeadScores(
+  std::vector<std::vector<float>> scores = AllHeadScores(
       work.view, c, H, reinterpret_cast<const uint16_t*>(kall->data()), static_cast<size_t>(c.kv_dim()), R);
+  InvertIfLowest(d_.options->select_lowest, &scores);
   const size_t k = KeepCount(rq, layer);
   const std::vector<uint32_t>& groups = RowGroups(d_, rq);
   std::vector<std::vector<int32_t>> sets(H);

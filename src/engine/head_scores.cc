@@ -52,4 +52,11 @@ std::vector<float> SumScores(const std::vector<std::vector<float>>& scores, size
   return summed;
 }
 
+void InvertIfLowest(bool lowest, std::vector<std::vector<float>>* scores) {
+  if (!lowest) return;
+  for (auto& head : *scores) {
+    for (float& x : head) x = -x;
+  }
+}
+
 }  // namespace tierkv::engine

@@ -18,6 +18,10 @@ namespace tierkv::engine {
 std::vector<std::vector<float>> AllHeadScores(const LayerView& view, const ModelConfig& c, int n,
                                               const uint16_t* keys, size_t stride, size_t rows);
 
+// EngineOptions::select_lowest: negates every score, so that each top-k
+// taken from them holds the least important rows. A no-op when !lowest.
+void InvertIfLowest(bool lowest, std::vector<std::vector<float>>* scores);
+
 // The element-wise sum of per-head scores.
 std::vector<float> SumScores(const std::vector<std::vector<float>>& scores, size_t rows);
 

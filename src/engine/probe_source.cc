@@ -78,9 +78,10 @@ void ProbeSource::Finish(Request& rq, const RequestStats& stats) {
 select::ProbeDecision ProbeSource::Decide(Request& rq, const LayerView& view, const std::string& keys) const {
   const ModelConfig& c = *d_.config;
   const int P = select::ProbeHeads(c.n_kv_heads);
-  const std::vector<std::vector<float>> scores =
+  std::vector<std::vector<float>> scores =
       AllHeadScores(view, c, P, reinterpret_cast<const uint16_t*>(keys.data()),
                     static_cast<size_t>(P) * c.head_dim(), rq.R);
+  InvertIfLowest(d_.options->select_lowest, &scores);
   // IMPRESS's j^alpha unless a fitted profile says otherwise (fitted at
   // the engine's retention: a request with its own decides by j^alpha).
   const double fitted = d_.probe_profile && !rq.own_retention ? d_.probe_profile->Threshold(view.layer) : -1;

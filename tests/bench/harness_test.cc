@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "engine/model_fixture.h"
+#include "tierkv/generate.h"
 #include "testing/shared.h"
 
 namespace tierkv::bench {
@@ -123,6 +124,52 @@ TEST_F(HarnessTest, AccuracyPicksTheChoiceOfHighestLikelihood) {
     EXPECT_DOUBLE_EQ(t["accuracy"].get<double>(), 2.0 / 3.0) << name;
     EXPECT_DOUBLE_EQ(t["agree_with_recompute"].get<double>(), 1.0) << name;
   }
+  std::filesystem::remove_all(dir);
+}
+
+// Generation tasks: the quality pass alone (no timed rounds) generates each
+// system's greedy answer and scores the expected strings it contains; what
+// recompute generates is Generate's greedy continuation of the whole prompt.
+TEST_F(HarnessTest, GenerationTasksScoreTheGreedyAnswer) {
+  const std::string dir = testing::MakeTempDir("harness_gen");
+  auto tok = LoadTokenizerFor(*model_, "");
+  ASSERT_TRUE(tok.ok());
+  std::vector<TaskRequest> reqs = Requests();
+  for (TaskRequest& r : reqs) {
+    r.choices.clear();
+    r.max_tokens = 8;
+    r.length = static_cast<int>(1000 + &r - &reqs[0]);  // one request per length
+    r.depth = 0.5;
+  }
+  // What recompute answers: the greedy continuation of prefix + query.
+  GenerateOptions g;
+  g.max_tokens = 8;
+  auto want = Generate(*model_, **tok, reqs[0].Joined(), g);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  ASSERT_FALSE(want->text.empty());
+  reqs[0].answers = {want->text};             // found whole: 1
+  reqs[1].answers = {"\x01never-generated"};   // 0
+  reqs[2].answers = {"\x01never", want->text};  // another request's answer: 0 unless it says the same
+  reqs[3].answers = {"\x01never"};
+  HarnessOptions h = Options(dir, {engine::System::kRecompute, engine::System::kAsLike}, 1.0);
+  h.rounds = 0;
+  h.warmup = 0;
+  h.tokenizer = tok->get();
+  auto r = RunHarness(*model_, reqs, h);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const char* name : {"recompute", "as-like"}) {
+    const nlohmann::json& a = (*r)["systems"][name]["quality"]["answers"];
+    EXPECT_EQ(a["requests"].get<size_t>(), 4u) << name;
+    EXPECT_DOUBLE_EQ(a["tasks"]["t"]["by_length"][std::to_string(reqs[0].length)]["score"].get<double>(), 1.0) << name;
+    EXPECT_LE(a["score"].get<double>(), 1.5 / 4) << name;
+    EXPECT_GE(a["score"].get<double>(), 1.0 / 4) << name;
+    EXPECT_EQ(a["worse_than_recompute"].get<size_t>(), 0u) << name;  // fp16 K/V: the same answers here
+    EXPECT_TRUE(a["tasks"]["t"]["by_depth"].is_object()) << name;
+    EXPECT_GT((*r)["systems"][name]["quality"]["cold"]["ttft_ms_p50"].get<double>(), 0) << name;
+  }
+  // Without a tokenizer the answers cannot be read: refused, not scored 0.
+  h.tokenizer = nullptr;
+  EXPECT_FALSE(RunHarness(*model_, reqs, h).ok());
   std::filesystem::remove_all(dir);
 }
 

@@ -81,6 +81,55 @@ TEST_F(TaskWorkloadTest, ErrorsNameTheLineAndField) {
   EXPECT_THAT(Error({"{\"prefix\": "}), HasSubstr("not JSON"));
 }
 
+TEST_F(TaskWorkloadTest, ReadsAnswersAndTheirLabels) {
+  TaskWorkloadReader r(*tok_);
+  ASSERT_TRUE(r.AddLine(R"({"prefix": "p", "query": "q", "answers": ["7438291", "abc"], "max_tokens": 12, "length": 1024, "depth": 0.3})", "l1").ok());
+  ASSERT_TRUE(r.AddLine(R"({"prefix": "p", "query": "q", "answers": ["x"]})", "l2").ok());
+  const TaskRequest& a = r.requests()[0];
+  EXPECT_EQ(a.answers, (std::vector<std::string>{"7438291", "abc"}));
+  EXPECT_EQ(a.max_tokens, 12);
+  EXPECT_EQ(a.length, 1024);
+  EXPECT_DOUBLE_EQ(a.depth, 0.3);
+  EXPECT_TRUE(a.choices.empty());
+  EXPECT_EQ(r.requests()[1].max_tokens, 32);
+  EXPECT_EQ(r.requests()[1].length, 0);
+  EXPECT_EQ(r.requests()[1].depth, -1);
+}
+
+TEST_F(TaskWorkloadTest, BadAnswersNameTheField) {
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": []})"}), HasSubstr("field 'answers' must be an array of 1 to 32"));
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": "x"})"}), HasSubstr("field 'answers' must be an array"));
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": ["a", ""]})"}), HasSubstr("field 'answers[1]' must be a non-empty string"));
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": ["a"], "choices": [" a", " b"]})"}),
+              HasSubstr("'answers' and 'choices' exclude each other"));
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "max_tokens": 5})"}), HasSubstr("field 'max_tokens' needs 'answers'"));
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": ["a"], "max_tokens": 0})"}),
+              HasSubstr("field 'max_tokens' must be an integer from 1 to 256"));
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": ["a"], "max_tokens": 257})"}), HasSubstr("'max_tokens'"));
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "depth": 1.5})"}), HasSubstr("field 'depth' must be a number from 0 to 1"));
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "length": -3})"}), HasSubstr("field 'length' must be a positive integer"));
+  std::string big(257, 'x');
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": [")" + big + "\"]}"}), HasSubstr("at most 256 bytes"));
+  std::string many = R"({"prefix": "p", "query": "q", "answers": [)";
+  for (int i = 0; i < 33; ++i) many += std::string(i ? ", " : "") + "\"a\"";
+  EXPECT_THAT(Error({many + "]}"}), HasSubstr("field 'answers' must be an array of 1 to 32"));
+}
+
+TEST_F(TaskWorkloadTest, AFileChecksTheContextWithTheAnswersLength) {
+  const std::string dir = testing::MakeTempDir("workload_answers");
+  const std::string path = dir + "/w.jsonl";
+  std::string prefix;
+  for (int i = 0; i < 4000; ++i) prefix += " and";
+  // Fits without its answer, not with 200 tokens of it.
+  { std::ofstream f(path); f << R"({"prefix": ")" << prefix << R"(", "query": " q", "answers": ["a"], "max_tokens": 200})" << "\n"; }
+  auto r = ReadTaskWorkload(path, *tok_, 4096);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("and max_tokens - 1 are"));
+  { std::ofstream f(path); f << R"({"prefix": ")" << prefix << R"(", "query": " q", "answers": ["a"], "max_tokens": 2})" << "\n"; }
+  EXPECT_TRUE(ReadTaskWorkload(path, *tok_, 4096).ok());
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(TaskWorkloadTest, AFileChecksTheContextWithTheLongestChoice) {
   const std::string dir = testing::MakeTempDir("workload");
   const std::string path = dir + "/w.jsonl";

@@ -26,10 +26,13 @@
 
 namespace tierkv::bench {
 
-enum class Suite { kQuick, kPaper, kSystems };
+enum class Suite { kQuick, kPaper, kSystems, kAccuracy };
 std::string_view SuiteName(Suite s);
-// quick, paper or systems (every system on each workload, the first
-// experiment of paper alone); InvalidArgument naming them.
+// quick, paper, systems (every system on each workload, the first
+// experiment of paper alone) or accuracy (every system on each workload at
+// retention 0.1, 0.25 and 0.5, the quality pass alone: task accuracy, with
+// each request's TTFT and disk reads from cold pools); InvalidArgument
+// naming them.
 Result<Suite> ParseSuite(std::string_view name);
 
 struct SuiteOptions {
@@ -39,6 +42,14 @@ struct SuiteOptions {
   double retention = 0.25;
   double device_share = 0.10, host_share = 0.30;
   int warmup = 1, rounds = 3;          // quick: 0 and 1 unless set
+  // The accuracy gate (< 0: none): once the suite is done, every selective
+  // system's generation-task score (make_tasks.py ruler) in every run must
+  // be at least recompute's minus this; results' "gate" says which fell
+  // below (AccuracyGate).
+  double accuracy_gate = -1;
+  // Testing the gate: the selective systems keep their least important rows
+  // (EngineOptions::select_lowest).
+  bool select_lowest = false;
   // Called with what runs and how far (may be empty).
   std::function<void(const std::string& what, size_t done, size_t total)> progress;
   // What else decides the results (the caller's engine flags, as text): a
@@ -59,6 +70,12 @@ struct SuiteOptions {
 // "runs": [{"workload", "value", "result", "finished"}]}], "finished"}.
 // Errors name the workload or the experiment.
 Result<nlohmann::json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptions& o);
+
+// The gate over a finished suite's results: {"tolerance", "checked" (system
+// runs compared), "failures": [{"experiment", "workload", "value", "system",
+// "score", "recompute"}], "passed"}. Runs without generation tasks are
+// not checked.
+nlohmann::json AccuracyGate(const nlohmann::json& suite, double tolerance);
 
 // `dir`/results.json when it holds a suite that has not finished (no
 // "finished"); null when there is none or it finished (a new suite replaces

@@ -37,6 +37,7 @@
 #include "tierkv/engine.h"
 #include "tierkv/model.h"
 #include "tierkv/status.h"
+#include "tierkv/tokenizer.h"
 #include "tierkv/tools/task_workload.h"
 
 namespace tierkv::bench {
@@ -59,8 +60,13 @@ struct HarnessOptions {
   // partial last chunk, which the selective systems compute, so the two
   // reuse different rows. The exactness check at retention 1.0 uses it.
   bool whole_chunks = false;
+  // rounds 0: no timed rounds, the quality pass alone (it needs `quality`):
+  // each system's figures are then the quality pass's, from cold pools.
   int warmup = 1, rounds = 2, repeat = 1;
   bool quality = false;
+  // Decodes the greedy answers of requests with answers (generation tasks:
+  // the quality pass generates them); needed only for such requests.
+  const Tokenizer* tokenizer = nullptr;
   // The quality pass's reference: computed on first use and kept here, so
   // that runs on the same requests (a suite's runs on one workload: it
   // depends on the model and the requests only) compute it once. Null: the

@@ -6,7 +6,10 @@
 //   optional on a request: "id", "task" (accuracy is reported per task),
 //   "choices": [C1, C2, ...] (at least two; each scored by the
 //   log-likelihood of its tokens after prefix + query) and "label" (the
-//   index of the right choice).
+//   index of the right choice), or "answers": [A1, ...] (1 to 32 strings a
+//   right greedy answer contains, RULER's string_match_all) with
+//   "max_tokens" (the greedy answer's length, default 32); "length" and
+//   "depth" label a request for reports (per task, length and depth).
 // Errors name the file, the line and the field.
 #pragma once
 
@@ -28,6 +31,12 @@ struct TaskRequest {
   std::vector<int32_t> query;     // the query's tokens (at least one)
   std::vector<std::vector<int32_t>> choices;  // each choice's tokens (empty: no choices)
   int label = -1;                 // index into choices; -1: unlabelled
+  // Generation tasks (no choices): the strings a right answer contains,
+  // and how many tokens the greedy answer has at most.
+  std::vector<std::string> answers;
+  int max_tokens = 32;
+  int length = 0;      // the request's nominal length in tokens (0: none given)
+  double depth = -1;   // where its needle sits, in [0, 1] (-1: none given)
   std::vector<int32_t> Joined() const;  // prefix + query
 };
 
