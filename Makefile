@@ -21,7 +21,7 @@ TS_PACKAGES := clang libomp-dev
 FUZZ_PACKAGES := clang libomp-dev libclang-rt-14-dev
 FUZZ_SECONDS ?= 30
 
-.PHONY: demo test models build deps train-deps thread-safety fuzz bench-quick bench-paper bench-model bench-native clean
+.PHONY: demo test models build deps train-deps thread-safety fuzz bench-quick bench-accuracy bench-paper bench-model bench-native clean
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \
@@ -73,9 +73,22 @@ fuzz:
 # bench-quick is CI's suite (minutes; report in build/bench-quick),
 # bench-paper the papers' experiments (about an hour here; resumable; report in docs/results).
 BENCH_WORKLOADS = $(foreach w,fewshot docqa chat,--workload build/workloads/$(1)/$(w).jsonl)
-bench-quick: build
+bench-quick: build models
 	python3 tools/prompts/make_tasks.py suite --size quick --out build/workloads/quick --shared $(SHARED)
 	$(BUILD)/apps/tierkv bench --suite quick $(call BENCH_WORKLOADS,quick) --out build/bench-quick
+	python3 tools/prompts/make_tasks.py ruler --size quick --out build/workloads/quick/ruler.jsonl --shared $(SHARED)
+	$(BUILD)/apps/tierkv bench --suite quick --model smollm2 --workload build/workloads/quick/ruler.jsonl --out build/bench-quick-ruler
+
+# Task accuracy per system at retention 0.1, 0.25 and 0.5 on a real model
+# (docs/accuracy.md): RULER-style retrieval and aggregation at 1k-8k tokens
+# on SmolLM2-135M-Instruct, and few-shot PIQA; report in docs/results/accuracy
+# (hours here; resumable like bench-paper; BENCH_ARGS=--fresh starts over).
+ACCURACY := build/workloads/accuracy
+bench-accuracy: build models
+	mkdir -p $(ACCURACY)
+	python3 tools/prompts/make_tasks.py ruler --size accuracy --out $(ACCURACY)/ruler.jsonl --shared $(SHARED)
+	$(BUILD)/apps/tierkv bench --suite accuracy --model smollm2 --workload $(ACCURACY)/ruler.jsonl \
+	  --out docs/results/accuracy $(BENCH_ARGS)
 
 # llama.cpp runs first on the same workloads when tools/llamacpp is set up
 # natively (tools/llamacpp/setup.sh --native); the report puts it beside our systems.
