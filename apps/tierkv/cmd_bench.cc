@@ -92,7 +92,7 @@ void AddBench(CLI::App& app, Action* run) {
                   "the report puts llama.cpp's full prefill and state restore beside recompute and the reuse "
                   "systems");
   sub->add_option("--accuracy-gate", a->accuracy_gate,
-                  "Fail (exit 3) when a selective system's score on the generation tasks falls below "
+                  "Fail (exit 3) when impress, its ablations or spec score on the generation tasks below "
                   "recompute's by more than this (0 to 1; default: 0.15 for --suite quick, none otherwise; "
                   "-1: none)")
       ->check(CLI::Range(-1.0, 1.0));

@@ -3,6 +3,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -335,7 +336,11 @@ Result<Suite> ParseSuite(std::string_view name) {
   return Status::InvalidArgument("unknown suite '" + std::string(name) + "' (quick, paper, systems or accuracy)");
 }
 
-json AccuracyGate(const json& suite, double tolerance) {
+std::vector<System> GatedSystems() {
+  return {System::kImpressItf, System::kImpressRo, System::kImpress, System::kSpec};
+}
+
+json AccuracyGate(const json& suite, double tolerance, const std::vector<System>& gated) {
   json failures = json::array();
   size_t checked = 0;
   for (const json& e : suite["experiments"]) {
@@ -346,7 +351,7 @@ json AccuracyGate(const json& suite, double tolerance) {
       const double floor = (*ref)["quality"]["answers"]["score"].get<double>() - tolerance;
       for (const auto& [name, sys] : systems.items()) {
         auto parsed = engine::ParseSystem(name);
-        if (!parsed.ok() || !engine::TraitsOf(*parsed).selective) continue;
+        if (!parsed.ok() || std::find(gated.begin(), gated.end(), *parsed) == gated.end()) continue;
         ++checked;
         const double got = sys["quality"]["answers"]["score"].get<double>();
         if (got < floor) {
@@ -356,7 +361,10 @@ json AccuracyGate(const json& suite, double tolerance) {
       }
     }
   }
-  return {{"tolerance", tolerance}, {"checked", checked}, {"failures", failures}, {"passed", failures.empty()}};
+  json names = json::array();
+  for (System g : gated) names.push_back(std::string(engine::SystemName(g)));
+  return {{"tolerance", tolerance}, {"systems", names}, {"checked", checked}, {"failures", failures},
+          {"passed", failures.empty()}};
 }
 
 Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptions& o) {
@@ -419,7 +427,7 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
     if (o.checkpoint && k + 1 < plan.size()) RETURN_IF_ERROR(o.checkpoint(out));
   }
   out["finished"] = NowUtc();
-  if (o.accuracy_gate >= 0) out["gate"] = AccuracyGate(out, o.accuracy_gate);
+  if (o.accuracy_gate >= 0) out["gate"] = AccuracyGate(out, o.accuracy_gate, GatedSystems());
   return out;
 }
 

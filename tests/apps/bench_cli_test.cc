@@ -120,8 +120,8 @@ class RetrievalGateTest : public ::testing::Test {
   std::string dir_;
 };
 
-// With the default selection every selective system stays within the
-// gate's tolerance of recompute, which finds the single needles.
+// With the default selection impress and spec (and impress's ablations) stay
+// within the gate's tolerance of recompute, which finds the single needles.
 TEST_F(RetrievalGateTest, PassesWithTheDefaultSelection) {
   const std::string w = Workload("ruler", "");
   std::string log;
@@ -130,7 +130,7 @@ TEST_F(RetrievalGateTest, PassesWithTheDefaultSelection) {
   ASSERT_TRUE(j.contains("gate")) << log;
   EXPECT_TRUE(j["gate"]["passed"].get<bool>()) << j["gate"].dump();
   EXPECT_EQ(j["gate"]["tolerance"].get<double>(), 0.15);
-  EXPECT_GE(j["gate"]["checked"].get<int>(), 5);
+  EXPECT_EQ(j["gate"]["checked"].get<int>(), 4);  // impress-itf, impress-ro, impress, spec
   const nlohmann::json& rec = j["experiments"][0]["runs"][0]["result"]["systems"]["recompute"]["quality"]["answers"];
   EXPECT_GE(rec["tasks"]["niah_single"]["score"].get<double>(), 0.8) << rec.dump();
 }

@@ -178,17 +178,20 @@ TEST(AccuracyGateTest, ASelectiveSystemBelowRecomputeByMoreThanTheToleranceFails
   nlohmann::json suite = {{"experiments", nlohmann::json::array()}};
   nlohmann::json run = {{"workload", "ruler"}, {"value", nullptr},
                         {"result", {{"systems", {{"recompute", sys(0.9)}, {"as-like", sys(0.2)},
-                                                 {"impress", sys(0.80)}, {"spec", sys(0.70)}}}}}};
+                                                 {"impress", sys(0.80)}, {"spec", sys(0.70)},
+                                                 {"car", sys(0.1)}}}}}};
   // Without recompute or without generation tasks a run is not checked.
   nlohmann::json no_ref = {{"workload", "w"}, {"value", "1.0"}, {"result", {{"systems", {{"impress", sys(0.0)}}}}}};
   suite["experiments"].push_back({{"id", "systems"}, {"runs", {run, no_ref}}});
-  const nlohmann::json g = AccuracyGate(suite, 0.15);
-  EXPECT_EQ(g["checked"], 2);  // impress, spec: as-like reads every row, it is not selective
+  const std::vector<engine::System> gated = {engine::System::kImpress, engine::System::kSpec};
+  const nlohmann::json g = AccuracyGate(suite, 0.15, gated);
+  EXPECT_EQ(g["checked"], 2);  // impress, spec: as-like and car are not gated
   ASSERT_EQ(g["failures"].size(), 1u);
   EXPECT_EQ(g["failures"][0]["system"], "spec");
   EXPECT_DOUBLE_EQ(g["failures"][0]["recompute"].get<double>(), 0.9);
   EXPECT_FALSE(g["passed"].get<bool>());
-  EXPECT_TRUE(AccuracyGate(suite, 0.25)["passed"].get<bool>());
+  EXPECT_TRUE(AccuracyGate(suite, 0.25, gated)["passed"].get<bool>());
+  EXPECT_FALSE(AccuracyGate(suite, 0.25, {engine::System::kCar})["passed"].get<bool>());
 }
 
 }  // namespace
