@@ -5,6 +5,8 @@
 
 #include "tierkv/tools/plot.h"
 #include "tierkv/tools/attention_study.h"
+#include "tierkv/tools/needle_study.h"
+#include "tierkv/tools/task_workload.h"
 #include "commands.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/tokenizer.h"
@@ -32,6 +34,48 @@ std::string Plot(const std::string& dat, const std::string& png, const std::stri
     << "0.1429 dt 4 lc 'gray' t 'random J@25%'\n";
   s.close();
   return bench::RunGnuplot(gp, png);
+}
+
+// tierkv analyze needles: where selection keeps or drops the needles of a
+// generation workload (make_tasks.py ruler), layer by layer.
+void AddNeedles(CLI::App* analyze, Action* run) {
+  struct Args {
+    std::string model, tokenizer, workload, out;
+    WeightFlags weights;
+    bench::NeedleStudyOptions study;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = analyze->add_subcommand(
+      "needles",
+      "Where a needle is lost: for each request of a generation workload whose expected strings are in its "
+      "prefix (make_tasks.py ruler), the needle tokens' rank in the query's attention importance per layer, and "
+      "whether the shared set (per token, in 64-token blocks) and each head's own set keep them at each retention");
+  sub->add_option("--model", a->model,
+                  "Model file or a pulled model's name (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");
+  sub->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: the model's own)");
+  AddWeightsFlag(sub, &a->weights);
+  sub->add_option("--workload", a->workload, "Request file with answers (docs/workloads.md)")->required();
+  sub->add_option("--retention", a->study.retentions, "Retentions to check (repeat; default 0.1, 0.25, 0.5)")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--out", a->out, "Write the Markdown report to this file too");
+  sub->callback([a, run] {
+    *run = [a]() -> int {
+      auto loaded = LoadModelAndTokenizer(a->model, a->tokenizer, a->weights);
+      if (!loaded.ok()) return Fail(loaded.status().ToString());
+      auto reqs = bench::ReadTaskWorkload(a->workload, *loaded->tokenizer,
+                                          static_cast<size_t>(loaded->model->config().context_length));
+      if (!reqs.ok()) return Fail(reqs.status().ToString());
+      auto s = bench::RunNeedleStudy(*loaded->model, *loaded->tokenizer, *reqs, a->study, ProgressPrinter("requests"));
+      if (!s.ok()) return Fail(s.status().ToString());
+      const std::string md = bench::NeedleStudyToMarkdown(*s);
+      std::fputs(md.c_str(), stdout);
+      if (!a->out.empty()) {
+        Status st = WriteFileAtomically(FileSystem::Default(), a->out, md);
+        if (!st.ok()) return Fail(st.ToString());
+      }
+      return 0;
+    };
+  });
 }
 
 }  // namespace
@@ -117,6 +161,7 @@ void AddAnalyze(CLI::App& app, Action* run) {
       return 0;
     };
   });
+  AddNeedles(analyze, run);
 }
 
 }  // namespace tierkv::app
