@@ -203,6 +203,12 @@ void AddSelectionFlags(CLI::App* sub, EngineFlags* f) {
                   "(single rows) or block:N (N consecutive tokens)",
                   "auto, token, page or block:N")
       ->default_str(engine::SelectionUnitName(e.unit));
+  sub->add_option("--score-pool", e.score_pool,
+                  "Selective systems: each row's importance becomes the largest within N rows either "
+                  "side before selection (max pooling, as SnapKV), so the rows right after an attended "
+                  "key, such as a needle's value, are kept with it (0: off; docs/accuracy.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
   sub->add_option("--spec-min-recall", e.spec_min_recall,
                   "spec: prefetch a layer's predicted rows only while the prediction's recall "
                   "there (a moving average) is at least this (0: always, as SPEC publishes; the "

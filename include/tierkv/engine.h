@@ -171,6 +171,11 @@ struct EngineOptions {
   double alpha = 0.6;
   Aggregation aggregation = Aggregation::kSum;  // impress/spec
   SelectionUnit unit;              // selective systems: what is chosen or skipped as one
+  // Selective systems: each row's importance becomes the largest within
+  // score_pool rows either side before selection (select::MaxPool), so that
+  // the rows after an attended key (a needle's value) are kept with it
+  // (docs/accuracy.md). 0: off.
+  uint32_t score_pool = 0;
   // Testing only (tierkv bench --select-lowest): the selective systems keep
   // the rows of LOWEST importance, a deliberately wrong selection, so that
   // an accuracy gate can be seen to fail. Never set in serving.

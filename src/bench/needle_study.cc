@@ -134,6 +134,7 @@ Result<NeedleStudy> RunNeedleStudy(const Model& model, const Tokenizer& tok, std
       auto& d = depths[r.depth >= 0 ? DepthLabel(r.depth) : "none"];
       d.second.resize(R, 0);
       for (int l = 0; l < L; ++l) {
+        for (auto& head : imp[l]) head = select::MaxPool(head, o.score_pool);
         AddLayer(imp[l], needle, o, &layers[l], &d.second);
         ++d.first;
       }
@@ -171,7 +172,7 @@ std::string NeedleStudyToMarkdown(const NeedleStudy& s) {
   };
   m << s.located << " of " << s.requests << " requests with their needle in the prefix. Per layer: the retention "
     << "the shared set needs to hold every needle token (median), and per retention the share of requests whose "
-    << "needle is kept whole by the shared set per token / in 64-token blocks / by every head's own set / by at "
+    << "needle is kept whole by the shared set per token / in blocks / by every head's own set / by at "
     << "least one head's.\n\n| layer | needed |";
   for (double r : s.retentions) m << " @" << pct(r) << " token / block / every head / some head |";
   m << "\n|---:|---:|";

@@ -1,6 +1,7 @@
 #include "engine/head_scores.h"
 
 #include "kernels/attention.h"
+#include "select/importance.h"
 #include "util/thread_pool.h"
 
 namespace tierkv::engine {
@@ -50,6 +51,11 @@ std::vector<float> SumScores(const std::vector<std::vector<float>>& scores, size
     for (size_t j = 0; j < rows; ++j) summed[j] += sc[j];
   }
   return summed;
+}
+
+void PoolScores(uint32_t radius, std::vector<std::vector<float>>* scores) {
+  if (radius == 0) return;
+  for (auto& head : *scores) head = select::MaxPool(head, radius);
 }
 
 void InvertIfLowest(bool lowest, std::vector<std::vector<float>>* scores) {

@@ -18,6 +18,10 @@ namespace tierkv::engine {
 std::vector<std::vector<float>> AllHeadScores(const LayerView& view, const ModelConfig& c, int n,
                                               const uint16_t* keys, size_t stride, size_t rows);
 
+// EngineOptions::score_pool: each head's scores max-pooled over `radius`
+// rows either side (select::MaxPool). A no-op at 0.
+void PoolScores(uint32_t radius, std::vector<std::vector<float>>* scores);
+
 // EngineOptions::select_lowest: negates every score, so that each top-k
 // taken from them holds the least important rows. A no-op when !lowest.
 void InvertIfLowest(bool lowest, std::vector<std::vector<float>>* scores);

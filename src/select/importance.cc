@@ -25,6 +25,27 @@ std::vector<int32_t> TopK(std::span<const float> scores, size_t k) {
   return idx;
 }
 
+std::vector<float> MaxPool(std::span<const float> scores, size_t radius) {
+  const size_t n = scores.size();
+  std::vector<float> out(scores.begin(), scores.end());
+  if (radius == 0 || n == 0) return out;
+  // A monotonic deque over the sliding window: O(n) whatever the radius.
+  std::vector<size_t> dq;
+  dq.reserve(n);
+  size_t head = 0, next = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const size_t hi = std::min(n - 1, j + radius);
+    for (; next <= hi; ++next) {
+      while (dq.size() > head && scores[dq.back()] <= scores[next]) dq.pop_back();
+      dq.push_back(next);
+    }
+    const size_t lo = j >= radius ? j - radius : 0;
+    while (dq[head] < lo) ++head;
+    out[j] = scores[dq[head]];
+  }
+  return out;
+}
+
 std::vector<int32_t> TopGroups(std::span<const float> scores, std::span<const uint32_t> group, size_t k) {
   const size_t n = std::min(scores.size(), group.size());
   uint32_t groups = 0;

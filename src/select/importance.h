@@ -24,6 +24,13 @@ std::vector<int32_t> TopK(std::span<const float> scores, size_t k);
 // most one group's worth more). Rows ascending.
 std::vector<int32_t> TopGroups(std::span<const float> scores, std::span<const uint32_t> group, size_t k);
 
+// Each score replaced by the largest within `radius` positions either side
+// (1D max pooling, as SnapKV smooths its votes): a row next to an important
+// one ranks as high as it, so a selection keeps runs around what the query
+// attends (a needle's value after the key the question names) rather than
+// the attended tokens alone. radius 0: a copy.
+std::vector<float> MaxPool(std::span<const float> scores, size_t radius);
+
 // |a ∩ b| of two ascending index sets.
 size_t IntersectionSize(std::span<const int32_t> a, std::span<const int32_t> b);
 

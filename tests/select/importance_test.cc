@@ -36,6 +36,31 @@ TEST(ImportanceTest, TopGroupsTakesWholeGroupsBySummedScore) {
   EXPECT_EQ(TopGroups(s, one, 3), TopK(s, 3));
 }
 
+TEST(ImportanceTest, MaxPoolTakesTheLargestWithinTheRadius) {
+  const std::vector<float> s = {0, 5, 0, 0, 0, 0, 1, 0, 9};
+  EXPECT_EQ(MaxPool(s, 0), s);
+  EXPECT_EQ(MaxPool(s, 1), (std::vector<float>{5, 5, 5, 0, 0, 1, 1, 9, 9}));
+  EXPECT_EQ(MaxPool(s, 2), (std::vector<float>{5, 5, 5, 5, 1, 1, 9, 9, 9}));
+  EXPECT_EQ(MaxPool(s, 100), std::vector<float>(s.size(), 9));
+  EXPECT_TRUE(MaxPool(std::vector<float>{}, 3).empty());
+  // Against the definition on random scores and radii.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<float> v(1 + rng() % 200);
+    for (float& x : v) x = static_cast<float>(rng() % 1000);
+    const size_t r = rng() % 20;
+    const std::vector<float> got = MaxPool(v, r);
+    for (size_t j = 0; j < v.size(); ++j) {
+      const size_t lo = j >= r ? j - r : 0, hi = std::min(v.size() - 1, j + r);
+      EXPECT_EQ(got[j], *std::max_element(v.begin() + lo, v.begin() + hi + 1)) << j << " r=" << r;
+    }
+  }
+  // A value right after a key the query attends ranks with the key.
+  const std::vector<float> needle = {0.1f, 0.1f, 3.0f, 0.2f, 0.2f, 0.2f, 0.1f, 0.1f};
+  EXPECT_EQ(TopK(MaxPool(needle, 3), 4), (std::vector<int32_t>{0, 1, 2, 3}));  // ties: the lower index
+  EXPECT_EQ(TopK(MaxPool(needle, 3), 6), (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+}
+
 TEST(ImportanceTest, CountsJaccardAndMass) {
   EXPECT_EQ(CountForFraction(100, 0.1), 10u);
   EXPECT_EQ(CountForFraction(101, 0.1), 11u);
