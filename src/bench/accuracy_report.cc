@@ -72,31 +72,40 @@ std::string ScoreTable(const json& run, const std::string& label) {
 }
 
 // Score against a cold request's TTFT (x = "ttft_ms_p50") or its disk reads
-// (x = "disk_bytes_mean", in MB): one labelled point per system and run.
+// (x = "disk_bytes_mean", in MB): one line per system through its runs
+// (retentions), each point labelled with its setting.
 std::string Scatter(const json& exp, const std::string& dir, const std::string& x, const std::string& xlabel) {
   const std::string id = exp["id"].get<std::string>() + "-score-" + (x == "ttft_ms_p50" ? "ttft" : "bytes");
   const std::string dat = dir + "/fig-" + id + ".dat", png = "fig-" + id + ".png";
   const double scale = x == "ttft_ms_p50" ? 1.0 : 1e-6;
+  std::map<std::string, std::vector<std::string>> rows;  // system -> "x score label" per run
+  for (const json& run : exp["runs"]) {
+    for (const auto& [name, sys] : run["result"]["systems"].items()) {
+      const json* a = Answers(sys);
+      if (!a) continue;
+      std::ostringstream r;
+      r << sys["quality"]["cold"][x].get<double>() * scale << " " << (*a)["score"].get<double>() << " "
+        << (run["value"].is_null() ? run["workload"].get<std::string>() : run["value"].get<std::string>());
+      rows[name].push_back(r.str());
+    }
+  }
+  std::string names;
   {
     std::ofstream d(dat);
-    d << "# system@run x score\n";
-    for (const json& run : exp["runs"]) {
-      for (const auto& [name, sys] : run["result"]["systems"].items()) {
-        const json* a = Answers(sys);
-        if (!a) continue;
-        std::string label = name + (run["value"].is_null() ? "" : "@" + run["value"].get<std::string>());
-        d << label << " " << sys["quality"]["cold"][x].get<double>() * scale << " " << (*a)["score"].get<double>()
-          << " " << run["workload"].get<std::string>() << "\n";
-      }
+    for (const auto& [name, lines] : rows) {
+      names += (names.empty() ? "" : " ") + name;
+      for (const std::string& l : lines) d << l << "\n";
+      d << "\n\n";  // one gnuplot index per system
     }
   }
   std::ofstream g(dat + ".gp");
   g << "set terminal pngcairo noenhanced size 1000,620\nset output '" << dir << "/" << png << "'\n"
     << "set title '" << exp["id"].get<std::string>() << ": generation-task score against " << xlabel
-    << " (each request from cold pools)'\nset xlabel '" << xlabel << "'\nset ylabel 'score (share of expected strings)'\n"
-    << "set grid\nset logscale x\nset yrange [0:1.05]\nunset key\n"
-    << "plot '" << dat << "' using 2:3 with points pt 7 ps 1.2, '' using 2:3:1 with labels offset char 0.8,0.5 "
-    << "left font ',8'\n";
+    << " (each request from cold pools; labels: the run's setting)'\nset xlabel '" << xlabel
+    << "'\nset ylabel 'score (share of expected strings)'\nset grid\nset logscale x\nset yrange [0:1.05]\n"
+    << "set key outside right\nnames = '" << names << "'\n"
+    << "plot for [i=1:words(names)] '" << dat << "' index (i-1) using 1:2 with linespoints pt 7 title word(names, i), "
+    << "for [i=1:words(names)] '' index (i-1) using 1:2:3 with labels offset char 0.6,0.6 font ',7' notitle\n";
   g.close();
   const std::string what = RunGnuplot(dat + ".gp", dir + "/" + png);
   return what.rfind("wrote", 0) == 0 ? "![" + id + "](" + png + ")\n\n" : "(" + what + " for " + id + ")\n\n";

@@ -107,8 +107,11 @@ Status WriteReport(const json& suite, const std::string& dir) {
   for (const json& exp : suite["experiments"]) {
     md << "## " << exp["id"].get<std::string>() << ": " << exp["title"].get<std::string>() << "\n\n";
     if (exp["runs"].empty()) continue;
-    md << PlotExperiment(exp, dir, "ttft_ms_mean", false, "TTFT mean (ms)");
     const json& first = exp["runs"][0]["result"]["systems"];
+    // Timed rounds only (the accuracy suite's runs have the quality pass alone).
+    if (!first.empty() && first.begin()->contains("ttft_ms_mean")) {
+      md << PlotExperiment(exp, dir, "ttft_ms_mean", false, "TTFT mean (ms)");
+    }
     if (!first.empty() && first.begin()->contains("quality")) {
       md << PlotExperiment(exp, dir, "top1_agree", true, "top-1 agreement with recompute");
     }
