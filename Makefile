@@ -81,7 +81,7 @@ bench-quick: build models
 
 # Task accuracy per system at retention 0.1, 0.25 and 0.5 on a real model
 # (docs/accuracy.md): RULER-style retrieval and aggregation at 1k-8k tokens
-# on SmolLM2-135M-Instruct, and few-shot PIQA; report in docs/results/accuracy
+# on SmolLM2-135M-Instruct; report in docs/results/accuracy
 # (hours here; resumable like bench-paper; BENCH_ARGS=--fresh starts over).
 ACCURACY := build/workloads/accuracy
 bench-accuracy: build models

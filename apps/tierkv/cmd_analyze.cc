@@ -5,6 +5,7 @@
 
 #include "tierkv/tools/plot.h"
 #include "tierkv/tools/attention_study.h"
+#include "tierkv/engine.h"
 #include "tierkv/tools/needle_study.h"
 #include "tierkv/tools/task_workload.h"
 #include "commands.h"
@@ -56,7 +57,7 @@ void AddNeedles(CLI::App* analyze, Action* run) {
   AddWeightsFlag(sub, &a->weights);
   sub->add_option("--workload", a->workload, "Request file with answers (docs/workloads.md)")->required();
   sub->add_option("--retention", a->study.retentions, "Retentions to check (repeat; default 0.1, 0.25, 0.5)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::Range(1e-6, 1.0));
   sub->add_option("--block-tokens", a->study.block_tokens,
                   "Tokens per selection unit of the 'block' column (the engine's auto unit: 64-token blocks, "
                   "down to a 4 KiB page's rows on short prefixes)")
@@ -65,7 +66,7 @@ void AddNeedles(CLI::App* analyze, Action* run) {
   sub->add_option("--score-pool", a->study.score_pool,
                   "Max-pool each head's scores over N rows either side first (as the engine's --score-pool)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 256));
+      ->check(CLI::Range(0u, engine::kMaxScorePool));
   sub->add_option("--out", a->out, "Write the Markdown report to this file too");
   sub->callback([a, run] {
     *run = [a]() -> int {

@@ -208,7 +208,7 @@ void AddSelectionFlags(CLI::App* sub, EngineFlags* f) {
                   "side before selection (max pooling, as SnapKV), so the rows right after an attended "
                   "key, such as a needle's value, are kept with it (0: off; docs/accuracy.md)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 256));
+      ->check(CLI::Range(0u, engine::kMaxScorePool));
   sub->add_option("--spec-min-recall", e.spec_min_recall,
                   "spec: prefetch a layer's predicted rows only while the prediction's recall "
                   "there (a moving average) is at least this (0: always, as SPEC publishes; the "

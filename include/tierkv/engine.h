@@ -154,6 +154,9 @@ Result<double> ParseProbeRecall(std::string_view text);
 // --alpha: "auto" (nullopt: EngineOptions::alpha_auto) or IMPRESS's exponent in [0, 16].
 Result<std::optional<double>> ParseAlpha(std::string_view text);
 
+// EngineOptions::score_pool's bound (rows either side).
+inline constexpr uint32_t kMaxScorePool = 256;
+
 struct EngineOptions {
   System system = System::kAsLike;
   double retention = 1.0;          // share of R's rows used per layer (selective systems)
@@ -174,7 +177,8 @@ struct EngineOptions {
   // Selective systems: each row's importance becomes the largest within
   // score_pool rows either side before selection (select::MaxPool), so that
   // the rows after an attended key (a needle's value) are kept with it
-  // (docs/accuracy.md). 0: off.
+  // (docs/accuracy.md). 0: off; at most kMaxScorePool. The fitted probe
+  // thresholds (alpha auto) are fitted on unpooled scores.
   uint32_t score_pool = 0;
   // Testing only (tierkv bench --select-lowest): the selective systems keep
   // the rows of LOWEST importance, a deliberately wrong selection, so that

@@ -101,7 +101,7 @@ std::string Scatter(const json& exp, const std::string& dir, const std::string& 
   std::ofstream g(dat + ".gp");
   g << "set terminal pngcairo noenhanced size 1000,620\nset output '" << dir << "/" << png << "'\n"
     << "set title '" << exp["id"].get<std::string>() << ": generation-task score against " << xlabel
-    << " (each request from cold pools; labels: the run's setting)'\nset xlabel '" << xlabel
+    << " (quality pass, empty pools at each system's start; labels: the run's setting)'\nset xlabel '" << xlabel
     << "'\nset ylabel 'score (share of expected strings)'\nset grid\nset logscale x\nset yrange [0:1.05]\n"
     << "set key outside right\nnames = '" << names << "'\n"
     << "plot for [i=1:words(names)] '" << dat << "' index (i-1) using 1:2 with linespoints pt 7 title word(names, i), "
@@ -128,8 +128,14 @@ std::string Heatmap(const json& by_depth, const std::string& dir, const std::str
     for (size_t yi = 0; yi < lengths.size(); ++yi) {
       for (size_t xi = 0; xi < depths.size(); ++xi) {
         const json& row = by_depth[lengths[yi]];
-        const double v = row.contains(depths[xi]) ? row[depths[xi]]["score"].get<double>() : -1.0;
-        d << xi << " " << yi << " " << v << "\n";
+        // An empty cell (no request at that depth and length) is NaN,
+        // which gnuplot leaves blank, not a lost answer.
+        d << xi << " " << yi << " ";
+        if (row.contains(depths[xi])) {
+          d << row[depths[xi]]["score"].get<double>() << "\n";
+        } else {
+          d << "NaN\n";
+        }
       }
       d << "\n";
     }
@@ -148,12 +154,12 @@ std::string Heatmap(const json& by_depth, const std::string& dir, const std::str
   return what.rfind("wrote", 0) == 0 ? "![" + id + "](" + png + ")\n" : "(" + what + " for " + id + ")\n";
 }
 
-// Heatmaps of the runs at `value` (the suite's headline retention), per
-// system and task with depths.
+// Heatmaps of the runs whose setting is `value` (the accuracy suite's
+// headline retention), per system and task with depths.
 std::string Heatmaps(const json& exp, const std::string& dir, const std::string& value) {
   std::ostringstream s;
   for (const json& run : exp["runs"]) {
-    if (!run["value"].is_null() && run["value"].get<std::string>() != value) continue;
+    if (run["value"].is_null() || run["value"].get<std::string>() != value) continue;
     for (const auto& [name, sys] : run["result"]["systems"].items()) {
       const json* a = Answers(sys);
       if (!a) continue;
@@ -174,8 +180,9 @@ std::string Heatmaps(const json& exp, const std::string& dir, const std::string&
 std::string AccuracySection(const json& exp, const std::string& dir) {
   if (exp["runs"].empty() || !HasAnswers(exp)) return "";
   std::ostringstream s;
-  s << "Generation tasks (greedy answers scored as RULER's string_match_all; `cold`: the quality pass's own "
-       "serve of each request from cold pools):\n\n";
+  s << "Generation tasks (greedy answers scored as RULER's string_match_all; TTFT and disk reads: the quality "
+       "pass's own serves, each system starting from empty pools, so a request whose prefix an earlier one "
+       "shared finds what that one loaded):\n\n";
   for (const json& run : exp["runs"]) s << ScoreTable(run, RunLabel(run, exp["param"].get<std::string>()) + ": scores");
   s << Scatter(exp, dir, "ttft_ms_p50", "cold TTFT p50 (ms)");
   s << Scatter(exp, dir, "disk_bytes_mean", "disk MB read per request");

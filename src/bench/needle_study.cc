@@ -14,8 +14,8 @@ namespace tierkv::bench {
 
 namespace {
 
-// The prefix positions of every expected string's tokens (its first
-// occurrence, as encoded alone or after a space); empty when one is absent.
+// The prefix positions of every expected string's tokens (as encoded alone
+// or after a space); empty when one is absent or occurs more than once.
 std::vector<int32_t> NeedlePositions(const Tokenizer& tok, const TaskRequest& r) {
   std::set<int32_t> out;
   for (const std::string& a : r.answers) {
@@ -25,6 +25,9 @@ std::vector<int32_t> NeedlePositions(const Tokenizer& tok, const TaskRequest& r)
       if (!ids.ok() || ids->empty()) continue;
       auto it = std::search(r.prefix.begin(), r.prefix.end(), ids->begin(), ids->end());
       if (it == r.prefix.end()) continue;
+      // A needle is in one place: a string the prefix holds more than once
+      // (common words, a chain's variable names) has no one depth.
+      if (std::search(it + 1, r.prefix.end(), ids->begin(), ids->end()) != r.prefix.end()) return {};
       const auto at = static_cast<int32_t>(it - r.prefix.begin());
       for (size_t i = 0; i < ids->size(); ++i) out.insert(at + static_cast<int32_t>(i));
       found = true;
@@ -170,7 +173,7 @@ std::string NeedleStudyToMarkdown(const NeedleStudy& s) {
     std::snprintf(b, sizeof b, "%.2f", x);
     return std::string(b);
   };
-  m << s.located << " of " << s.requests << " requests with their needle in the prefix. Per layer: the retention "
+  m << s.located << " of " << s.requests << " requests with their needle in the prefix (each expected string once). Per layer: the retention "
     << "the shared set needs to hold every needle token (median), and per retention the share of requests whose "
     << "needle is kept whole by the shared set per token / in blocks / by every head's own set / by at "
     << "least one head's.\n\n| layer | needed |";

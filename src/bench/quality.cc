@@ -240,7 +240,9 @@ json AnswerScores(std::span<const TaskRequest> reqs, const std::vector<Variant>&
           {"worse_than_recompute", worse}, {"lost", lost}};
 }
 
-// The quality pass's own timing of a system: every serve from cold pools
+// The quality pass's own timing of a system: its serves from empty pools at
+// its start (a request on a prefix an earlier one shared finds what that
+// one loaded)
 // (each system's reads from the store's disk tier, recompute's prefill of
 // the whole prompt), and what it read from disk.
 json ColdServes(const Served& got) {

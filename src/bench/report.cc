@@ -47,6 +47,7 @@ std::string Ratios(const json& systems) {
   for (const char* base : {"as-like", "as-h2o-lfu"}) {
     if (!systems.contains(base)) continue;
     const json& b = systems[base];
+    if (!(Num(b, "ttft_ms_mean") > 0)) continue;  // no timed rounds (the accuracy suite): nothing to compare
     s << "TTFT against " << base << " (mean, p99):";
     for (const auto& [name, j] : systems.items()) {
       if (name == base) continue;

@@ -73,8 +73,10 @@ Status ParseAnswers(const json& j, const std::string& where, TaskRequest* r) {
     }
     for (size_t i = 0; i < a.size(); ++i) {
       const std::string field = "answers[" + std::to_string(i) + "]";
-      if (!a[i].is_string() || a[i].get<std::string>().empty() || a[i].get<std::string>().size() > kMaxAnswerBytes) {
-        return Bad(where, field, "must be a non-empty string of at most " + std::to_string(kMaxAnswerBytes) + " bytes");
+      if (!a[i].is_string() || a[i].get<std::string>().size() > kMaxAnswerBytes ||
+          a[i].get<std::string>().find_first_not_of(" \t\r\n") == std::string::npos) {
+        return Bad(where, field, "must be a string with a non-blank character, of at most " +
+                                     std::to_string(kMaxAnswerBytes) + " bytes (a blank one is in every answer)");
       }
       r->answers.push_back(a[i].get<std::string>());
     }

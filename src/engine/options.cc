@@ -195,6 +195,10 @@ Status EngineOptions::Validate() const {
     return Status::InvalidArgument("unit: block_tokens " + std::to_string(unit.block_tokens) +
                                    " is outside 1..4096");
   }
+  if (score_pool > kMaxScorePool) {
+    return Status::InvalidArgument("score_pool " + std::to_string(score_pool) + " is above " +
+                                   std::to_string(kMaxScorePool));
+  }
   if (!(retention > 0 && retention <= 1)) {
     return Status::InvalidArgument("retention " + std::to_string(retention) + " is outside (0, 1]");
   }

@@ -190,7 +190,15 @@ TEST(AccuracyGateTest, ASelectiveSystemBelowRecomputeByMoreThanTheToleranceFails
   EXPECT_EQ(g["failures"][0]["system"], "spec");
   EXPECT_DOUBLE_EQ(g["failures"][0]["recompute"].get<double>(), 0.9);
   EXPECT_FALSE(g["passed"].get<bool>());
+  EXPECT_TRUE(g["applicable"].get<bool>());
   EXPECT_TRUE(AccuracyGate(suite, 0.25, gated)["passed"].get<bool>());
+  // No run with recompute's answers: nothing checked, and the gate says so.
+  nlohmann::json none = {{"experiments", {{{"id", "systems"}, {"runs", {no_ref}}}}}};
+  EXPECT_FALSE(AccuracyGate(none, 0.15, gated)["applicable"].get<bool>());
+  EXPECT_EQ(AccuracyGate(none, 0.15, gated)["checked"], 0);
+  // A gated system without a score (its quality pass failed to score) fails.
+  suite["experiments"][0]["runs"][0]["result"]["systems"]["impress"] = nlohmann::json::object();
+  EXPECT_FALSE(AccuracyGate(suite, 0.5, gated)["passed"].get<bool>());
   EXPECT_FALSE(AccuracyGate(suite, 0.25, {engine::System::kCar})["passed"].get<bool>());
 }
 

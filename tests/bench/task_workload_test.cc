@@ -99,7 +99,8 @@ TEST_F(TaskWorkloadTest, ReadsAnswersAndTheirLabels) {
 TEST_F(TaskWorkloadTest, BadAnswersNameTheField) {
   EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": []})"}), HasSubstr("field 'answers' must be an array of 1 to 32"));
   EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": "x"})"}), HasSubstr("field 'answers' must be an array"));
-  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": ["a", ""]})"}), HasSubstr("field 'answers[1]' must be a non-empty string"));
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": ["a", ""]})"}), HasSubstr("field 'answers[1]' must be a string with a non-blank character"));
+  EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": [" \t "]})"}), HasSubstr("field 'answers[0]'"));
   EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "answers": ["a"], "choices": [" a", " b"]})"}),
               HasSubstr("'answers' and 'choices' exclude each other"));
   EXPECT_THAT(Error({R"({"prefix": "p", "query": "q", "max_tokens": 5})"}), HasSubstr("field 'max_tokens' needs 'answers'"));

@@ -765,6 +765,8 @@ def ruler_args(a):
     a.lengths = list(dict.fromkeys(lengths))
     if a.depths < 2:
         sys.exit("--depths must be at least 2 (needles at depth 0 and 1)")
+    if a.depths > len(KEY_WORDS):
+        sys.exit(f"--depths must be at most {len(KEY_WORDS)} (each needle of a haystack has its own key word)")
     if a.haystacks < 1:
         sys.exit("--haystacks must be at least 1")
     if a.needles < 1:

@@ -31,7 +31,7 @@ std::string_view SuiteName(Suite s);
 // quick, paper, systems (every system on each workload, the first
 // experiment of paper alone) or accuracy (every system on each workload at
 // retention 0.1, 0.25 and 0.5, the quality pass alone: task accuracy, with
-// each request's TTFT and disk reads from cold pools); InvalidArgument
+// each request's TTFT and disk reads as the quality pass serves it); InvalidArgument
 // naming them.
 Result<Suite> ParseSuite(std::string_view name);
 

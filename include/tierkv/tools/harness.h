@@ -61,7 +61,8 @@ struct HarnessOptions {
   // reuse different rows. The exactness check at retention 1.0 uses it.
   bool whole_chunks = false;
   // rounds 0: no timed rounds, the quality pass alone (it needs `quality`):
-  // each system's figures are then the quality pass's, from cold pools.
+  // each system's figures are then the quality pass's, its engine opened
+  // with empty pools.
   int warmup = 1, rounds = 2, repeat = 1;
   bool quality = false;
   // Decodes the greedy answers of requests with answers (generation tasks:

@@ -38,7 +38,9 @@ struct NeedleLayer {
 };
 
 struct NeedleStudy {
-  int requests = 0, located = 0;  // requests with answers; those whose needle was found in the prefix
+  // Requests with answers; those whose every expected string is in the
+  // prefix exactly once (the others, such as cwe's and vt's, are skipped).
+  int requests = 0, located = 0;
   std::vector<double> retentions;
   std::vector<NeedleLayer> layers;
   // Per depth label ("0.00".."1.00"): the share of (request, layer) pairs
