@@ -60,7 +60,8 @@ void AddBench(CLI::App& app, Action* run) {
                   "quick (CI's: every system at retention --retention and at 1.0, minutes), systems (every system "
                   "on each workload) or paper (IMPRESS's Figures 16-24: ablation, pool policy, alpha, chunk "
                   "size, pool size, retention; hours on large workloads) or accuracy (every system at "
-                  "retention 0.1, 0.25 and 0.5, task accuracy from the quality pass alone, no timed rounds: RULER-style "
+                  "retention 0.1, 0.25 and 0.5 whatever --retention says, task accuracy from the quality pass alone, no "
+                  "timed rounds (--warmup and --rounds unused): RULER-style "
                   "generation tasks of make_tasks.py ruler, docs/accuracy.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"quick", "systems", "paper", "accuracy"}));
