@@ -35,12 +35,6 @@ bool HasAnswers(const json& exp) {
   return false;
 }
 
-std::string RunLabel(const json& run, const std::string& param) {
-  std::string l = run["workload"].get<std::string>();
-  if (!run["value"].is_null()) l += " " + param + "=" + run["value"].get<std::string>();
-  return l;
-}
-
 // One table per run: per system the overall score, each task's, the cold
 // TTFT p50 and disk reads, and how many answers were worse than recompute's.
 std::string ScoreTable(const json& run, const std::string& label) {

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "bench/query_importance.h"
 #include "select/identify.h"
 #include "select/importance.h"
 
@@ -9,7 +10,6 @@ namespace tierkv::bench {
 
 using select::CountForFraction;
 using select::Jaccard;
-using select::KvHeadScores;
 using select::MeanPairwiseJaccard;
 using select::TopK;
 using select::TopMassFraction;
@@ -51,32 +51,13 @@ Result<AttentionStudy> RunAttentionStudy(const Model& model, const std::string& 
     tokens.push_back(bos);
     tokens.insert(tokens.end(), corpus.begin() + off, corpus.begin() + off + L - 1);
 
-    PrefillOptions first;
-    first.capture_kv = true;
-    first.logits = LogitsMode::kNone;
-    ASSIGN_OR_RETURN(PrefillResult pre, model.Prefill(std::span(tokens).first(np), first));
-    PrefillOptions rest;
-    rest.start_pos = np;
-    rest.logits = LogitsMode::kNone;
-    rest.column_sums = true;
-    rest.before_attention = [&](const LayerView& v, LayerPrefix* prefix) {
-      prefix->heads.resize(H);
-      for (int h = 0; h < H; ++h) {
-        const size_t off_h = static_cast<size_t>(h) * c.head_dim() * sizeof(float);
-        prefix->heads[h] = KvRows{pre.kv[v.layer].k.data() + off_h,
-                                  pre.kv[v.layer].v.data() + off_h, KvDType::kF32,
-                                  static_cast<size_t>(np),
-                                  static_cast<size_t>(c.kv_dim()), static_cast<size_t>(c.kv_dim()),
-                                  nullptr};
-      }
-      return Status::Ok();
-    };
-    ASSIGN_OR_RETURN(PrefillResult r, model.Prefill(std::span(tokens).subspan(np), rest));
+    ASSIGN_OR_RETURN(const auto importance,
+                     QueryImportance(model, std::span(tokens).first(np), std::span(tokens).subspan(np)));
 
     std::vector<int32_t> prev_set;
     for (int l = 0; l < c.n_layers; ++l) {
       // Importance per KV head: its query heads' column sums added.
-      const std::vector<std::vector<float>> imp = KvHeadScores(r.column_sums[l], c.group());
+      const std::vector<std::vector<float>>& imp = importance[l];
       std::vector<float> all(np, 0.0f), probe(np, 0.0f);
       double mass = 0;
       std::vector<std::vector<int32_t>> s10, s40, s25;

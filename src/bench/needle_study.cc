@@ -7,7 +7,8 @@
 #include <set>
 #include <sstream>
 
-#include "select/identify.h"
+#include "bench/query_importance.h"
+#include "bench/report_format.h"
 #include "select/importance.h"
 
 namespace tierkv::bench {
@@ -52,33 +53,6 @@ double NeededShare(std::span<const float> scores, const std::vector<int32_t>& ne
   return double(above + 1) / double(scores.size());
 }
 
-// The query's column sums over the prefix, per layer and KV head.
-Result<std::vector<std::vector<std::vector<float>>>> Importance(const Model& model, const TaskRequest& r) {
-  const ModelConfig& c = model.config();
-  const size_t np = r.prefix.size();
-  PrefillOptions first;
-  first.capture_kv = true;
-  first.logits = LogitsMode::kNone;
-  ASSIGN_OR_RETURN(PrefillResult pre, model.Prefill(r.prefix, first));
-  PrefillOptions rest;
-  rest.start_pos = static_cast<int>(np);
-  rest.logits = LogitsMode::kNone;
-  rest.column_sums = true;
-  rest.before_attention = [&](const LayerView& v, LayerPrefix* prefix) {
-    prefix->heads.resize(c.n_kv_heads);
-    for (int h = 0; h < c.n_kv_heads; ++h) {
-      const size_t off = static_cast<size_t>(h) * c.head_dim() * sizeof(float);
-      prefix->heads[h] = KvRows{pre.kv[v.layer].k.data() + off, pre.kv[v.layer].v.data() + off, KvDType::kF32, np,
-                                static_cast<size_t>(c.kv_dim()), static_cast<size_t>(c.kv_dim()), nullptr};
-    }
-    return Status::Ok();
-  };
-  ASSIGN_OR_RETURN(PrefillResult q, model.Prefill(r.query, rest));
-  std::vector<std::vector<std::vector<float>>> out;
-  for (int l = 0; l < c.n_layers; ++l) out.push_back(select::KvHeadScores(q.column_sums[l], c.group()));
-  return out;
-}
-
 struct Counts {
   std::vector<double> needed;
   std::vector<size_t> shared, blocks, every, some;
@@ -108,12 +82,6 @@ void AddLayer(const std::vector<std::vector<float>>& heads, const std::vector<in
   }
 }
 
-std::string DepthLabel(double d) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%.2f", d);
-  return buf;
-}
-
 }  // namespace
 
 Result<NeedleStudy> RunNeedleStudy(const Model& model, const Tokenizer& tok, std::span<const TaskRequest> reqs,
@@ -133,7 +101,7 @@ Result<NeedleStudy> RunNeedleStudy(const Model& model, const Tokenizer& tok, std
     const std::vector<int32_t> needle = NeedlePositions(tok, r);
     if (!needle.empty()) {
       ++s.located;
-      ASSIGN_OR_RETURN(auto imp, Importance(model, r));
+      ASSIGN_OR_RETURN(auto imp, QueryImportance(model, r.prefix, r.query));
       auto& d = depths[r.depth >= 0 ? DepthLabel(r.depth) : "none"];
       d.second.resize(R, 0);
       for (int l = 0; l < L; ++l) {
@@ -168,11 +136,7 @@ Result<NeedleStudy> RunNeedleStudy(const Model& model, const Tokenizer& tok, std
 
 std::string NeedleStudyToMarkdown(const NeedleStudy& s) {
   std::ostringstream m;
-  const auto pct = [](double x) {
-    char b[16];
-    std::snprintf(b, sizeof b, "%.2f", x);
-    return std::string(b);
-  };
+  const auto pct = [](double x) { return Fmt("%.2f", x); };
   m << s.located << " of " << s.requests << " requests with their needle in the prefix (each expected string once). Per layer: the retention "
     << "the shared set needs to hold every needle token (median), and per retention the share of requests whose "
     << "needle is kept whole by the shared set per token / in blocks / by every head's own set / by at "

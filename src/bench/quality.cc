@@ -183,12 +183,6 @@ double AnswerScore(const std::vector<std::string>& expected, const std::string& 
   return expected.empty() ? 0.0 : double(found) / double(expected.size());
 }
 
-std::string DepthLabel(double d) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%.2f", d);
-  return buf;
-}
-
 // The generation tasks' scores of one system: per task (mean score, and per
 // length and per length and depth, the cells of a needle-in-a-haystack
 // heatmap), overall, and the requests it answered worse than recompute

@@ -7,6 +7,7 @@
 
 #include "bench/accuracy_report.h"
 #include "bench/llamacpp.h"
+#include "bench/report_format.h"
 #include "tierkv/tools/bench_suite.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/tools/plot.h"
@@ -16,13 +17,6 @@ namespace tierkv::bench {
 namespace {
 
 using nlohmann::json;
-
-// A run's label in tables and plots: its workload, and its setting.
-std::string Label(const json& run, const std::string& param) {
-  std::string l = run["workload"].get<std::string>();
-  if (!run["value"].is_null()) l += " " + param + "=" + run["value"].get<std::string>();
-  return l;
-}
 
 // The systems of an experiment's runs, in the order the first run lists them.
 std::vector<std::string> Systems(const json& exp) {
@@ -44,7 +38,7 @@ std::string PlotExperiment(const json& exp, const std::string& dir, const std::s
     for (const std::string& s : systems) d << " " << s;
     d << "\n";
     for (const json& run : exp["runs"]) {
-      std::string label = Label(run, exp["param"].get<std::string>());
+      std::string label = RunLabel(run, exp["param"].get<std::string>());
       for (char& c : label) c = c == ' ' ? '_' : c;
       d << label;
       for (const std::string& s : systems) {
@@ -117,7 +111,7 @@ Status WriteReport(const json& suite, const std::string& dir) {
     }
     md << AccuracySection(exp, dir);
     for (const json& run : exp["runs"]) {
-      md << "### " << Label(run, exp["param"].get<std::string>()) << "\n\n" << HarnessTable(run["result"]);
+      md << "### " << RunLabel(run, exp["param"].get<std::string>()) << "\n\n" << HarnessTable(run["result"]);
     }
   }
   if (suite.contains("gate")) {

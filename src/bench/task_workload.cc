@@ -2,6 +2,7 @@
 #include "tierkv/tools/task_workload.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -23,38 +24,38 @@ constexpr size_t kMaxChoices = 64;
 constexpr size_t kMaxAnswers = 32, kMaxAnswerBytes = 256;
 constexpr int kMaxAnswerTokens = 256;
 
-Status Bad(const std::string& where, const std::string& field, const std::string& why) {
+Status BadField(const std::string& where, const std::string& field, const std::string& why) {
   return Status::InvalidArgument(where + ": field '" + field + "' " + why);
 }
 
 // j[field] as a non-empty string.
 Result<std::string> NonEmptyString(const json& j, const char* field, const std::string& where) {
   if (!j.contains(field) || !j[field].is_string() || j[field].get<std::string>().empty()) {
-    return Bad(where, field, "is missing or not a non-empty string");
+    return BadField(where, field, "is missing or not a non-empty string");
   }
   return j[field].get<std::string>();
 }
 
 Status ParseChoices(const json& j, const std::string& where, const Tokenizer& tok, TaskRequest* r) {
   if (!j.contains("choices")) {
-    if (j.contains("label")) return Bad(where, "label", "needs 'choices'");
+    if (j.contains("label")) return BadField(where, "label", "needs 'choices'");
     return Status::Ok();
   }
   const json& c = j["choices"];
   if (!c.is_array() || c.size() < 2 || c.size() > kMaxChoices) {
-    return Bad(where, "choices", "must be an array of 2 to " + std::to_string(kMaxChoices) + " strings");
+    return BadField(where, "choices", "must be an array of 2 to " + std::to_string(kMaxChoices) + " strings");
   }
   for (size_t i = 0; i < c.size(); ++i) {
     const std::string field = "choices[" + std::to_string(i) + "]";
-    if (!c[i].is_string() || c[i].get<std::string>().empty()) return Bad(where, field, "must be a non-empty string");
+    if (!c[i].is_string() || c[i].get<std::string>().empty()) return BadField(where, field, "must be a non-empty string");
     ASSIGN_OR_RETURN(std::vector<int32_t> t, tok.Encode(c[i].get<std::string>(), /*add_bos=*/false));
-    if (t.empty()) return Bad(where, field, "has no tokens");
+    if (t.empty()) return BadField(where, field, "has no tokens");
     r->choices.push_back(std::move(t));
   }
   if (j.contains("label")) {
     const json& l = j["label"];
     if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= static_cast<int64_t>(c.size())) {
-      return Bad(where, "label", "must be an index into 'choices' (0 to " + std::to_string(c.size() - 1) + ")");
+      return BadField(where, "label", "must be an index into 'choices' (0 to " + std::to_string(c.size() - 1) + ")");
     }
     r->label = static_cast<int>(l.get<int64_t>());
   }
@@ -64,18 +65,18 @@ Status ParseChoices(const json& j, const std::string& where, const Tokenizer& to
 // answers, max_tokens, length and depth (the generation tasks' fields).
 Status ParseAnswers(const json& j, const std::string& where, TaskRequest* r) {
   if (!j.contains("answers")) {
-    if (j.contains("max_tokens")) return Bad(where, "max_tokens", "needs 'answers'");
+    if (j.contains("max_tokens")) return BadField(where, "max_tokens", "needs 'answers'");
   } else {
-    if (j.contains("choices")) return Bad(where, "answers", "and 'choices' exclude each other");
+    if (j.contains("choices")) return BadField(where, "answers", "and 'choices' exclude each other");
     const json& a = j["answers"];
     if (!a.is_array() || a.empty() || a.size() > kMaxAnswers) {
-      return Bad(where, "answers", "must be an array of 1 to " + std::to_string(kMaxAnswers) + " strings");
+      return BadField(where, "answers", "must be an array of 1 to " + std::to_string(kMaxAnswers) + " strings");
     }
     for (size_t i = 0; i < a.size(); ++i) {
       const std::string field = "answers[" + std::to_string(i) + "]";
       if (!a[i].is_string() || a[i].get<std::string>().size() > kMaxAnswerBytes ||
           a[i].get<std::string>().find_first_not_of(" \t\r\n") == std::string::npos) {
-        return Bad(where, field, "must be a string with a non-blank character, of at most " +
+        return BadField(where, field, "must be a string with a non-blank character, of at most " +
                                      std::to_string(kMaxAnswerBytes) + " bytes (a blank one is in every answer)");
       }
       r->answers.push_back(a[i].get<std::string>());
@@ -83,7 +84,7 @@ Status ParseAnswers(const json& j, const std::string& where, TaskRequest* r) {
     if (j.contains("max_tokens")) {
       const json& m = j["max_tokens"];
       if (!m.is_number_integer() || m.get<int64_t>() < 1 || m.get<int64_t>() > kMaxAnswerTokens) {
-        return Bad(where, "max_tokens", "must be an integer from 1 to " + std::to_string(kMaxAnswerTokens));
+        return BadField(where, "max_tokens", "must be an integer from 1 to " + std::to_string(kMaxAnswerTokens));
       }
       r->max_tokens = static_cast<int>(m.get<int64_t>());
     }
@@ -91,14 +92,14 @@ Status ParseAnswers(const json& j, const std::string& where, TaskRequest* r) {
   if (j.contains("length")) {
     const json& l = j["length"];
     if (!l.is_number_integer() || l.get<int64_t>() < 1 || l.get<int64_t>() > (int64_t{1} << 24)) {
-      return Bad(where, "length", "must be a positive integer (tokens)");
+      return BadField(where, "length", "must be a positive integer (tokens)");
     }
     r->length = static_cast<int>(l.get<int64_t>());
   }
   if (j.contains("depth")) {
     const json& d = j["depth"];
     if (!d.is_number() || !(d.get<double>() >= 0 && d.get<double>() <= 1)) {
-      return Bad(where, "depth", "must be a number from 0 to 1");
+      return BadField(where, "depth", "must be a number from 0 to 1");
     }
     r->depth = d.get<double>();
   }
@@ -106,6 +107,12 @@ Status ParseAnswers(const json& j, const std::string& where, TaskRequest* r) {
 }
 
 }  // namespace
+
+std::string DepthLabel(double depth) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", depth);
+  return buf;
+}
 
 std::vector<int32_t> TaskRequest::Joined() const {
   std::vector<int32_t> t = prefix;
@@ -126,13 +133,13 @@ Status TaskWorkloadReader::AddLine(const std::string& line, const std::string& w
   if (j.contains("document")) {
     ASSIGN_OR_RETURN(std::string id, NonEmptyString(j, "document", where));
     ASSIGN_OR_RETURN(std::string text, NonEmptyString(j, "text", where));
-    if (documents_.count(id)) return Bad(where, "document", "'" + id + "' is defined twice");
+    if (documents_.count(id)) return BadField(where, "document", "'" + id + "' is defined twice");
     ASSIGN_OR_RETURN(documents_[id], tok_.Encode(text, /*add_bos=*/true));
     return Status::Ok();
   }
   TaskRequest r;
   if (j.contains("prefix") == j.contains("prefix_doc")) {
-    return Bad(where, "prefix", "or 'prefix_doc' is required (exactly one of them)");
+    return BadField(where, "prefix", "or 'prefix_doc' is required (exactly one of them)");
   }
   if (j.contains("prefix")) {
     ASSIGN_OR_RETURN(std::string prefix, NonEmptyString(j, "prefix", where));
@@ -140,14 +147,14 @@ Status TaskWorkloadReader::AddLine(const std::string& line, const std::string& w
   } else {
     ASSIGN_OR_RETURN(std::string id, NonEmptyString(j, "prefix_doc", where));
     auto it = documents_.find(id);
-    if (it == documents_.end()) return Bad(where, "prefix_doc", "names '" + id + "', not a document defined on an earlier line");
+    if (it == documents_.end()) return BadField(where, "prefix_doc", "names '" + id + "', not a document defined on an earlier line");
     r.prefix = it->second;
   }
   ASSIGN_OR_RETURN(std::string query, NonEmptyString(j, "query", where));
   ASSIGN_OR_RETURN(r.query, tok_.Encode(query, /*add_bos=*/false));
-  if (r.query.empty()) return Bad(where, "query", "has no tokens");
+  if (r.query.empty()) return BadField(where, "query", "has no tokens");
   for (const char* field : {"id", "task"}) {
-    if (j.contains(field) && !j[field].is_string()) return Bad(where, field, "must be a string");
+    if (j.contains(field) && !j[field].is_string()) return BadField(where, field, "must be a string");
   }
   r.id = j.contains("id") ? j["id"].get<std::string>() : where;
   r.task = j.contains("task") ? j["task"].get<std::string>() : "";

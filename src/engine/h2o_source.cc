@@ -76,8 +76,7 @@ Status H2oSource::Select(Request& rq, LayerWork& work, LayerPrefix* prefix,
   ASSIGN_OR_RETURN(const std::string* kall, Keys(rq, work, &own));
   std::vector<std::vector<float>> scores = AllHeadScores(
       work.view, c, H, reinterpret_cast<const uint16_t*>(kall->data()), static_cast<size_t>(c.kv_dim()), R);
-  PoolScores(d_.options->score_pool, &scores);
-  InvertIfLowest(d_.options->select_lowest, &scores);
+  ForSelection(*d_.options, &scores);
   const size_t k = KeepCount(rq, layer);
   const std::vector<uint32_t>& groups = RowGroups(d_, rq);
   std::vector<std::vector<int32_t>> sets(H);

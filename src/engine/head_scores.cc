@@ -53,15 +53,12 @@ std::vector<float> SumScores(const std::vector<std::vector<float>>& scores, size
   return summed;
 }
 
-void PoolScores(uint32_t radius, std::vector<std::vector<float>>* scores) {
-  if (radius == 0) return;
-  for (auto& head : *scores) head = select::MaxPool(head, radius);
-}
-
-void InvertIfLowest(bool lowest, std::vector<std::vector<float>>* scores) {
-  if (!lowest) return;
+void ForSelection(const EngineOptions& options, std::vector<std::vector<float>>* scores) {
   for (auto& head : *scores) {
-    for (float& x : head) x = -x;
+    if (options.score_pool > 0) head = select::MaxPool(head, options.score_pool);
+    if (options.select_lowest) {
+      for (float& x : head) x = -x;
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tierkv/engine.h"
 #include "tierkv/model.h"
 
 namespace tierkv::engine {
@@ -18,13 +19,13 @@ namespace tierkv::engine {
 std::vector<std::vector<float>> AllHeadScores(const LayerView& view, const ModelConfig& c, int n,
                                               const uint16_t* keys, size_t stride, size_t rows);
 
-// EngineOptions::score_pool: each head's scores max-pooled over `radius`
-// rows either side (select::MaxPool). A no-op at 0.
-void PoolScores(uint32_t radius, std::vector<std::vector<float>>* scores);
-
-// EngineOptions::select_lowest: negates every score, so that each top-k
-// taken from them holds the least important rows. A no-op when !lowest.
-void InvertIfLowest(bool lowest, std::vector<std::vector<float>>* scores);
+// What selection ranks by, from the scores AllHeadScores gives: max-pooled
+// over EngineOptions::score_pool rows either side (select::MaxPool), and
+// negated under EngineOptions::select_lowest (testing: the least important
+// rows win). Unchanged when neither is set. Only the selective sources'
+// choice of rows goes through it; profiles and reordering rank by the
+// scores as computed.
+void ForSelection(const EngineOptions& options, std::vector<std::vector<float>>* scores);
 
 // The element-wise sum of per-head scores.
 std::vector<float> SumScores(const std::vector<std::vector<float>>& scores, size_t rows);

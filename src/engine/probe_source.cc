@@ -81,8 +81,7 @@ select::ProbeDecision ProbeSource::Decide(Request& rq, const LayerView& view, co
   std::vector<std::vector<float>> scores =
       AllHeadScores(view, c, P, reinterpret_cast<const uint16_t*>(keys.data()),
                     static_cast<size_t>(P) * c.head_dim(), rq.R);
-  PoolScores(d_.options->score_pool, &scores);
-  InvertIfLowest(d_.options->select_lowest, &scores);
+  ForSelection(*d_.options, &scores);
   // IMPRESS's j^alpha unless a fitted profile says otherwise (fitted at
   // the engine's retention: a request with its own decides by j^alpha).
   const double fitted = d_.probe_profile && !rq.own_retention ? d_.probe_profile->Threshold(view.layer) : -1;
