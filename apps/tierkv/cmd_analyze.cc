@@ -48,8 +48,8 @@ void AddNeedles(CLI::App* analyze, Action* run) {
   auto a = std::make_shared<Args>();
   CLI::App* sub = analyze->add_subcommand(
       "needles",
-      "Where a needle is lost: for each request of a generation workload whose expected strings are in its "
-      "prefix (make_tasks.py ruler), the needle tokens' rank in the query's attention importance per layer, and "
+      "Where a needle is lost: for each request of a generation workload whose expected strings are each in its "
+      "prefix exactly once (make_tasks.py ruler's needles), the needle tokens' rank in the query's attention importance per layer, and "
       "whether the shared set (per token, in 64-token blocks) and each head's own set keep them at each retention");
   sub->add_option("--model", a->model,
                   "Model file or a pulled model's name (default: $TIERKV_MODEL, else " + DefaultModelPath() + ")");

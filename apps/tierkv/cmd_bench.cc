@@ -99,7 +99,7 @@ void AddBench(CLI::App& app, Action* run) {
       ->check(CLI::Range(-1.0, 1.0));
   sub->add_flag("--select-lowest", a->select_lowest,
                 "Testing the gate: the selective systems keep their LEAST important rows, a deliberately "
-                "wrong selection (the gate must fail)");
+                "wrong selection (the gate must fail); needs --accuracy-gate except with --suite quick");
   AddEngineFlags(sub, &a->f, ScratchStoreUse(/*pool_mib=*/false));
   sub->add_flag("--json", a->json, "Print results.json to stdout as well");
   sub->callback([a, run, sub] {
