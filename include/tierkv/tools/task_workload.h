@@ -40,6 +40,9 @@ struct TaskRequest {
   std::vector<int32_t> Joined() const;  // prefix + query
 };
 
+// A depth as reports label it: "0.30" (two decimals).
+std::string DepthLabel(double depth);
+
 // Parses lines one at a time, remembering the documents defined so far.
 class TaskWorkloadReader {
  public:
