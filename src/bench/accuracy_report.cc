@@ -93,12 +93,13 @@ std::string Scatter(const json& exp, const std::string& dir, const std::string& 
     }
   }
   std::ofstream g(dat + ".gp");
-  g << "set terminal pngcairo noenhanced size 1000,620\nset output '" << dir << "/" << png << "'\n"
-    << "set title '" << exp["id"].get<std::string>() << ": generation-task score against " << xlabel
-    << " (quality pass, empty pools at each system's start; labels: the run's setting)'\nset xlabel '" << xlabel
+  g << "set terminal pngcairo noenhanced size 1000,620\nset output " << GpQuote(dir + "/" + png) << "\n"
+    << "set title " << GpQuote(exp["id"].get<std::string>() + ": generation-task score against " + xlabel +
+                               " (quality pass, each system from empty pools; labels: the setting of the run)")
+    << "\nset xlabel '" << xlabel
     << "'\nset ylabel 'score (share of expected strings)'\nset grid\nset logscale x\nset yrange [0:1.05]\n"
     << "set key outside right\nnames = '" << names << "'\n"
-    << "plot for [i=1:words(names)] '" << dat << "' index (i-1) using 1:2 with linespoints pt 7 title word(names, i), "
+    << "plot for [i=1:words(names)] " << GpQuote(dat) << " index (i-1) using 1:2 with linespoints pt 7 title word(names, i), "
     << "for [i=1:words(names)] '' index (i-1) using 1:2:3 with labels offset char 0.6,0.6 font ',7' notitle\n";
   g.close();
   const std::string what = RunGnuplot(dat + ".gp", dir + "/" + png);
@@ -135,14 +136,14 @@ std::string Heatmap(const json& by_depth, const std::string& dir, const std::str
     }
   }
   std::ofstream g(dat + ".gp");
-  g << "set terminal pngcairo noenhanced size 760,420\nset output '" << dir << "/" << png << "'\n"
-    << "set title '" << title << "'\nset xlabel 'needle depth'\nset ylabel 'length (tokens)'\n"
+  g << "set terminal pngcairo noenhanced size 760,420\nset output " << GpQuote(dir + "/" + png) << "\n"
+    << "set title " << GpQuote(title) << "\nset xlabel 'needle depth'\nset ylabel 'length (tokens)'\n"
     << "set cbrange [0:1]\nset palette defined (0 '#b2182b', 0.5 '#fddbc7', 1 '#2166ac')\nset view map\n"
     << "set xrange [-0.5:" << depths.size() - 0.5 << "]\nset yrange [-0.5:" << lengths.size() - 0.5 << "]\nset xtics (";
   for (size_t i = 0; i < depths.size(); ++i) g << (i ? ", " : "") << "'" << depths[i] << "' " << i;
   g << ")\nset ytics (";
   for (size_t i = 0; i < lengths.size(); ++i) g << (i ? ", " : "") << "'" << lengths[i] << "' " << i;
-  g << ")\nplot '" << dat << "' using 1:2:3 with image notitle\n";
+  g << ")\nplot " << GpQuote(dat) << " using 1:2:3 with image notitle\n";
   g.close();
   const std::string what = RunGnuplot(dat + ".gp", dir + "/" + png);
   return what.rfind("wrote", 0) == 0 ? "![" + id + "](" + png + ")\n" : "(" + what + " for " + id + ")\n";

@@ -6,7 +6,11 @@ namespace tierkv::bench {
 
 std::string RunGnuplot(const std::string& gp, const std::string& png) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) return "gnuplot not found: no PNG";
-  const std::string cmd = "gnuplot '" + gp + "' 2>&1";
+  // The path single-quoted for the shell, a quote inside it closed, escaped
+  // and reopened.
+  std::string quoted = "'";
+  for (char c : gp) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  const std::string cmd = "gnuplot " + quoted + "' 2>&1";
   if (std::system(cmd.c_str()) != 0) return "gnuplot failed: no PNG";
   return "wrote " + png;
 }

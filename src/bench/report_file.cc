@@ -50,11 +50,11 @@ std::string PlotExperiment(const json& exp, const std::string& dir, const std::s
     }
   }
   std::ofstream g(dat + ".gp");
-  g << "set terminal pngcairo noenhanced size 1000,520\nset output '" << dir << "/" << png << "'\n"
-    << "set title '" << exp["id"].get<std::string>() << ": " << ylabel << "'\nset ylabel '" << ylabel << "'\n"
+  g << "set terminal pngcairo noenhanced size 1000,520\nset output " << GpQuote(dir + "/" + png) << "\n"
+    << "set title " << GpQuote(exp["id"].get<std::string>() + ": " + ylabel) << "\nset ylabel '" << ylabel << "'\n"
     << "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.85 border -1\n"
     << "set key outside right\nset grid ytics\nset xtics rotate by -20\nset yrange [0:*]\n"
-    << "plot for [i=2:" << systems.size() + 1 << "] '" << dat << "' using i:xtic(1) title columnheader(i)\n";
+    << "plot for [i=2:" << systems.size() + 1 << "] " << GpQuote(dat) << " using i:xtic(1) title columnheader(i)\n";
   g.close();
   const std::string what = RunGnuplot(dat + ".gp", dir + "/" + png);
   return what.rfind("wrote", 0) == 0 ? "![" + id + "](" + png + ")\n\n" : "(" + what + " for " + id + ")\n\n";

@@ -15,6 +15,15 @@ inline std::string Fmt(const char* f, double v) {
   return buf;
 }
 
+// `s` as a gnuplot single-quoted string: a quote inside is doubled, so a
+// title or path holding an apostrophe (a workload file named "Bob's") does
+// not end the string early and fail the plot.
+inline std::string GpQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
 // A suite run's label in tables and plots: its workload, and its setting
 // ("docqa retention=0.25").
 inline std::string RunLabel(const nlohmann::json& run, const std::string& param) {

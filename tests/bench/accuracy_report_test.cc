@@ -1,0 +1,55 @@
+// The report's accuracy section (bench/accuracy_report.h): its tables, and
+// its plots drawn whatever the names hold (a title or path with a quote once
+// ended gnuplot's string and the plot silently failed).
+#include "bench/accuracy_report.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "testing/shared.h"
+
+namespace tierkv::bench {
+namespace {
+
+using nlohmann::json;
+
+json System(double score, double ttft_ms) {
+  json by_depth = {{"1024", {{"0.0", {{"score", score}}}, {"0.5", {{"score", 1.0}}}}},
+                   {"2048", {{"0.0", {{"score", 1.0}}}, {"0.5", {{"score", score}}}}}};
+  json answers = {{"score", score},
+                  {"worse_than_recompute", score < 1.0 ? 1 : 0},
+                  {"tasks", {{"niah_single", {{"score", score}, {"by_depth", by_depth}}}}}};
+  return {{"quality", {{"answers", answers}, {"cold", {{"ttft_ms_p50", ttft_ms}, {"disk_bytes_mean", 2e7}}}}}};
+}
+
+json Experiment() {
+  json runs = json::array();
+  for (const char* value : {"0.1", "0.25"}) {
+    runs.push_back({{"workload", "Bob's needles"},
+                    {"value", value},
+                    {"result", {{"systems", {{"recompute", System(1.0, 900)}, {"impress", System(0.5, 300)}}}}}});
+  }
+  return {{"id", "accuracy"}, {"param", "retention"}, {"runs", runs}};
+}
+
+TEST(AccuracyReportTest, TablesAndPlotsWithQuotesInNames) {
+  const std::string dir = testing::MakeTempDir("it's a report");
+  const std::string section = AccuracySection(Experiment(), dir);
+  EXPECT_NE(section.find("### Bob's needles retention=0.25: scores"), std::string::npos) << section;
+  EXPECT_NE(section.find("| impress | 0.500 | 0.500 | 300.0 | 20.00 | 1 |"), std::string::npos) << section;
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "gnuplot not installed: the tables are checked, the plots are not";
+  }
+  EXPECT_EQ(section.find("no PNG"), std::string::npos) << section;
+  for (const char* png : {"fig-accuracy-score-ttft.png", "fig-accuracy-score-bytes.png",
+                          "fig-accuracy-heat-Bob's needles-impress-niah_single.png"}) {
+    EXPECT_GT(std::filesystem::file_size(dir + "/" + png), 1000u) << png;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tierkv::bench
