@@ -9,6 +9,7 @@
 #include "tierkv/tools/needle_study.h"
 #include "tierkv/tools/task_workload.h"
 #include "commands.h"
+#include "engine_flags.h"
 #include "tierkv/filesystem.h"
 #include "tierkv/tokenizer.h"
 
@@ -63,10 +64,11 @@ void AddNeedles(CLI::App* analyze, Action* run) {
                   "down to a 4 KiB page's rows on short prefixes)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  sub->add_option("--score-pool", a->study.score_pool,
-                  "Max-pool each head's scores over N rows either side first (as the engine's --score-pool)")
-      ->capture_default_str()
-      ->check(CLI::Range(0u, engine::kMaxScorePool));
+  AddParsedOption(sub, "--score-pool", &a->study.score_pool, engine::ParseScorePool,
+                  "Max-pool each head's scores first, as the engine's --score-pool: B rows before and A "
+                  "after (B:A), N on either side (N), or off",
+                  "off, N or B:A")
+      ->default_str(engine::ScorePoolName(a->study.score_pool));
   sub->add_option("--out", a->out, "Write the Markdown report to this file too");
   sub->callback([a, run] {
     *run = [a]() -> int {

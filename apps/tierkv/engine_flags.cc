@@ -203,12 +203,13 @@ void AddSelectionFlags(CLI::App* sub, EngineFlags* f) {
                   "(single rows) or block:N (N consecutive tokens)",
                   "auto, token, page or block:N")
       ->default_str(engine::SelectionUnitName(e.unit));
-  sub->add_option("--score-pool", e.score_pool,
-                  "Selective systems: each row's importance becomes the largest within N rows either "
-                  "side before selection (max pooling, as SnapKV), so the rows right after an attended "
-                  "key, such as a needle's value, are kept with it (0: off; docs/accuracy.md)")
-      ->capture_default_str()
-      ->check(CLI::Range(0u, engine::kMaxScorePool));
+  AddParsedOption(sub, "--score-pool", &e.score_pool, engine::ParseScorePool,
+                  "Selective systems: each row's importance becomes the largest within B rows before "
+                  "and A rows after it (B:A; N: N on either side, SnapKV's max pooling; off), so the "
+                  "rows after an attended key, such as a needle's value, are kept with it "
+                  "(docs/accuracy.md)",
+                  "off, N or B:A")
+      ->default_str(engine::ScorePoolName(e.score_pool));
   sub->add_option("--spec-min-recall", e.spec_min_recall,
                   "spec: prefetch a layer's predicted rows only while the prediction's recall "
                   "there (a moving average) is at least this (0: always, as SPEC publishes; the "

@@ -154,8 +154,22 @@ Result<double> ParseProbeRecall(std::string_view text);
 // --alpha: "auto" (nullopt: EngineOptions::alpha_auto) or IMPRESS's exponent in [0, 16].
 Result<std::optional<double>> ParseAlpha(std::string_view text);
 
-// EngineOptions::score_pool's bound (rows either side).
+// EngineOptions::score_pool's bound (rows on either side).
 inline constexpr uint32_t kMaxScorePool = 256;
+
+// How selection widens what the query attends (EngineOptions::score_pool):
+// each row's importance becomes the largest within `before` rows before it
+// and `after` rows after it (select::MaxPoolWindow). {0, 0}: off.
+struct ScorePool {
+  uint32_t before = 0;
+  uint32_t after = 0;
+  bool operator==(const ScorePool&) const = default;
+};
+// "N" (N rows on either side, SnapKV's max pooling), "B:A" (B before, A
+// after; "64:0" carries an attended key's score onto the 64 rows that follow
+// it) or "off"; each at most kMaxScorePool.
+Result<ScorePool> ParseScorePool(std::string_view text);
+std::string ScorePoolName(ScorePool p);
 
 struct EngineOptions {
   System system = System::kAsLike;
@@ -175,11 +189,11 @@ struct EngineOptions {
   Aggregation aggregation = Aggregation::kSum;  // impress/spec
   SelectionUnit unit;              // selective systems: what is chosen or skipped as one
   // Selective systems: each row's importance becomes the largest within
-  // score_pool rows either side before selection (select::MaxPool), so that
-  // the rows after an attended key (a needle's value) are kept with it
-  // (docs/accuracy.md). 0: off; at most kMaxScorePool. The fitted probe
-  // thresholds (alpha auto) are fitted on unpooled scores.
-  uint32_t score_pool = 0;
+  // score_pool.before rows before it and score_pool.after rows after it
+  // before selection (select::MaxPoolWindow), so that the rows after an
+  // attended key (a needle's value) are kept with it (docs/accuracy.md).
+  // The fitted probe thresholds (alpha auto) are fitted on unpooled scores.
+  ScorePool score_pool;
   // Testing only (tierkv bench --select-lowest): the selective systems keep
   // the rows of LOWEST importance, a deliberately wrong selection, so that
   // an accuracy gate can be seen to fail. Never set in serving.

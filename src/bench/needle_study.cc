@@ -105,7 +105,7 @@ Result<NeedleStudy> RunNeedleStudy(const Model& model, const Tokenizer& tok, std
       auto& d = depths[r.depth >= 0 ? DepthLabel(r.depth) : "none"];
       d.second.resize(R, 0);
       for (int l = 0; l < L; ++l) {
-        for (auto& head : imp[l]) head = select::MaxPool(head, o.score_pool);
+        for (auto& head : imp[l]) head = select::MaxPoolWindow(head, o.score_pool.before, o.score_pool.after);
         AddLayer(imp[l], needle, o, &layers[l], &d.second);
         ++d.first;
       }

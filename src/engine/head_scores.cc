@@ -55,7 +55,8 @@ std::vector<float> SumScores(const std::vector<std::vector<float>>& scores, size
 
 void ForSelection(const EngineOptions& options, std::vector<std::vector<float>>* scores) {
   for (auto& head : *scores) {
-    if (options.score_pool > 0) head = select::MaxPool(head, options.score_pool);
+    const ScorePool& p = options.score_pool;
+    if (p.before > 0 || p.after > 0) head = select::MaxPoolWindow(head, p.before, p.after);
     if (options.select_lowest) {
       for (float& x : head) x = -x;
     }

@@ -20,7 +20,7 @@ std::vector<std::vector<float>> AllHeadScores(const LayerView& view, const Model
                                               const uint16_t* keys, size_t stride, size_t rows);
 
 // What selection ranks by, from the scores AllHeadScores gives: max-pooled
-// over EngineOptions::score_pool rows either side (select::MaxPool), and
+// over EngineOptions::score_pool's window (select::MaxPoolWindow), and
 // negated under EngineOptions::select_lowest (testing: the least important
 // rows win). Unchanged when neither is set. Only the selective sources'
 // choice of rows goes through it; profiles and reordering rank by the

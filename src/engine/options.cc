@@ -147,6 +147,35 @@ Result<SelectionUnit> ParseSelectionUnit(std::string_view name) {
                                  "' (known: auto, token, page, block:N with N in 1..4096)");
 }
 
+Result<ScorePool> ParseScorePool(std::string_view text) {
+  const auto bad = [&text] {
+    return Status::InvalidArgument("score pool '" + std::string(text) + "' (known: off, N or B:A, each 0.." +
+                                   std::to_string(kMaxScorePool) + ")");
+  };
+  if (text == "off") return ScorePool{};
+  const auto number = [](std::string_view n) -> std::optional<uint32_t> {
+    if (n.empty() || n.size() > 3 || n.find_first_not_of("0123456789") != std::string_view::npos) return {};
+    const int v = std::stoi(std::string(n));
+    if (v > static_cast<int>(kMaxScorePool)) return {};
+    return static_cast<uint32_t>(v);
+  };
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos) {
+    const auto n = number(text);
+    if (!n) return bad();
+    return ScorePool{*n, *n};
+  }
+  const auto before = number(text.substr(0, colon)), after = number(text.substr(colon + 1));
+  if (!before || !after) return bad();
+  return ScorePool{*before, *after};
+}
+
+std::string ScorePoolName(ScorePool p) {
+  if (p.before == 0 && p.after == 0) return "off";
+  if (p.before == p.after) return std::to_string(p.before);
+  return std::to_string(p.before) + ":" + std::to_string(p.after);
+}
+
 std::string_view StoreOrderName(StoreOrder o) {
   switch (o) {
     case StoreOrder::kSystem: return "system";
@@ -195,9 +224,9 @@ Status EngineOptions::Validate() const {
     return Status::InvalidArgument("unit: block_tokens " + std::to_string(unit.block_tokens) +
                                    " is outside 1..4096");
   }
-  if (score_pool > kMaxScorePool) {
-    return Status::InvalidArgument("score_pool " + std::to_string(score_pool) + " is above " +
-                                   std::to_string(kMaxScorePool));
+  if (score_pool.before > kMaxScorePool || score_pool.after > kMaxScorePool) {
+    return Status::InvalidArgument("score_pool " + ScorePoolName(score_pool) + " is above " +
+                                   std::to_string(kMaxScorePool) + " on a side");
   }
   if (!(retention > 0 && retention <= 1)) {
     return Status::InvalidArgument("retention " + std::to_string(retention) + " is outside (0, 1]");

@@ -26,20 +26,25 @@ std::vector<int32_t> TopK(std::span<const float> scores, size_t k) {
 }
 
 std::vector<float> MaxPool(std::span<const float> scores, size_t radius) {
+  return MaxPoolWindow(scores, radius, radius);
+}
+
+std::vector<float> MaxPoolWindow(std::span<const float> scores, size_t before, size_t after) {
   const size_t n = scores.size();
   std::vector<float> out(scores.begin(), scores.end());
-  if (radius == 0 || n == 0) return out;
-  // A monotonic deque over the sliding window: O(n) whatever the radius.
+  if ((before == 0 && after == 0) || n == 0) return out;
+  // A monotonic deque over the sliding window [j - before, j + after]: O(n)
+  // whatever its width.
   std::vector<size_t> dq;
   dq.reserve(n);
   size_t head = 0, next = 0;
   for (size_t j = 0; j < n; ++j) {
-    const size_t hi = std::min(n - 1, j + radius);
+    const size_t hi = std::min(n - 1, j + after);
     for (; next <= hi; ++next) {
       while (dq.size() > head && scores[dq.back()] <= scores[next]) dq.pop_back();
       dq.push_back(next);
     }
-    const size_t lo = j >= radius ? j - radius : 0;
+    const size_t lo = j >= before ? j - before : 0;
     while (dq[head] < lo) ++head;
     out[j] = scores[dq[head]];
   }

@@ -31,6 +31,12 @@ std::vector<int32_t> TopGroups(std::span<const float> scores, std::span<const ui
 // the attended tokens alone. radius 0: a copy.
 std::vector<float> MaxPool(std::span<const float> scores, size_t radius);
 
+// Each score replaced by the largest of the `before` positions before it,
+// itself and the `after` positions after it. MaxPool(s, r) is
+// MaxPoolWindow(s, r, r); MaxPoolWindow(s, n, 0) carries an attended row's
+// score forward onto the n rows that follow it (what a key introduces).
+std::vector<float> MaxPoolWindow(std::span<const float> scores, size_t before, size_t after);
+
 // |a ∩ b| of two ascending index sets.
 size_t IntersectionSize(std::span<const int32_t> a, std::span<const int32_t> b);
 

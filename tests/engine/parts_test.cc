@@ -121,6 +121,19 @@ TEST(EngineOptionsTest, NamesParseAndBadOnesNameTheField) {
   for (const char* bad : {"", "pages", "block:", "block:0", "block:4097", "block:-3", "block:1x"}) {
     EXPECT_THAT(ParseSelectionUnit(bad).status(), StatusIs(StatusCode::kInvalidArgument, "block:N")) << bad;
   }
+  for (const char* name : {"off", "8", "64:0", "0:16", "256", "3:256"}) {
+    ASSERT_OK_AND_ASSIGN(ScorePool p, ParseScorePool(name));
+    EXPECT_EQ(ScorePoolName(p), name);
+  }
+  EXPECT_EQ(*ParseScorePool("0"), ScorePool{});
+  EXPECT_EQ(*ParseScorePool("0:0"), ScorePool{});
+  EXPECT_EQ(*ParseScorePool("64:0"), (ScorePool{64, 0}));
+  for (const char* bad : {"", ":", "8:", ":8", "257", "1:257", "-1", "8:8:8", "x", "1000", "0x10"}) {
+    EXPECT_THAT(ParseScorePool(bad).status(), StatusIs(StatusCode::kInvalidArgument, "B:A")) << bad;
+  }
+  EngineOptions pooled = o;
+  pooled.score_pool = ScorePool{0, kMaxScorePool + 1};
+  EXPECT_THAT(pooled.Validate(), StatusIs(StatusCode::kInvalidArgument, "score_pool"));
   // auto: at retention 0.25 and below, blocks of up to 64 tokens while a
   // layer keeps 8 of them (512-byte rows: 8 per page), pages above 0.25 or when
   // blocks would be no larger; the others are themselves anywhere.

@@ -61,6 +61,29 @@ TEST(ImportanceTest, MaxPoolTakesTheLargestWithinTheRadius) {
   EXPECT_EQ(TopK(MaxPool(needle, 3), 6), (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
 }
 
+TEST(ImportanceTest, MaxPoolWindowCarriesAKeyOntoTheRowsAfterIt) {
+  const std::vector<float> s = {0, 5, 0, 0, 0, 0, 1, 0, 9};
+  EXPECT_EQ(MaxPoolWindow(s, 0, 0), s);
+  EXPECT_EQ(MaxPoolWindow(s, 2, 2), MaxPool(s, 2));
+  EXPECT_EQ(MaxPoolWindow(s, 2, 0), (std::vector<float>{0, 5, 5, 5, 0, 0, 1, 1, 9}));
+  EXPECT_EQ(MaxPoolWindow(s, 0, 1), (std::vector<float>{5, 5, 0, 0, 0, 1, 1, 9, 9}));
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<float> v(1 + rng() % 200);
+    for (float& x : v) x = static_cast<float>(rng() % 1000);
+    const size_t b = rng() % 20, a = rng() % 20;
+    const std::vector<float> got = MaxPoolWindow(v, b, a);
+    for (size_t j = 0; j < v.size(); ++j) {
+      const size_t lo = j >= b ? j - b : 0, hi = std::min(v.size() - 1, j + a);
+      EXPECT_EQ(got[j], *std::max_element(v.begin() + lo, v.begin() + hi + 1)) << j << " b=" << b << " a=" << a;
+    }
+  }
+  // Carried forward, the key's whole value (the 4 rows after it) ranks with
+  // the key, and nothing before the key does.
+  const std::vector<float> needle = {0.3f, 0.3f, 3.0f, 0.2f, 0.2f, 0.2f, 0.2f, 0.1f};
+  EXPECT_EQ(TopK(MaxPoolWindow(needle, 4, 0), 5), (std::vector<int32_t>{2, 3, 4, 5, 6}));
+}
+
 TEST(ImportanceTest, CountsJaccardAndMass) {
   EXPECT_EQ(CountForFraction(100, 0.1), 10u);
   EXPECT_EQ(CountForFraction(101, 0.1), 11u);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tierkv/engine.h"
 #include "tierkv/model.h"
 #include "tierkv/tokenizer.h"
 #include "tierkv/tools/task_workload.h"
@@ -23,7 +24,7 @@ namespace tierkv::bench {
 struct NeedleStudyOptions {
   std::vector<double> retentions = {0.1, 0.25, 0.5};
   size_t block_tokens = 64;  // the engine's selection unit at retention <= 0.25 (docs/systems.md)
-  uint32_t score_pool = 0;   // EngineOptions::score_pool: scores max-pooled first
+  engine::ScorePool score_pool;  // EngineOptions::score_pool: scores max-pooled first
 };
 
 // Per layer, over the requests whose needle was found in the prefix.
