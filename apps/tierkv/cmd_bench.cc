@@ -49,6 +49,7 @@ void AddBench(CLI::App& app, Action* run) {
     bool json = false, fresh = false, select_lowest = false;
     double accuracy_gate = -2;  // -2: the suite's default
     std::vector<std::string> llamacpp;
+    std::vector<std::string> systems;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -74,6 +75,10 @@ void AddBench(CLI::App& app, Action* run) {
                   "and a suite stopped before it finished resumes from it when run again with the same flags, "
                   "model and workload files")
       ->capture_default_str();
+  sub->add_option("--systems", a->systems,
+                  "Only these systems (comma-separated, e.g. recompute,impress,spec) of each experiment; "
+                  "default: every system the suite runs. recompute's answers are computed whatever this says")
+      ->delimiter(',');
   sub->add_flag("--fresh", a->fresh, "Start over: discard the unfinished results in --out instead of resuming");
   sub->add_option("--retention", a->retention, "Share of R's rows used by the selective systems")
       ->capture_default_str()
@@ -128,6 +133,11 @@ void AddBench(CLI::App& app, Action* run) {
       o.rounds = a->rounds >= 1 ? a->rounds : (quick ? 1 : 3);
       o.accuracy_gate = a->accuracy_gate > -2 ? a->accuracy_gate : (quick ? kQuickAccuracyGate : -1);
       o.select_lowest = a->select_lowest;
+      for (const std::string& name : a->systems) {
+        auto s = engine::ParseSystem(name);
+        if (!s.ok()) return Fail("--systems: " + s.status().message());
+        o.systems.push_back(*s);
+      }
       o.progress = StageProgressPrinter();
       // Read before the suite runs: a bad file fails in seconds, not hours.
       std::vector<nlohmann::json> llamacpp;

@@ -150,6 +150,22 @@ std::vector<Experiment> AccuracySuite() {
   return {e};
 }
 
+// The experiments restricted to `only` (SuiteOptions::systems; empty: as
+// they are), dropping those left without a system.
+Result<std::vector<Experiment>> OnlySystems(std::vector<Experiment> exps, const std::vector<System>& only,
+                                            std::string_view suite) {
+  if (only.empty()) return exps;
+  std::vector<Experiment> kept;
+  for (Experiment& e : exps) {
+    std::erase_if(e.systems, [&only](System s) { return std::find(only.begin(), only.end(), s) == only.end(); });
+    if (!e.systems.empty()) kept.push_back(std::move(e));
+  }
+  if (kept.empty()) {
+    return Status::InvalidArgument("systems: none of those given runs in the " + std::string(suite) + " suite");
+  }
+  return kept;
+}
+
 std::string Stem(const std::string& path) { return std::filesystem::path(path).stem().string(); }
 
 json Machine() {
@@ -400,6 +416,9 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
                        {"device_share", o.device_share}, {"host_share", o.host_share}};
   }
   if (o.select_lowest) out["settings"]["select_lowest"] = true;
+  if (!o.systems.empty()) {
+    for (System s : o.systems) out["settings"]["systems"].push_back(std::string(engine::SystemName(s)));
+  }
   std::vector<Workload> loads;
   for (const std::string& path : o.workloads) {
     ASSIGN_OR_RETURN(Workload w, LoadWorkload(path, tok, model));
@@ -413,10 +432,12 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
     out["resumed"] = o.previous.value("resumed", json::array());
     out["resumed"].push_back(NowUtc());
   }
-  const std::vector<Experiment> exps = o.suite == Suite::kQuick      ? QuickSuite()
-                                       : o.suite == Suite::kPaper    ? PaperSuite()
-                                       : o.suite == Suite::kAccuracy ? AccuracySuite()
-                                                                     : std::vector<Experiment>{SystemsExperiment(kPaperSystems)};
+  ASSIGN_OR_RETURN(const std::vector<Experiment> exps,
+                   OnlySystems(o.suite == Suite::kQuick      ? QuickSuite()
+                               : o.suite == Suite::kPaper    ? PaperSuite()
+                               : o.suite == Suite::kAccuracy ? AccuracySuite()
+                                                             : std::vector<Experiment>{SystemsExperiment(kPaperSystems)},
+                               o.systems, SuiteName(o.suite)));
   const std::vector<Planned> plan = Plan(exps, loads.size());
   out["runs_total"] = plan.size();
   out["runs_done"] = 0;

@@ -113,6 +113,34 @@ TEST_F(SuiteTest, AStoppedSuiteResumesFromItsCheckpointAndRunsOnlyWhatIsMissing)
   EXPECT_TRUE(again->is_null());
 }
 
+TEST_F(SuiteTest, SystemsRunOnlyThoseGivenAndSayWhich) {
+  auto tok = Tok();
+  SuiteOptions o = Options();
+  o.systems = {engine::System::kImpress, engine::System::kAsLike};
+  auto r = RunSuite(*model_, *tok, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)["settings"]["systems"], json({"impress", "as-like"}));
+  size_t runs = 0;
+  for (const json& e : (*r)["experiments"]) {
+    for (const json& run : e["runs"]) {
+      ++runs;
+      for (const auto& [name, sys] : run["result"]["systems"].items()) {
+        EXPECT_TRUE(name == "impress" || name == "as-like") << e["id"] << " ran " << name;
+      }
+    }
+  }
+  EXPECT_EQ(runs, 2u);  // quick: systems and exact both hold impress
+  // recompute reuses nothing: the exact experiment (reusing systems at
+  // 1.0) has none left and is not run.
+  o = Options();
+  o.systems = {engine::System::kRecompute};
+  auto alone = RunSuite(*model_, *tok, o);
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  ASSERT_EQ((*alone)["experiments"].size(), 1u);
+  EXPECT_EQ((*alone)["runs_total"], 1);
+  EXPECT_EQ((*alone)["experiments"][0]["runs"][0]["result"]["systems"].size(), 1u);
+}
+
 TEST_F(SuiteTest, UnfinishedResultsOfAnotherSuiteAreRefusedNamingWhatDiffers) {
   auto tok = Tok();
   json saved;

@@ -50,6 +50,9 @@ struct SuiteOptions {
   // Testing the gate: the selective systems keep their least important rows
   // (EngineOptions::select_lowest).
   bool select_lowest = false;
+  // Only these of each experiment's systems (empty: all of them); an
+  // experiment left with none is not run, and none left at all is an error.
+  std::vector<engine::System> systems;
   // Called with what runs and how far (may be empty).
   std::function<void(const std::string& what, size_t done, size_t total)> progress;
   // What else decides the results (the caller's engine flags, as text): a
