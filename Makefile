@@ -83,12 +83,15 @@ bench-quick: build models
 # (docs/accuracy.md): RULER-style retrieval and aggregation at 1k-8k tokens
 # on SmolLM2-135M-Instruct; report in docs/results/accuracy
 # (hours here; resumable like bench-paper; BENCH_ARGS=--fresh starts over).
+# The systems that select differently: impress-itf and impress-ro choose
+# impress's rows and as-h2o-lfu as-h2o-lru's (ACCURACY_SYSTEMS= runs all nine).
 ACCURACY := build/workloads/accuracy
+ACCURACY_SYSTEMS ?= recompute,as-like,as-h2o-lru,impress,spec,car
 bench-accuracy: build models
 	mkdir -p $(ACCURACY)
 	python3 tools/prompts/make_tasks.py ruler --size accuracy --out $(ACCURACY)/ruler.jsonl --shared $(SHARED)
 	$(BUILD)/apps/tierkv bench --suite accuracy --model smollm2 --workload $(ACCURACY)/ruler.jsonl \
-	  --out docs/results/accuracy $(BENCH_ARGS)
+	  $(if $(ACCURACY_SYSTEMS),--systems $(ACCURACY_SYSTEMS)) --out docs/results/accuracy/ruler $(BENCH_ARGS)
 
 # llama.cpp runs first on the same workloads when tools/llamacpp is set up
 # natively (tools/llamacpp/setup.sh --native); the report puts it beside our systems.
