@@ -67,18 +67,26 @@ std::string ScoreTable(const json& run, const std::string& label) {
 
 // Score against a cold request's TTFT (x = "ttft_ms_p50") or its disk reads
 // (x = "disk_bytes_mean", in MB): one line per system through its runs
-// (retentions), each point labelled with its setting.
+// (retentions), each point labelled with its setting. A system at x = 0
+// (recompute reads nothing) cannot sit on the log axis: its score is a
+// dashed horizontal line, labelled.
 std::string Scatter(const json& exp, const std::string& dir, const std::string& x, const std::string& xlabel) {
   const std::string id = exp["id"].get<std::string>() + "-score-" + (x == "ttft_ms_p50" ? "ttft" : "bytes");
   const std::string dat = dir + "/fig-" + id + ".dat", png = "fig-" + id + ".png";
   const double scale = x == "ttft_ms_p50" ? 1.0 : 1e-6;
   std::map<std::string, std::vector<std::string>> rows;  // system -> "x score label" per run
+  std::set<std::pair<std::string, double>> at_zero;      // (system, score) read at x = 0
   for (const json& run : exp["runs"]) {
     for (const auto& [name, sys] : run["result"]["systems"].items()) {
       const json* a = Answers(sys);
       if (!a) continue;
+      const double xv = sys["quality"]["cold"][x].get<double>() * scale;
+      if (!(xv > 0)) {
+        at_zero.insert({name, (*a)["score"].get<double>()});
+        continue;
+      }
       std::ostringstream r;
-      r << sys["quality"]["cold"][x].get<double>() * scale << " " << (*a)["score"].get<double>() << " "
+      r << xv << " " << (*a)["score"].get<double>() << " "
         << (run["value"].is_null() ? run["workload"].get<std::string>() : run["value"].get<std::string>());
       rows[name].push_back(r.str());
     }
@@ -94,11 +102,17 @@ std::string Scatter(const json& exp, const std::string& dir, const std::string& 
   }
   std::ofstream g(dat + ".gp");
   g << "set terminal pngcairo noenhanced size 1000,620\nset output " << GpQuote(dir + "/" + png) << "\n"
-    << "set title " << GpQuote(exp["id"].get<std::string>() + ": generation-task score against " + xlabel +
-                               " (quality pass, each system from empty pools; labels: the setting of the run)")
+    << "set title " << GpQuote(exp["id"].get<std::string>() + ": score against " + xlabel +
+                               " (cold requests; labels: each run's setting)")
     << "\nset xlabel '" << xlabel
     << "'\nset ylabel 'score (share of expected strings)'\nset grid\nset logscale x\nset yrange [0:1.05]\n"
-    << "set key outside right\nnames = '" << names << "'\n"
+    << "set key outside right\nnames = '" << names << "'\n";
+  for (const auto& [name, score] : at_zero) {
+    g << "set arrow from graph 0, first " << score << " to graph 1, first " << score << " nohead dt 2 lw 2\n"
+      << "set label " << GpQuote(name + " (reads nothing): " + Fmt("%.3f", score)) << " at graph 0.02, first "
+      << score + 0.02 << " font ',9'\n";
+  }
+  g
     << "plot for [i=1:words(names)] " << GpQuote(dat) << " index (i-1) using 1:2 with linespoints pt 7 title word(names, i), "
     << "for [i=1:words(names)] '' index (i-1) using 1:2:3 with labels offset char 0.6,0.6 font ',7' notitle\n";
   g.close();
