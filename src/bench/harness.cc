@@ -232,7 +232,14 @@ json ProbeFitJson(const std::vector<engine::ProbeFit>& fits) {
 Result<json> RunHarness(const Model& model, std::span<const TaskRequest> reqs, const HarnessOptions& o) {
   RETURN_IF_ERROR(o.Validate());
   if (reqs.empty()) return Status::InvalidArgument("no requests");
-  ASSIGN_OR_RETURN(const uint64_t stored, WriteStore(model, reqs, o));
+  // A run of systems that reuse nothing (bench --systems recompute) reads
+  // no store: none is written.
+  const bool reuses = std::any_of(o.systems.begin(), o.systems.end(),
+                                  [](engine::System s) { return engine::TraitsOf(s).reuses; });
+  uint64_t stored = 0;
+  if (reuses) {
+    ASSIGN_OR_RETURN(stored, WriteStore(model, reqs, o));
+  }
   json out;
   out["requests"] = reqs.size();
   out["repeat"] = o.repeat;

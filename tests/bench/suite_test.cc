@@ -134,11 +134,16 @@ TEST_F(SuiteTest, SystemsRunOnlyThoseGivenAndSayWhich) {
   // 1.0) has none left and is not run.
   o = Options();
   o.systems = {engine::System::kRecompute};
+  stages_.clear();
   auto alone = RunSuite(*model_, *tok, o);
   ASSERT_TRUE(alone.ok()) << alone.status().ToString();
   ASSERT_EQ((*alone)["experiments"].size(), 1u);
   EXPECT_EQ((*alone)["runs_total"], 1);
   EXPECT_EQ((*alone)["experiments"][0]["runs"][0]["result"]["systems"].size(), 1u);
+  // Nothing reuses: no store is written.
+  EXPECT_EQ((*alone)["experiments"][0]["runs"][0]["result"]["stored_bytes"], 0);
+  for (const std::string& s : stages_) EXPECT_EQ(s.find("storing"), std::string::npos) << s;
+  EXPECT_FALSE(stages_.empty());
 }
 
 TEST_F(SuiteTest, UnfinishedResultsOfAnotherSuiteAreRefusedNamingWhatDiffers) {
