@@ -81,7 +81,7 @@ bench-quick: build models
 
 # Task accuracy per system at retention 0.1, 0.25 and 0.5 on a real model
 # (docs/accuracy.md): RULER-style retrieval and aggregation at 1k-8k tokens
-# on SmolLM2-135M-Instruct; report in docs/results/accuracy
+# on SmolLM2-135M-Instruct; report in docs/results/accuracy/ruler
 # (hours here; resumable like bench-paper; BENCH_ARGS=--fresh starts over).
 # The systems that select differently: impress-itf and impress-ro choose
 # impress's rows and as-h2o-lfu as-h2o-lru's (ACCURACY_SYSTEMS= runs all nine).

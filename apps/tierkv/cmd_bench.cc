@@ -21,7 +21,8 @@ constexpr double kQuickAccuracyGate = 0.15;
 // file (every option with its value or default), without those that only
 // say where results go or what is printed.
 nlohmann::json FlagsIdentity(const CLI::App& sub) {
-  static const char* const kNotResults[] = {"out", "fresh", "json", "llamacpp", "cache-dir", "accuracy-gate"};
+  static const char* const kNotResults[] = {"out", "fresh", "json", "llamacpp", "cache-dir", "accuracy-gate",
+                                            "systems"};  // systems: in the settings, in canonical order
   nlohmann::json out = nlohmann::json::object();
   std::istringstream lines(sub.config_to_str(/*default_also=*/true, /*write_description=*/false));
   for (std::string line; std::getline(lines, line);) {
@@ -136,7 +137,20 @@ void AddBench(CLI::App& app, Action* run) {
       for (const std::string& name : a->systems) {
         auto s = engine::ParseSystem(name);
         if (!s.ok()) return Fail("--systems: " + s.status().message());
-        o.systems.push_back(*s);
+        if (std::find(o.systems.begin(), o.systems.end(), *s) == o.systems.end()) o.systems.push_back(*s);
+      }
+      // In the table's order: the same set is the same suite, however typed.
+      std::sort(o.systems.begin(), o.systems.end(), [](engine::System x, engine::System y) {
+        const auto all = engine::AllSystems();
+        return std::find(all.begin(), all.end(), x) < std::find(all.begin(), all.end(), y);
+      });
+      if (o.accuracy_gate >= 0 && !o.systems.empty()) {
+        const auto has = [&o](engine::System s) { return std::find(o.systems.begin(), o.systems.end(), s) != o.systems.end(); };
+        const auto gated = bench::GatedSystems();
+        if (!has(engine::System::kRecompute) || std::none_of(gated.begin(), gated.end(), has)) {
+          return Fail("--systems leaves the accuracy gate nothing to check: it compares impress, impress-itf, "
+                      "impress-ro or spec with recompute (add them, or give --accuracy-gate -1)");
+        }
       }
       o.progress = StageProgressPrinter();
       // Read before the suite runs: a bad file fails in seconds, not hours.

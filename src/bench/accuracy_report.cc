@@ -75,14 +75,14 @@ std::string Scatter(const json& exp, const std::string& dir, const std::string& 
   const std::string dat = dir + "/fig-" + id + ".dat", png = "fig-" + id + ".png";
   const double scale = x == "ttft_ms_p50" ? 1.0 : 1e-6;
   std::map<std::string, std::vector<std::string>> rows;  // system -> "x score label" per run
-  std::set<std::pair<std::string, double>> at_zero;      // (system, score) read at x = 0
+  std::set<std::pair<std::string, double>> at_zero;      // ("system, workload", score) at x = 0
   for (const json& run : exp["runs"]) {
     for (const auto& [name, sys] : run["result"]["systems"].items()) {
       const json* a = Answers(sys);
       if (!a) continue;
       const double xv = sys["quality"]["cold"][x].get<double>() * scale;
       if (!(xv > 0)) {
-        at_zero.insert({name, (*a)["score"].get<double>()});
+        at_zero.insert({name + ", " + run["workload"].get<std::string>(), (*a)["score"].get<double>()});
         continue;
       }
       std::ostringstream r;
@@ -90,6 +90,13 @@ std::string Scatter(const json& exp, const std::string& dir, const std::string& 
         << (run["value"].is_null() ? run["workload"].get<std::string>() : run["value"].get<std::string>());
       rows[name].push_back(r.str());
     }
+  }
+  // Nothing to draw on a log axis (every system read nothing: bench
+  // --systems recompute): no plot, its scores said in words.
+  if (rows.empty()) {
+    std::string s;
+    for (const auto& [name, score] : at_zero) s += (s.empty() ? "" : "; ") + name + " " + Fmt("%.3f", score);
+    return "(no " + id + " plot: no system read anything" + (s.empty() ? "" : "; scores: " + s) + ")\n\n";
   }
   std::string names;
   {
@@ -109,7 +116,7 @@ std::string Scatter(const json& exp, const std::string& dir, const std::string& 
     << "set key outside right\nnames = '" << names << "'\n";
   for (const auto& [name, score] : at_zero) {
     g << "set arrow from graph 0, first " << score << " to graph 1, first " << score << " nohead dt 2 lw 2\n"
-      << "set label " << GpQuote(name + " (reads nothing): " + Fmt("%.3f", score)) << " at graph 0.02, first "
+      << "set label " << GpQuote(name + " (at 0 " + xlabel + "): " + Fmt("%.3f", score)) << " at graph 0.02, first "
       << score + 0.02 << " font ',9'\n";
   }
   g

@@ -89,8 +89,15 @@ std::string Header(const json& suite) {
 
 }  // namespace
 
-Status WriteReport(const json& suite, const std::string& dir) {
+Status WriteReport(const json& suite, const std::string& out_dir) {
+  if (out_dir.find_first_of("\n\r") != std::string::npos) {
+    return Status::InvalidArgument("report directory: a line break in its name");
+  }
   std::error_code ec;
+  // Absolute: every path gnuplot reads or writes starts with '/', never
+  // with what its syntax reads as a pipe ('<', '|') or an option ('-').
+  const std::string dir = std::filesystem::absolute(out_dir, ec).string();
+  if (ec) return Status::IOError("cannot resolve " + out_dir + ": " + ec.message());
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IOError("cannot create " + dir + ": " + ec.message());
   // Atomic: an unfinished suite resumes from this file, so a stop while it

@@ -151,14 +151,17 @@ std::vector<Experiment> AccuracySuite() {
 }
 
 // The experiments restricted to `only` (SuiteOptions::systems; empty: as
-// they are), dropping those left without a system.
+// they are), dropping those left without a system, and the quick suite's
+// exact run without as-like (it checks every system's logits against
+// as-like's: alone, a system is checked against nothing).
 Result<std::vector<Experiment>> OnlySystems(std::vector<Experiment> exps, const std::vector<System>& only,
                                             std::string_view suite) {
   if (only.empty()) return exps;
   std::vector<Experiment> kept;
   for (Experiment& e : exps) {
     std::erase_if(e.systems, [&only](System s) { return std::find(only.begin(), only.end(), s) == only.end(); });
-    if (!e.systems.empty()) kept.push_back(std::move(e));
+    const bool unchecked = e.id == "exact" && std::find(e.systems.begin(), e.systems.end(), System::kAsLike) == e.systems.end();
+    if (!e.systems.empty() && !unchecked) kept.push_back(std::move(e));
   }
   if (kept.empty()) {
     return Status::InvalidArgument("systems: none of those given runs in the " + std::string(suite) + " suite");
@@ -471,7 +474,13 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
     if (o.checkpoint && k + 1 < plan.size()) RETURN_IF_ERROR(o.checkpoint(out));
   }
   out["finished"] = NowUtc();
-  if (o.accuracy_gate >= 0) out["gate"] = AccuracyGate(out, o.accuracy_gate, GatedSystems());
+  if (o.accuracy_gate >= 0) {
+    std::vector<System> gated = GatedSystems();
+    if (!o.systems.empty()) {
+      std::erase_if(gated, [&o](System s) { return std::find(o.systems.begin(), o.systems.end(), s) == o.systems.end(); });
+    }
+    out["gate"] = AccuracyGate(out, o.accuracy_gate, gated);
+  }
   return out;
 }
 

@@ -87,6 +87,27 @@ TEST(BenchCliTest, BadInputIsAClearError) {
   out.clear();
   EXPECT_EQ(Shell(std::string(TIERKV_BINARY) + " bench --workload /nonexistent.jsonl --out /tmp 2>&1", &out), 1) << out;
   EXPECT_NE(out.find("cannot read request file /nonexistent.jsonl"), std::string::npos) << out;
+  // --systems: unknown names, and a list that leaves the gate (on by
+  // default in the quick suite) nothing to compare, fail before any work.
+  out.clear();
+  EXPECT_EQ(Shell(std::string(TIERKV_BINARY) + " bench --workload /nonexistent.jsonl --systems impress,nope 2>&1", &out), 1)
+      << out;
+  EXPECT_NE(out.find("--systems: unknown system 'nope'"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(Shell(std::string(TIERKV_BINARY) + " bench --workload /nonexistent.jsonl --systems as-like,car 2>&1", &out), 1)
+      << out;
+  EXPECT_NE(out.find("leaves the accuracy gate nothing to check"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(Shell(std::string(TIERKV_BINARY) + " bench --workload /nonexistent.jsonl --systems impress 2>&1", &out), 1)
+      << out;
+  EXPECT_NE(out.find("leaves the accuracy gate nothing to check"), std::string::npos) << out;
+  out.clear();  // without the gate, the list is taken and the bad file is what fails
+  EXPECT_EQ(Shell(std::string(TIERKV_BINARY) +
+                      " bench --workload /nonexistent.jsonl --systems car --accuracy-gate -1 2>&1",
+                  &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("cannot read request file"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -130,6 +130,12 @@ TEST_F(SuiteTest, SystemsRunOnlyThoseGivenAndSayWhich) {
     }
   }
   EXPECT_EQ(runs, 2u);  // quick: systems and exact both hold impress
+  // exact checks against as-like: without it, it is not run.
+  o = Options();
+  o.systems = {engine::System::kImpress};
+  auto unchecked = RunSuite(*model_, *tok, o);
+  ASSERT_TRUE(unchecked.ok()) << unchecked.status().ToString();
+  EXPECT_EQ((*unchecked)["runs_total"], 1);
   // recompute reuses nothing: the exact experiment (reusing systems at
   // 1.0) has none left and is not run.
   o = Options();
