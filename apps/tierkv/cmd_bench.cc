@@ -134,16 +134,16 @@ void AddBench(CLI::App& app, Action* run) {
       o.rounds = a->rounds >= 1 ? a->rounds : (quick ? 1 : 3);
       o.accuracy_gate = a->accuracy_gate > -2 ? a->accuracy_gate : (quick ? kQuickAccuracyGate : -1);
       o.select_lowest = a->select_lowest;
+      std::vector<engine::System> named;
       for (const std::string& name : a->systems) {
         auto s = engine::ParseSystem(name);
         if (!s.ok()) return Fail("--systems: " + s.status().message());
-        if (std::find(o.systems.begin(), o.systems.end(), *s) == o.systems.end()) o.systems.push_back(*s);
+        named.push_back(*s);
       }
-      // In the table's order: the same set is the same suite, however typed.
-      std::sort(o.systems.begin(), o.systems.end(), [](engine::System x, engine::System y) {
-        const auto all = engine::AllSystems();
-        return std::find(all.begin(), all.end(), x) < std::find(all.begin(), all.end(), y);
-      });
+      // Once each, in the table's order: the same set is the same suite, however typed.
+      for (engine::System s : engine::AllSystems()) {
+        if (std::find(named.begin(), named.end(), s) != named.end()) o.systems.push_back(s);
+      }
       if (o.accuracy_gate >= 0 && !o.systems.empty()) {
         const auto has = [&o](engine::System s) { return std::find(o.systems.begin(), o.systems.end(), s) != o.systems.end(); };
         const auto gated = bench::GatedSystems();

@@ -41,7 +41,17 @@ struct Experiment {
   std::string param;               // what the settings vary ("" : one run)
   std::vector<Setting> settings;   // empty: one run as the suite sets it
   bool quality_only = false;       // no timed rounds: the quality pass alone
+  // Systems the others are checked against (exact: as-like): under
+  // SuiteOptions::systems, the experiment runs only if they are kept.
+  std::vector<System> needs;
 };
+
+// `systems` without those `only` leaves out (empty `only`: all of them).
+std::vector<System> Kept(std::vector<System> systems, const std::vector<System>& only) {
+  if (only.empty()) return systems;
+  std::erase_if(systems, [&only](System s) { return std::find(only.begin(), only.end(), s) == only.end(); });
+  return systems;
+}
 
 Setting Retention(double r) {
   return {std::to_string(r).substr(0, 4), [r](HarnessOptions& h) { h.base.retention = r; }};
@@ -62,14 +72,15 @@ std::vector<Experiment> QuickSuite() {
   for (System s : all) {
     if (engine::TraitsOf(s).reuses) reusing.push_back(s);
   }
-  return {SystemsExperiment(all),
-          {"exact",
+  Experiment exact{"exact",
            "Every reusing system at retention 1.0 against as-like (fp16-KV reuse): the logits must match exactly "
            "(prefixes stored in whole chunks, so that every system reuses the same rows)",
            reusing, false, true, "retention", {{"1.0", [](HarnessOptions& h) {
                                                   h.base.retention = 1.0;
                                                   h.whole_chunks = true;
-                                                }}}}};
+                                                }}}};
+  exact.needs = {System::kAsLike};
+  return {SystemsExperiment(all), exact};
 }
 
 std::vector<Experiment> PaperSuite() {
@@ -151,17 +162,15 @@ std::vector<Experiment> AccuracySuite() {
 }
 
 // The experiments restricted to `only` (SuiteOptions::systems; empty: as
-// they are), dropping those left without a system, and the quick suite's
-// exact run without as-like (it checks every system's logits against
-// as-like's: alone, a system is checked against nothing).
+// they are), dropping those left without a system or without what they
+// are checked against (Experiment::needs).
 Result<std::vector<Experiment>> OnlySystems(std::vector<Experiment> exps, const std::vector<System>& only,
                                             std::string_view suite) {
   if (only.empty()) return exps;
   std::vector<Experiment> kept;
   for (Experiment& e : exps) {
-    std::erase_if(e.systems, [&only](System s) { return std::find(only.begin(), only.end(), s) == only.end(); });
-    const bool unchecked = e.id == "exact" && std::find(e.systems.begin(), e.systems.end(), System::kAsLike) == e.systems.end();
-    if (!e.systems.empty() && !unchecked) kept.push_back(std::move(e));
+    e.systems = Kept(std::move(e.systems), only);
+    if (!e.systems.empty() && Kept(e.needs, only).size() == e.needs.size()) kept.push_back(std::move(e));
   }
   if (kept.empty()) {
     return Status::InvalidArgument("systems: none of those given runs in the " + std::string(suite) + " suite");
@@ -474,13 +483,7 @@ Result<json> RunSuite(const Model& model, const Tokenizer& tok, const SuiteOptio
     if (o.checkpoint && k + 1 < plan.size()) RETURN_IF_ERROR(o.checkpoint(out));
   }
   out["finished"] = NowUtc();
-  if (o.accuracy_gate >= 0) {
-    std::vector<System> gated = GatedSystems();
-    if (!o.systems.empty()) {
-      std::erase_if(gated, [&o](System s) { return std::find(o.systems.begin(), o.systems.end(), s) == o.systems.end(); });
-    }
-    out["gate"] = AccuracyGate(out, o.accuracy_gate, gated);
-  }
+  if (o.accuracy_gate >= 0) out["gate"] = AccuracyGate(out, o.accuracy_gate, Kept(GatedSystems(), o.systems));
   return out;
 }
 

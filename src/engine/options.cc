@@ -19,6 +19,15 @@ constexpr std::pair<PoolPolicy, cache::PolicyKind> kPolicies[] = {
     {PoolPolicy::kCar, cache::PolicyKind::kCar},
 };
 
+// A decimal number of at most 4 digits from 0 to `max` (the flags'
+// small counts: block:N, --score-pool), or nothing.
+std::optional<uint32_t> SmallNumber(std::string_view n, uint32_t max) {
+  if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string_view::npos) return {};
+  const int v = std::stoi(std::string(n));
+  if (v > static_cast<int>(max)) return {};
+  return static_cast<uint32_t>(v);
+}
+
 }  // namespace
 
 select::Aggregation ToSelect(Aggregation a) {
@@ -137,11 +146,8 @@ Result<SelectionUnit> ParseSelectionUnit(std::string_view name) {
   if (name == "auto") return SelectionUnit{Granularity::kAuto};
   const std::string_view block = "block:";
   if (name.substr(0, block.size()) == block) {
-    const std::string n(name.substr(block.size()));
-    if (!n.empty() && n.size() <= 4 && n.find_first_not_of("0123456789") == std::string::npos) {
-      const int v = std::stoi(n);
-      if (v >= 1 && v <= 4096) return SelectionUnit{Granularity::kBlock, static_cast<uint32_t>(v)};
-    }
+    const auto v = SmallNumber(name.substr(block.size()), 4096);
+    if (v && *v >= 1) return SelectionUnit{Granularity::kBlock, *v};
   }
   return Status::InvalidArgument("selection unit '" + std::string(name) +
                                  "' (known: auto, token, page, block:N with N in 1..4096)");
@@ -153,12 +159,7 @@ Result<ScorePool> ParseScorePool(std::string_view text) {
                                    std::to_string(kMaxScorePool) + ")");
   };
   if (text == "off") return ScorePool{};
-  const auto number = [](std::string_view n) -> std::optional<uint32_t> {
-    if (n.empty() || n.size() > 3 || n.find_first_not_of("0123456789") != std::string_view::npos) return {};
-    const int v = std::stoi(std::string(n));
-    if (v > static_cast<int>(kMaxScorePool)) return {};
-    return static_cast<uint32_t>(v);
-  };
+  const auto number = [](std::string_view n) { return SmallNumber(n, kMaxScorePool); };
   const size_t colon = text.find(':');
   if (colon == std::string_view::npos) {
     const auto n = number(text);
